@@ -1,0 +1,62 @@
+// Package idemkv is the store contract shared by every idemkv backend and
+// every layer built on one: the types that name an idempotency record, the
+// states it moves through, the outcomes of a claim, the errors, and the Store
+// interface. It has no storage dependency. Package engine implements it on
+// Pebble; the HTTP middleware, the outbox and a future SQL store are written
+// against it.
+//
+// # Basics
+//
+// A record is addressed by an [ID]: the caller's scope (Tenant), the
+// operation (Endpoint) and the client's idempotency key (Key). The same key
+// string under two tenants names two unrelated records.
+//
+// A request first calls [Store.Claim] with the request's fingerprint. The
+// [Claim] says what to do:
+//
+//   - [Acquired]: this caller holds a [Lease]. Run the operation, then call
+//     [Store.Complete] with the result (and, for a local effect, the business
+//     writes, which commit atomically with the result), or [Store.Release] if
+//     the operation provably had no effect, or [Store.MarkUncertain] if a
+//     downstream call's outcome is unknown.
+//   - [InProgress]: another caller holds a live lease. Retry after
+//     Claim.RetryAfter.
+//   - [Replay]: the operation completed. Return Claim.Record.Result.
+//   - [Mismatch]: the key was used for a different request (its fingerprint
+//     differs). This is a client bug; nothing runs.
+//   - [Reconciling]: the outcome of an earlier attempt is unknown. Nothing
+//     re-runs it; a reconciler resolves it with [Store.Resolve].
+//
+// # Fencing
+//
+// Every acquisition gets a fresh fencing token, unique for the life of the
+// store and larger than every token handed out before it. Complete, Release,
+// MarkUncertain and Renew succeed only while the lease's token is still the
+// record's current token (compare-and-set); otherwise they return
+// [ErrFenced] and change nothing. A lease that expires is not revoked by the
+// expiry itself: it is revoked when another caller takes the record over.
+//
+// # Local and remote effects
+//
+// A [ModeLocal] claim protects an effect that lives in the same store: the
+// business writes and the outcome commit in one atomic batch, so a crash
+// leaves either both or neither. Such a claim need not be durable, and a
+// takeover after its lease expires is safe: the stale holder's writes are
+// fenced off together with its outcome.
+//
+// A [ModeRemote] claim protects an effect outside the store (a payment
+// provider, an email service). The claim is made durable before Claim
+// returns, and it carries a stable [OperationID] that the caller must send
+// downstream as that service's idempotency key on every attempt. An expired
+// remote lease does not prove the old holder stopped or that its call did not
+// land, so a later claim either resumes the same operation (only when the
+// request says the downstream deduplicates on the OperationID) or turns the
+// record into [StateUncertain] for reconciliation.
+//
+// # Caveats
+//
+// A key protects a request only for the store's retention window; a retry
+// that arrives after its record expired runs as new. Request deduplication
+// complements business constraints (a unique payment id, a version check) and
+// does not replace them.
+package idemkv

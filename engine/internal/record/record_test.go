@@ -1,0 +1,133 @@
+package record
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+func sample() []idemkv.Record {
+	t0 := time.UnixMilli(1_790_000_000_000)
+	return []idemkv.Record{
+		{State: idemkv.StateInProgress, Mode: idemkv.ModeRemote, Fingerprint: []byte{1, 2, 3},
+			Token: 1 << 40, Attempt: 1, OperationID: idemkv.OperationID{9, 9},
+			Created: t0, LeaseExpires: t0.Add(30 * time.Second), Expires: t0.Add(24 * time.Hour)},
+		{State: idemkv.StateCompleted, Fingerprint: []byte{7}, Token: 5, Attempt: 2,
+			Created: t0, Expires: t0.Add(time.Hour),
+			Result: idemkv.Result{Status: 201, Pointer: "/v1/payments/p42", Body: []byte(`{"id":"p42"}`)}},
+		{State: idemkv.StateCompleted, Fingerprint: []byte{7}, Token: 5, Attempt: 1,
+			Created: t0, Expires: t0.Add(time.Hour), Result: idemkv.Result{Status: 204}},
+		{State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 77,
+			Attempt: 3, OperationID: idemkv.OperationID{1}, Created: t0, Expires: t0.Add(time.Hour),
+			Note: "provider timed out"},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, r := range sample() {
+		b := Encode(nil, &r)
+		got, err := Decode(b)
+		require.NoError(t, err)
+		require.Equal(t, r, got)
+	}
+}
+
+// TestCompact pins the size of a typical completed record (status +
+// pointer, no body) so that a change that bloats the encoding is noticed.
+func TestCompact(t *testing.T) {
+	r := sample()[2]
+	r.Fingerprint = make([]byte, 9)
+	r.Result.Pointer = "/v1/payments/pay_0123456789"
+	require.LessOrEqual(t, len(Encode(nil, &r)), 64)
+}
+
+func TestRejectsCorrupt(t *testing.T) {
+	good := Encode(nil, &sample()[1])
+	cases := map[string][]byte{
+		"empty":          nil,
+		"version":        append([]byte{2}, good[1:]...),
+		"state zero":     append([]byte{1, 0}, good[2:]...),
+		"state high":     append([]byte{1, 9}, good[2:]...),
+		"unknown flag":   append([]byte{1, 3, 0x80}, good[3:]...),
+		"truncated":      good[:len(good)-1],
+		"trailing bytes": append(append([]byte(nil), good...), 0),
+		"bad varint":     {1, 3, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Decode(b)
+			require.Error(t, err)
+			require.True(t, errors.Is(err, ErrCorrupt), "%v", err)
+		})
+	}
+}
+
+func TestRoundTripProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := genRecord(t)
+		got, err := Decode(Encode(nil, &r))
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		require.Equal(t, r, got)
+	})
+}
+
+func genRecord(t *rapid.T) idemkv.Record {
+	ms := func(label string) time.Time {
+		return time.UnixMilli(rapid.Int64Range(1, 1<<45).Draw(t, label))
+	}
+	r := idemkv.Record{
+		State:       idemkv.State(rapid.IntRange(1, 3).Draw(t, "state")),
+		Mode:        idemkv.Mode(rapid.IntRange(0, 1).Draw(t, "mode")),
+		Fingerprint: rapid.SliceOfN(rapid.Byte(), 1, idemkv.MaxFingerprintLen).Draw(t, "fp"),
+		Token:       rapid.Uint64().Draw(t, "token"),
+		Attempt:     rapid.Uint32().Draw(t, "attempt"),
+		Created:     ms("created"),
+		Expires:     ms("expires"),
+	}
+	if rapid.Bool().Draw(t, "opid") {
+		r.OperationID[rapid.IntRange(0, 15).Draw(t, "opidx")] = rapid.ByteRange(1, 255).Draw(t, "opb")
+	}
+	switch r.State {
+	case idemkv.StateInProgress:
+		r.LeaseExpires = ms("lease")
+	case idemkv.StateCompleted:
+		r.Result.Status = rapid.IntRange(0, 65535).Draw(t, "status")
+		r.Result.Pointer = rapid.StringN(0, 40, idemkv.MaxPointerLen).Draw(t, "ptr")
+		r.Result.Body = rapid.SliceOfN(rapid.Byte(), 0, 300).Draw(t, "body")
+		if len(r.Result.Body) == 0 {
+			r.Result.Body = nil
+		}
+	case idemkv.StateUncertain:
+		r.Note = rapid.StringN(0, 40, idemkv.MaxNoteLen).Draw(t, "note")
+	}
+	return r
+}
+
+// FuzzDecode: Decode never panics, and whatever it accepts re-encodes to
+// the same bytes (the encoding is canonical).
+func FuzzDecode(f *testing.F) {
+	for _, r := range sample() {
+		f.Add(Encode(nil, &r))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{1, 3, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		again := Encode(nil, &r)
+		if string(again) != string(b) {
+			t.Fatalf("re-encoding differs:\n in  %x\n out %x", b, again)
+		}
+	})
+}

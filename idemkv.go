@@ -1,0 +1,374 @@
+package idemkv
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits on the parts of an ID and on fingerprints. Backends may store
+// anything within these limits; callers get ErrInvalidKey, ErrInvalidScope
+// or ErrInvalidFingerprint outside them.
+const (
+	// MaxKeyLen is the longest idempotency key, in bytes.
+	MaxKeyLen = 255
+	// MaxScopeLen is the longest Tenant and the longest Endpoint, in bytes.
+	MaxScopeLen = 255
+	// MaxFingerprintLen is the longest fingerprint, in bytes.
+	MaxFingerprintLen = 64
+	// MaxPointerLen is the longest Result.Pointer, in bytes.
+	MaxPointerLen = 1024
+	// MaxNoteLen is the longest note kept with an uncertain record, in bytes.
+	MaxNoteLen = 1024
+)
+
+// Errors returned by a Store. Match them with errors.Is; a Store wraps them
+// with context.
+var (
+	// ErrInvalidKey: the key is empty, longer than MaxKeyLen, or contains a
+	// byte outside printable ASCII (0x20-0x7e).
+	ErrInvalidKey = errors.New("idemkv: invalid idempotency key")
+	// ErrInvalidScope: the tenant or endpoint is empty, longer than
+	// MaxScopeLen, or not valid UTF-8.
+	ErrInvalidScope = errors.New("idemkv: invalid scope")
+	// ErrInvalidFingerprint: the fingerprint is empty or longer than
+	// MaxFingerprintLen.
+	ErrInvalidFingerprint = errors.New("idemkv: invalid fingerprint")
+	// ErrInvalidResult: the result's status, pointer or body is out of range.
+	ErrInvalidResult = errors.New("idemkv: invalid result")
+	// ErrInvalidArgument: any other malformed argument (a zero lease, a
+	// negative duration, an empty effect key).
+	ErrInvalidArgument = errors.New("idemkv: invalid argument")
+	// ErrFenced: the lease's token is no longer the record's current token
+	// (another caller took the record over, or it was completed, released
+	// or marked uncertain). Nothing was changed.
+	ErrFenced = errors.New("idemkv: lease fenced by a newer holder")
+	// ErrNotFound: no live record exists for the ID.
+	ErrNotFound = errors.New("idemkv: record not found")
+	// ErrWrongState: the record is not in the state the operation requires
+	// (for example, Resolve on a record that is not uncertain).
+	ErrWrongState = errors.New("idemkv: record in wrong state")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("idemkv: store closed")
+	// ErrFailed: a durable write failed in a way that leaves its outcome
+	// unknown. The store refuses all further work until it is reopened,
+	// because it can no longer tell which results are durable.
+	ErrFailed = errors.New("idemkv: store failed")
+)
+
+// ID addresses one idempotency record.
+type ID struct {
+	// Tenant is the caller's scope: the authenticated principal or account
+	// the key belongs to. Never an untrusted string taken from the request.
+	Tenant string
+	// Endpoint names the operation, for example "POST /v1/payments".
+	Endpoint string
+	// Key is the client's idempotency key.
+	Key string
+}
+
+// Validate reports whether id is well formed. It returns an error wrapping
+// ErrInvalidScope or ErrInvalidKey.
+func (id ID) Validate() error {
+	if err := validateScope("tenant", id.Tenant); err != nil {
+		return err
+	}
+	if err := validateScope("endpoint", id.Endpoint); err != nil {
+		return err
+	}
+	return ValidateKey(id.Key)
+}
+
+func validateScope(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty %s", ErrInvalidScope, what)
+	case len(s) > MaxScopeLen:
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrInvalidScope, what, len(s), MaxScopeLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidScope, what)
+	}
+	return nil
+}
+
+// ValidateKey reports whether key is a well-formed idempotency key: 1 to
+// MaxKeyLen bytes of printable ASCII. It returns an error wrapping
+// ErrInvalidKey.
+func ValidateKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", ErrInvalidKey, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateFingerprint reports whether fp is a usable fingerprint. It returns
+// an error wrapping ErrInvalidFingerprint.
+func ValidateFingerprint(fp []byte) error {
+	if len(fp) == 0 {
+		return fmt.Errorf("%w: empty", ErrInvalidFingerprint)
+	}
+	if len(fp) > MaxFingerprintLen {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidFingerprint, len(fp), MaxFingerprintLen)
+	}
+	return nil
+}
+
+// Mode says where the protected effect lives.
+type Mode uint8
+
+const (
+	// ModeLocal: the effect is a set of writes to the same store, committed
+	// atomically with the outcome by Complete. The claim itself need not be
+	// durable.
+	ModeLocal Mode = iota
+	// ModeRemote: the effect happens outside the store. The claim is durable
+	// before Claim returns, and carries an OperationID for the downstream.
+	ModeRemote
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeLocal:
+		return "local"
+	case ModeRemote:
+		return "remote"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// State is the state of a stored record. An absent record has no state.
+type State uint8
+
+const (
+	// StateInProgress: a holder owns the record under a lease.
+	StateInProgress State = iota + 1
+	// StateUncertain: an attempt's effect may or may not have happened.
+	// Retries see Reconciling until Resolve settles it.
+	StateUncertain
+	// StateCompleted: the outcome is final and replayed to every retry.
+	StateCompleted
+)
+
+func (s State) String() string {
+	switch s {
+	case StateInProgress:
+		return "in-progress"
+	case StateUncertain:
+		return "uncertain"
+	case StateCompleted:
+		return "completed"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Outcome is the answer to a Claim.
+type Outcome uint8
+
+const (
+	// Acquired: the caller holds the lease and must run the operation.
+	Acquired Outcome = iota + 1
+	// InProgress: another holder has a live lease; retry later.
+	InProgress
+	// Replay: the operation completed; return the stored result.
+	Replay
+	// Mismatch: the key was used with a different fingerprint.
+	Mismatch
+	// Reconciling: an earlier attempt's outcome is unknown; do not re-run.
+	Reconciling
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Acquired:
+		return "acquired"
+	case InProgress:
+		return "in-progress"
+	case Replay:
+		return "replay"
+	case Mismatch:
+		return "mismatch"
+	case Reconciling:
+		return "reconciling"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// OperationID is the stable identity of one logical remote operation. It is
+// chosen at the first remote claim and kept by every takeover, so every
+// attempt can send the same identity downstream.
+type OperationID [16]byte
+
+// IsZero reports whether id is unset (local claims have none).
+func (id OperationID) IsZero() bool { return id == OperationID{} }
+
+// String returns id as 32 lower-case hex digits.
+func (id OperationID) String() string { return hex.EncodeToString(id[:]) }
+
+// Result is the compact final outcome of an operation: a status code, a
+// pointer to what the operation created, and optionally a bounded body for
+// byte-exact replay.
+type Result struct {
+	// Status is the outcome's status code, for HTTP the response status.
+	// 0 to 65535.
+	Status int
+	// Pointer locates the object the operation created, for example
+	// "/v1/payments/pay_42", so a replay can rebuild the response from it.
+	// At most MaxPointerLen bytes.
+	Pointer string
+	// Body, if set, is replayed byte for byte. Backends bound its size.
+	Body []byte
+}
+
+// Record is a stored record, as returned by Get and carried by Claim.
+type Record struct {
+	ID    ID
+	State State
+	// Mode of the attempt that created or last took over the record.
+	Mode Mode
+	// Fingerprint of the request that first claimed the key.
+	Fingerprint []byte
+	// Token is the current fencing token.
+	Token uint64
+	// Attempt counts acquisitions: 1 for the first, +1 per takeover.
+	Attempt uint32
+	// OperationID is the downstream identity (remote mode only).
+	OperationID OperationID
+	// Created is when the key was first claimed.
+	Created time.Time
+	// LeaseExpires is when the current lease runs out (StateInProgress).
+	LeaseExpires time.Time
+	// Expires is when the record leaves the retention window.
+	Expires time.Time
+	// Result is the final outcome (StateCompleted).
+	Result Result
+	// Note says why the record is uncertain (StateUncertain).
+	Note string
+}
+
+// Lease is a holder's right to finish one attempt of an operation.
+type Lease struct {
+	ID   ID
+	Mode Mode
+	// Token is the fencing token of this acquisition. Send it along with
+	// any write that a downstream can fence on.
+	Token uint64
+	// Expires is when others may take the record over.
+	Expires time.Time
+	// Attempt is 1 for a first claim and more after a takeover.
+	Attempt uint32
+	// OperationID is the downstream identity (remote mode only).
+	OperationID OperationID
+}
+
+// Takeover reports whether this lease took over an earlier holder's expired
+// lease. For a remote operation, the earlier attempt's downstream call may
+// have landed: resume it with the same OperationID.
+func (l Lease) Takeover() bool { return l.Attempt > 1 }
+
+// ClaimRequest asks to claim an ID.
+type ClaimRequest struct {
+	ID          ID
+	Fingerprint []byte
+	Mode        Mode
+	// Lease is how long the holder may work before others may take the
+	// record over. Zero means the store's default.
+	Lease time.Duration
+	// Resumable declares that the downstream deduplicates on OperationID,
+	// so an expired remote claim may be taken over and the same operation
+	// re-sent. Without it, an expired remote claim becomes uncertain.
+	Resumable bool
+}
+
+// Claim is the answer to a ClaimRequest.
+type Claim struct {
+	Outcome Outcome
+	// Lease is set when Outcome is Acquired.
+	Lease Lease
+	// Record is the record found, for every outcome but Acquired. For
+	// InProgress and Mismatch it carries no result.
+	Record Record
+	// RetryAfter is set when Outcome is InProgress: when the current lease
+	// runs out, or a short interval if its holder is finishing.
+	RetryAfter time.Duration
+}
+
+// ResolveRequest settles an uncertain record once a reconciler has learned
+// what happened downstream.
+type ResolveRequest struct {
+	ID ID
+	// Token is the record's current token, as read by Get: the resolution
+	// is a compare-and-set on it.
+	Token uint64
+	// NoEffect says the operation provably did not happen: the record is
+	// removed and a retry runs anew. Otherwise Result is stored as final.
+	NoEffect bool
+	Result   Result
+}
+
+// Effects collects a local operation's business writes so that they commit
+// atomically with its outcome. Keys live in a namespace of their own, apart
+// from the store's records. Effects are not visible to reads until Complete
+// commits them.
+type Effects interface {
+	// Set writes key=value. The store copies both.
+	Set(key, value []byte) error
+	// Delete removes key.
+	Delete(key []byte) error
+}
+
+// Store is the contract every idempotency backend implements. All methods
+// are safe for concurrent use.
+type Store interface {
+	// Claim atomically claims req.ID if it is absent (or takes over an
+	// expired lease), and otherwise reports why not. Two concurrent claims
+	// of one ID never both acquire it. Errors: ErrInvalidKey,
+	// ErrInvalidScope, ErrInvalidFingerprint, ErrInvalidArgument,
+	// ErrClosed, ErrFailed, or an I/O error.
+	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
+
+	// Complete stores r as the final outcome of the lease's operation, and
+	// in the same atomic commit applies the writes that apply (if non-nil)
+	// makes to Effects. It returns only once both are durable. If apply
+	// returns an error, nothing is written, the lease is still held, and
+	// the error is returned. Errors: ErrFenced, ErrInvalidResult,
+	// ErrInvalidArgument, ErrClosed, ErrFailed, or an I/O error.
+	Complete(ctx context.Context, l Lease, r Result, apply func(Effects) error) error
+
+	// Release removes the claim because the operation provably had no
+	// effect; a retry runs anew. Errors: ErrFenced, ErrInvalidArgument,
+	// ErrClosed, ErrFailed, or an I/O error.
+	Release(ctx context.Context, l Lease) error
+
+	// MarkUncertain durably records that the operation's outcome is
+	// unknown. Retries see Reconciling until Resolve. Errors as Release.
+	MarkUncertain(ctx context.Context, l Lease, note string) error
+
+	// Renew extends a lease by d from now (zero d: the default lease) if
+	// its token is still current, and returns the renewed lease. Errors as
+	// Release.
+	Renew(ctx context.Context, l Lease, d time.Duration) (Lease, error)
+
+	// Resolve settles an uncertain record (see ResolveRequest). Errors:
+	// ErrNotFound, ErrWrongState (not uncertain), ErrFenced (token is not
+	// current), ErrInvalidResult, ErrClosed, ErrFailed, or an I/O error.
+	Resolve(ctx context.Context, req ResolveRequest) error
+
+	// Get returns the live record for id, including one held in progress.
+	// Errors: ErrNotFound, ErrInvalidKey, ErrInvalidScope, ErrClosed, or an
+	// I/O error.
+	Get(ctx context.Context, id ID) (Record, error)
+
+	// Close releases the store. Operations after Close return ErrClosed.
+	Close() error
+}
