@@ -1,0 +1,68 @@
+// Package engine is idemkv's embedded idempotency store on Pebble. It
+// implements the idemkv.Store contract for a single process: scoped,
+// payload-bound idempotency keys, fenced leases, compact results, and
+// business writes that commit atomically with the outcome.
+//
+// # Basics
+//
+//	e, err := engine.Open("idemkv-data", nil)
+//	c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp})
+//	switch c.Outcome {
+//	case idemkv.Acquired:
+//		err = e.Complete(ctx, c.Lease, idemkv.Result{Status: 201, Pointer: "/v1/payments/p42"},
+//			func(w idemkv.Effects) error { return w.Set([]byte("payment/p42"), amount) })
+//	case idemkv.Replay:
+//		return c.Record.Result
+//	...
+//	}
+//
+// # What survives a crash
+//
+// Every write that acknowledges something is synced before the call
+// returns:
+//
+//   - Complete: the outcome and the caller's effects, in one batch. After a
+//     crash both are present or neither is.
+//   - A ModeRemote Claim: the in-progress record, before the caller may call
+//     downstream.
+//   - Release of a remote claim, MarkUncertain, Resolve: their record change.
+//
+// Two writes are deliberately not synced, because a crash makes them moot:
+//
+//   - A ModeLocal Claim is held only in memory. Its effect cannot commit
+//     without its outcome, so a crash before Complete leaves no trace and a
+//     retry simply runs.
+//   - Renew extends the lease in memory only. After a crash the holder is
+//     gone, and the durable record keeps the lease it was claimed with.
+//
+// Pebble makes a synced write visible to readers before the sync finishes.
+// The engine never lets a duplicate observe such a write: while a key's
+// write is in flight the key is marked busy in memory, and claims for it
+// answer InProgress until the write is durable.
+//
+// # Fencing and takeovers
+//
+// Tokens are epoch<<40 | sequence, where the epoch is advanced durably at
+// every Open: they are unique and increasing for the life of the store. A
+// holder's Complete, Release, MarkUncertain and Renew are compare-and-set on
+// the token. An expired local lease may be taken over at once (the stale
+// holder's effects are fenced with its outcome). An expired remote lease is
+// taken over only by a Resumable claim, which keeps the OperationID so the
+// downstream sees the same operation; otherwise it becomes uncertain.
+//
+// # Caveats
+//
+//   - One process owns a store directory (Pebble locks it). Exclusion
+//     between concurrent claims lives in that process's memory; it is not a
+//     distributed lock.
+//   - An operation in flight at a crash resolves like this: a local one left
+//     nothing and runs again on retry; a remote one is in progress until its
+//     lease runs out, then uncertain (or resumed, if Resumable) — never
+//     re-run blind.
+//   - Retention: a completed record older than Options.Retention is treated
+//     as absent, and a late retry runs as new. Removing expired records from
+//     disk is the TTL sweeper's job.
+//   - GetData may observe effects whose Complete is still syncing.
+//   - A failed synced write poisons the engine (ErrFailed): the write's fate
+//     is unknown, so the engine refuses to answer until it is reopened.
+package engine

@@ -1,0 +1,778 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine/internal/record"
+)
+
+// Engine is an embedded idempotency store on Pebble. It implements
+// idemkv.Store. All methods are safe for concurrent use.
+type Engine struct {
+	opts  *Options
+	clock Clock
+	db    *pebble.DB
+	cache interface{ Unref() }
+
+	// epoch is advanced (durably) by every read-write Open; fencing tokens
+	// are epoch<<tokenSeqBits | seq, so tokens grow across restarts.
+	epoch uint64
+	seq   atomic.Uint64
+
+	shards []shard
+
+	// closeMu is held for reading by every operation and for writing by
+	// Close, so Close waits for operations in flight (including their
+	// fsyncs) before it closes Pebble.
+	closeMu sync.RWMutex
+	closed  bool // guarded by closeMu
+
+	// failed holds the error that poisoned the engine (see ErrFailed).
+	failed atomic.Pointer[error]
+
+	counters counters
+}
+
+var _ idemkv.Store = (*Engine)(nil)
+
+const (
+	tokenSeqBits = 40
+	maxEpoch     = 1<<(64-tokenSeqBits) - 1
+	// busyRetry is the RetryAfter given while a key's write is in flight:
+	// its outcome will be known within about one fsync.
+	busyRetry = 50 * time.Millisecond
+)
+
+// shard is one stripe of the in-memory lease table.
+//
+// Invariant: every write of a record key happens while that key has a busy
+// slot, and slots are created, marked busy and removed only under mu. So a
+// reader holding mu that finds no busy slot sees a record value that is
+// durable and will not change until mu is released. This is also what keeps
+// a concurrent duplicate from replaying a result that Pebble has made
+// visible but not yet synced.
+type shard struct {
+	mu struct {
+		sync.Mutex
+		slots  map[string]*slot
+		reapAt int // reap expired slots when len(slots) reaches this
+	}
+}
+
+// slot is a record held in progress by a holder in this process, or a key
+// with a write in flight.
+type slot struct {
+	rec idemkv.Record // State is StateInProgress
+	// busy: a write for this key is in flight; claims answer InProgress and
+	// holder operations other than the writer's are fenced.
+	busy bool
+	// durable: an in-progress record with rec.Token is on disk (remote mode).
+	durable bool
+}
+
+const minReapAt = 1024
+
+// Open opens (creating if needed) the store in dir. A nil opts means
+// defaults.
+func Open(dir string, opts *Options) (*Engine, error) {
+	o := opts.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	po := o.pebbleOptions()
+	c := pebble.NewCache(o.CacheSize)
+	po.Cache = c
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		c.Unref()
+		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
+	}
+	e := &Engine{opts: o, clock: o.Clock, db: db, cache: c, shards: make([]shard, o.Shards)}
+	for i := range e.shards {
+		e.shards[i].mu.slots = make(map[string]*slot)
+		e.shards[i].mu.reapAt = minReapAt
+	}
+	if err := e.advanceEpoch(); err != nil {
+		_ = db.Close()
+		c.Unref()
+		return nil, err
+	}
+	return e, nil
+}
+
+// advanceEpoch reads the stored epoch and, unless read-only, durably
+// stores its successor, so no token of this process's life can equal or
+// precede one handed out before.
+func (e *Engine) advanceEpoch() error {
+	v, closer, err := e.db.Get(epochKey)
+	var epoch uint64
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("engine: read epoch: %w", err)
+	default:
+		if len(v) != 8 {
+			closer.Close()
+			return fmt.Errorf("engine: read epoch: %w: %d bytes", record.ErrCorrupt, len(v))
+		}
+		epoch = binary.BigEndian.Uint64(v)
+		closer.Close()
+	}
+	if e.opts.ReadOnly {
+		e.epoch = epoch
+		return nil
+	}
+	if epoch >= maxEpoch {
+		return fmt.Errorf("engine: epoch space exhausted (%d opens)", epoch)
+	}
+	epoch++
+	if err := e.db.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), pebble.Sync); err != nil {
+		return fmt.Errorf("engine: write epoch: %w", err)
+	}
+	e.epoch = epoch
+	return nil
+}
+
+// Close waits for operations in flight, then closes the store. Leases held
+// in memory are dropped: local claims vanish (their effects never
+// committed), durable remote claims stay on disk.
+func (e *Engine) Close() error {
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed {
+		return idemkv.ErrClosed
+	}
+	e.closed = true
+	err := e.db.Close()
+	e.cache.Unref()
+	return err
+}
+
+// enter admits one operation; every successful enter is paired with exit.
+func (e *Engine) enter() error {
+	e.closeMu.RLock()
+	if e.closed {
+		e.closeMu.RUnlock()
+		return idemkv.ErrClosed
+	}
+	if p := e.failed.Load(); p != nil {
+		e.closeMu.RUnlock()
+		return fmt.Errorf("%w: %w", idemkv.ErrFailed, *p)
+	}
+	return nil
+}
+
+func (e *Engine) exit() { e.closeMu.RUnlock() }
+
+// fail poisons the engine after a durable write ended with an error: the
+// write may or may not have reached the disk, so no answer the engine could
+// give about that key is safe any more.
+func (e *Engine) fail(err error) error {
+	e.failed.CompareAndSwap(nil, &err)
+	return fmt.Errorf("%w: %w", idemkv.ErrFailed, err)
+}
+
+func (e *Engine) shard(k []byte) *shard {
+	return &e.shards[xxhash.Sum64(k)%uint64(len(e.shards))]
+}
+
+func (e *Engine) nextToken() uint64 {
+	return e.epoch<<tokenSeqBits | e.seq.Add(1)
+}
+
+// readLocked reads the record stored under k. It uses a prefix seek rather
+// than DB.Get because Get skips the bloom filters of L6, where nearly all
+// records live, and nearly every claim looks up a key that is not there.
+//
+// REQUIRES: the key's shard mutex held (see shard).
+func (e *Engine) readLocked(k []byte) (idemkv.Record, bool, error) {
+	it, err := e.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
+	if err != nil {
+		return idemkv.Record{}, false, err
+	}
+	var rec idemkv.Record
+	found := it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k)
+	if found {
+		var v []byte
+		if v, err = it.ValueAndErr(); err == nil {
+			rec, err = record.Decode(v)
+		}
+	}
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return idemkv.Record{}, false, fmt.Errorf("engine: read record: %w", err)
+	}
+	return rec, found, nil
+}
+
+// lookupLocked returns the current record for k: the in-memory slot if one
+// exists, else the stored record. A completed record past its retention is
+// reported absent.
+//
+// REQUIRES: sh.mu held.
+func (e *Engine) lookupLocked(sh *shard, k []byte, now time.Time) (rec idemkv.Record, s *slot, found bool, err error) {
+	if s = sh.mu.slots[string(k)]; s != nil {
+		return s.rec, s, true, nil
+	}
+	rec, found, err = e.readLocked(k)
+	if found && rec.State == idemkv.StateCompleted && !now.Before(rec.Expires) {
+		found = false
+	}
+	return rec, nil, found, err
+}
+
+// Claim implements idemkv.Store.
+func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, error) {
+	if err := validateClaim(&req); err != nil {
+		return idemkv.Claim{}, err
+	}
+	if err := e.enter(); err != nil {
+		return idemkv.Claim{}, err
+	}
+	defer e.exit()
+	if err := ctx.Err(); err != nil {
+		return idemkv.Claim{}, err
+	}
+	e.counters.claims.Add(1)
+	leaseDur := req.Lease
+	if leaseDur == 0 {
+		leaseDur = e.opts.Lease
+	}
+	var opID idemkv.OperationID
+	if req.Mode == idemkv.ModeRemote {
+		if _, err := io.ReadFull(e.opts.Rand, opID[:]); err != nil {
+			return idemkv.Claim{}, fmt.Errorf("engine: operation id: %w", err)
+		}
+		if opID.IsZero() {
+			opID[0] = 1 // the zero id means "none"
+		}
+	}
+	k := appendRecordKey(nil, req.ID)
+	sh := e.shard(k)
+	now := e.clock.Now()
+
+	sh.mu.Lock()
+	cur, s, found, err := e.lookupLocked(sh, k, now)
+	if err != nil {
+		sh.mu.Unlock()
+		return idemkv.Claim{}, err
+	}
+	cur.ID = req.ID
+	if !found {
+		rec := idemkv.Record{
+			ID: req.ID, State: idemkv.StateInProgress, Mode: req.Mode,
+			Fingerprint: bytes.Clone(req.Fingerprint), Token: e.nextToken(), Attempt: 1,
+			OperationID: opID, Created: now, LeaseExpires: now.Add(leaseDur),
+			Expires: now.Add(e.opts.Retention),
+		}
+		return e.acquireLocked(sh, k, rec, now)
+	}
+	if !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
+		sh.mu.Unlock()
+		e.counters.mismatches.Add(1)
+		cur.Result = idemkv.Result{}
+		return idemkv.Claim{Outcome: idemkv.Mismatch, Record: cur}, nil
+	}
+	switch cur.State {
+	case idemkv.StateCompleted:
+		sh.mu.Unlock()
+		e.counters.replays.Add(1)
+		return idemkv.Claim{Outcome: idemkv.Replay, Record: cur}, nil
+	case idemkv.StateUncertain:
+		sh.mu.Unlock()
+		e.counters.reconciling.Add(1)
+		return idemkv.Claim{Outcome: idemkv.Reconciling, Record: cur}, nil
+	}
+
+	// In progress.
+	if s != nil && s.busy {
+		sh.mu.Unlock()
+		e.counters.inProgress.Add(1)
+		return idemkv.Claim{Outcome: idemkv.InProgress, Record: cur, RetryAfter: busyRetry}, nil
+	}
+	if now.Before(cur.LeaseExpires) {
+		sh.mu.Unlock()
+		e.counters.inProgress.Add(1)
+		return idemkv.Claim{Outcome: idemkv.InProgress, Record: cur, RetryAfter: cur.LeaseExpires.Sub(now)}, nil
+	}
+
+	// The lease has expired. Its holder may still be running: an expired
+	// lease does not prove that it stopped.
+	next := cur
+	next.Token = e.nextToken()
+	next.Attempt = cur.Attempt + 1
+	next.LeaseExpires = now.Add(leaseDur)
+	durable := s == nil || s.durable
+	if !durable {
+		// A local claim: the stale holder's effects can only commit together
+		// with its outcome, under its token, which this takeover fences off.
+		// Taking over is safe; the new attempt is in effect a fresh one.
+		next.Mode = req.Mode
+		next.OperationID = opID
+		e.counters.takeovers.Add(1)
+		return e.acquireLocked(sh, k, next, now)
+	}
+	// A durable remote claim: the stale attempt's downstream call may have
+	// landed, or may still land. Only a caller whose downstream deduplicates
+	// on the operation id may resume it; otherwise the outcome is unknown.
+	if req.Mode == idemkv.ModeRemote && req.Resumable {
+		next.Mode = idemkv.ModeRemote
+		if next.OperationID.IsZero() {
+			next.OperationID = opID
+		}
+		e.counters.takeovers.Add(1)
+		return e.acquireLocked(sh, k, next, now)
+	}
+	unc := cur
+	unc.State = idemkv.StateUncertain
+	unc.LeaseExpires = time.Time{}
+	unc.Expires = now.Add(e.opts.Retention)
+	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
+	if err := e.writeBusyLocked(sh, k, s, cur, &unc); err != nil {
+		return idemkv.Claim{}, err
+	}
+	e.counters.reconciling.Add(1)
+	return idemkv.Claim{Outcome: idemkv.Reconciling, Record: unc}, nil
+}
+
+// acquireLocked installs rec as k's in-progress slot and, for a remote
+// claim, makes it durable before returning. It unlocks sh.mu.
+//
+// REQUIRES: sh.mu held.
+func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.Time) (idemkv.Claim, error) {
+	s := &slot{rec: rec}
+	sh.mu.slots[string(k)] = s
+	if len(sh.mu.slots) >= sh.mu.reapAt {
+		e.reapLocked(sh, now)
+	}
+	if rec.Mode == idemkv.ModeLocal {
+		sh.mu.Unlock()
+	} else {
+		// The claim precedes a remote call: it must survive a crash, or a
+		// retry after a restart would call downstream again blind.
+		s.busy = true
+		sh.mu.Unlock()
+		err := e.db.Set(k, record.Encode(nil, &rec), pebble.Sync)
+		sh.mu.Lock()
+		if err != nil {
+			sh.mu.Unlock()
+			return idemkv.Claim{}, e.fail(fmt.Errorf("engine: durable claim: %w", err))
+		}
+		s.busy, s.durable = false, true
+		sh.mu.Unlock()
+	}
+	e.counters.acquired.Add(1)
+	return idemkv.Claim{Outcome: idemkv.Acquired, Lease: leaseOf(&rec)}, nil
+}
+
+// writeBusyLocked durably replaces k's record with next (or deletes it if
+// next is nil), keeping the key busy while the write is in flight, and
+// removes the slot afterwards. It unlocks sh.mu.
+//
+// REQUIRES: sh.mu held; s is k's slot or nil (cur is then the disk record).
+func (e *Engine) writeBusyLocked(sh *shard, k []byte, s *slot, cur idemkv.Record, next *idemkv.Record) error {
+	if s == nil {
+		s = &slot{rec: cur, durable: true}
+		sh.mu.slots[string(k)] = s
+	}
+	s.busy = true
+	sh.mu.Unlock()
+	b := e.db.NewBatch()
+	if next == nil {
+		_ = b.Delete(k, nil)
+	} else {
+		_ = b.Set(k, record.Encode(nil, next), nil)
+	}
+	return e.commitBusy(sh, k, b)
+}
+
+// commitBusy commits b durably and then clears k's busy slot. On failure
+// the slot stays busy: the engine is poisoned and must not answer for k.
+func (e *Engine) commitBusy(sh *shard, k []byte, b *pebble.Batch) error {
+	err := b.Commit(pebble.Sync)
+	_ = b.Close()
+	if err != nil {
+		return e.fail(fmt.Errorf("engine: commit: %w", err))
+	}
+	sh.mu.Lock()
+	delete(sh.mu.slots, string(k))
+	sh.mu.Unlock()
+	return nil
+}
+
+// reapLocked drops slots whose leases have expired and that have no write
+// in flight, so that holders that vanished do not grow the table forever.
+// A reaped local holder is fenced; a reaped remote holder can still finish
+// through its durable record.
+//
+// REQUIRES: sh.mu held.
+func (e *Engine) reapLocked(sh *shard, now time.Time) {
+	for k, s := range sh.mu.slots {
+		if !s.busy && !now.Before(s.rec.LeaseExpires) {
+			delete(sh.mu.slots, k)
+		}
+	}
+	sh.mu.reapAt = max(minReapAt, 2*len(sh.mu.slots))
+}
+
+func leaseOf(r *idemkv.Record) idemkv.Lease {
+	return idemkv.Lease{ID: r.ID, Mode: r.Mode, Token: r.Token, Expires: r.LeaseExpires,
+		Attempt: r.Attempt, OperationID: r.OperationID}
+}
+
+// holdLocked checks that l is the current holder of k, and marks its slot
+// busy so that nothing else changes k until the caller's write is done. A
+// remote holder whose slot was reaped is found through its durable record.
+//
+// REQUIRES: sh.mu held.
+func (e *Engine) holdLocked(sh *shard, k []byte, l idemkv.Lease) (*slot, error) {
+	s := sh.mu.slots[string(k)]
+	if s == nil {
+		rec, found, err := e.readLocked(k)
+		if err != nil {
+			return nil, err
+		}
+		if !found || rec.State != idemkv.StateInProgress || rec.Token != l.Token {
+			return nil, e.fenced(l)
+		}
+		rec.ID = l.ID
+		s = &slot{rec: rec, durable: true}
+		sh.mu.slots[string(k)] = s
+	} else if s.rec.Token != l.Token || s.busy {
+		return nil, e.fenced(l)
+	}
+	s.busy = true
+	return s, nil
+}
+
+func (e *Engine) fenced(l idemkv.Lease) error {
+	e.counters.fenced.Add(1)
+	return fmt.Errorf("%w: token %d for key %q", idemkv.ErrFenced, l.Token, l.ID.Key)
+}
+
+func (e *Engine) validateResult(r *idemkv.Result) error {
+	switch {
+	case r.Status < 0 || r.Status > 65535:
+		return fmt.Errorf("%w: status %d outside 0..65535", idemkv.ErrInvalidResult, r.Status)
+	case len(r.Pointer) > idemkv.MaxPointerLen:
+		return fmt.Errorf("%w: pointer is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Pointer), idemkv.MaxPointerLen)
+	case len(r.Body) > e.opts.MaxBodySize:
+		return fmt.Errorf("%w: body is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Body), e.opts.MaxBodySize)
+	}
+	return nil
+}
+
+// Complete implements idemkv.Store. The outcome and the effects commit in
+// one Pebble batch with a synced write, so after a crash either both are
+// present or neither is. A duplicate claim made while the commit is in
+// flight answers InProgress, never a replay of a result not yet durable.
+func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) error {
+	if err := validateLease(&l); err != nil {
+		return err
+	}
+	if err := e.validateResult(&r); err != nil {
+		return err
+	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b := e.db.NewBatch()
+	if apply != nil {
+		if err := apply(effects{b}); err != nil {
+			_ = b.Close()
+			return err
+		}
+	}
+	k := appendRecordKey(nil, l.ID)
+	sh := e.shard(k)
+	now := e.clock.Now()
+	sh.mu.Lock()
+	s, err := e.holdLocked(sh, k, l)
+	if err != nil {
+		sh.mu.Unlock()
+		_ = b.Close()
+		return err
+	}
+	done := s.rec
+	sh.mu.Unlock()
+
+	done.State = idemkv.StateCompleted
+	done.LeaseExpires = time.Time{}
+	done.Expires = now.Add(e.opts.Retention)
+	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
+	_ = b.Set(k, record.Encode(nil, &done), nil)
+	if err := e.commitBusy(sh, k, b); err != nil {
+		return err
+	}
+	e.counters.completed.Add(1)
+	return nil
+}
+
+// Release implements idemkv.Store. A local claim was never written, so
+// releasing it writes nothing; a remote claim's record is deleted with a
+// synced write, so a released claim does not come back after a crash.
+func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
+	if err := validateLease(&l); err != nil {
+		return err
+	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := appendRecordKey(nil, l.ID)
+	sh := e.shard(k)
+	sh.mu.Lock()
+	s, err := e.holdLocked(sh, k, l)
+	if err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	e.counters.released.Add(1)
+	if !s.durable {
+		delete(sh.mu.slots, string(k))
+		sh.mu.Unlock()
+		return nil
+	}
+	return e.writeBusyLocked(sh, k, s, s.rec, nil)
+}
+
+// MarkUncertain implements idemkv.Store. The uncertain record is written
+// with a synced write, keeping the token, attempt and operation id, so a
+// reconciler can settle it with Resolve.
+func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
+	if err := validateLease(&l); err != nil {
+		return err
+	}
+	if len(note) > idemkv.MaxNoteLen {
+		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
+	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := appendRecordKey(nil, l.ID)
+	sh := e.shard(k)
+	now := e.clock.Now()
+	sh.mu.Lock()
+	s, err := e.holdLocked(sh, k, l)
+	if err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	unc := s.rec
+	unc.State = idemkv.StateUncertain
+	unc.LeaseExpires = time.Time{}
+	unc.Expires = now.Add(e.opts.Retention)
+	unc.Note = note
+	e.counters.uncertain.Add(1)
+	return e.writeBusyLocked(sh, k, s, s.rec, &unc)
+}
+
+// Renew implements idemkv.Store. Renewal is held in memory: the durable
+// record of a remote claim keeps the lease it was claimed with, which only
+// matters after a crash, when its holder is gone anyway.
+func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv.Lease, error) {
+	if err := validateLease(&l); err != nil {
+		return idemkv.Lease{}, err
+	}
+	if d < 0 {
+		return idemkv.Lease{}, fmt.Errorf("%w: negative lease %v", idemkv.ErrInvalidArgument, d)
+	}
+	if d == 0 {
+		d = e.opts.Lease
+	}
+	if err := e.enter(); err != nil {
+		return idemkv.Lease{}, err
+	}
+	defer e.exit()
+	if err := ctx.Err(); err != nil {
+		return idemkv.Lease{}, err
+	}
+	k := appendRecordKey(nil, l.ID)
+	sh := e.shard(k)
+	now := e.clock.Now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	s, err := e.holdLocked(sh, k, l)
+	if err != nil {
+		return idemkv.Lease{}, err
+	}
+	s.busy = false
+	s.rec.LeaseExpires = now.Add(d)
+	e.counters.renewed.Add(1)
+	return leaseOf(&s.rec), nil
+}
+
+// Resolve implements idemkv.Store.
+func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
+	if err := req.ID.Validate(); err != nil {
+		return err
+	}
+	if !req.NoEffect {
+		if err := e.validateResult(&req.Result); err != nil {
+			return err
+		}
+	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := appendRecordKey(nil, req.ID)
+	sh := e.shard(k)
+	now := e.clock.Now()
+	sh.mu.Lock()
+	if sh.mu.slots[string(k)] != nil {
+		sh.mu.Unlock()
+		return fmt.Errorf("%w: %q is in progress", idemkv.ErrWrongState, req.ID.Key)
+	}
+	cur, found, err := e.readLocked(k)
+	switch {
+	case err != nil:
+	case !found:
+		err = fmt.Errorf("%w: %q", idemkv.ErrNotFound, req.ID.Key)
+	case cur.State != idemkv.StateUncertain:
+		err = fmt.Errorf("%w: %q is %s, not uncertain", idemkv.ErrWrongState, req.ID.Key, cur.State)
+	case cur.Token != req.Token:
+		e.counters.fenced.Add(1)
+		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
+	}
+	if err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	e.counters.resolved.Add(1)
+	if req.NoEffect {
+		return e.writeBusyLocked(sh, k, nil, cur, nil)
+	}
+	done := cur
+	done.State = idemkv.StateCompleted
+	done.Note = ""
+	done.Expires = now.Add(e.opts.Retention)
+	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
+	return e.writeBusyLocked(sh, k, nil, cur, &done)
+}
+
+// Get implements idemkv.Store. A record held in progress in memory is
+// returned as StateInProgress; a completed record past its retention is
+// ErrNotFound.
+func (e *Engine) Get(ctx context.Context, id idemkv.ID) (idemkv.Record, error) {
+	if err := id.Validate(); err != nil {
+		return idemkv.Record{}, err
+	}
+	if err := e.enter(); err != nil {
+		return idemkv.Record{}, err
+	}
+	defer e.exit()
+	if err := ctx.Err(); err != nil {
+		return idemkv.Record{}, err
+	}
+	k := appendRecordKey(nil, id)
+	sh := e.shard(k)
+	sh.mu.Lock()
+	rec, _, found, err := e.lookupLocked(sh, k, e.clock.Now())
+	sh.mu.Unlock()
+	if err != nil {
+		return idemkv.Record{}, err
+	}
+	if !found {
+		return idemkv.Record{}, fmt.Errorf("%w: %q", idemkv.ErrNotFound, id.Key)
+	}
+	rec.ID = id
+	return rec, nil
+}
+
+// GetData reads a value written through Effects. The returned slice is the
+// caller's. It returns ErrNotFound if key is absent.
+//
+// Like any Pebble read, it may observe effects whose Complete is still
+// syncing; a crash before that sync ends removes them together with their
+// outcome.
+func (e *Engine) GetData(key []byte) ([]byte, error) {
+	if err := validateEffectKey(key); err != nil {
+		return nil, err
+	}
+	if err := e.enter(); err != nil {
+		return nil, err
+	}
+	defer e.exit()
+	v, closer, err := e.db.Get(dataKey(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("engine: read data: %w", err)
+	}
+	out := bytes.Clone(v)
+	closer.Close()
+	return out, nil
+}
+
+// effects adapts a Pebble batch to idemkv.Effects, confining every key to
+// the data namespace.
+type effects struct{ b *pebble.Batch }
+
+func (w effects) Set(key, value []byte) error {
+	if err := validateEffectKey(key); err != nil {
+		return err
+	}
+	return w.b.Set(dataKey(key), value, nil)
+}
+
+func (w effects) Delete(key []byte) error {
+	if err := validateEffectKey(key); err != nil {
+		return err
+	}
+	return w.b.Delete(dataKey(key), nil)
+}
+
+func validateClaim(req *idemkv.ClaimRequest) error {
+	if err := req.ID.Validate(); err != nil {
+		return err
+	}
+	if err := idemkv.ValidateFingerprint(req.Fingerprint); err != nil {
+		return err
+	}
+	if req.Mode != idemkv.ModeLocal && req.Mode != idemkv.ModeRemote {
+		return fmt.Errorf("%w: unknown mode %d", idemkv.ErrInvalidArgument, req.Mode)
+	}
+	if req.Lease < 0 {
+		return fmt.Errorf("%w: negative lease %v", idemkv.ErrInvalidArgument, req.Lease)
+	}
+	return nil
+}
+
+func validateLease(l *idemkv.Lease) error {
+	if err := l.ID.Validate(); err != nil {
+		return err
+	}
+	if l.Token == 0 {
+		return fmt.Errorf("%w: lease has no token", idemkv.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Clock tells the engine the time. Leases, retention and record timestamps
+// are all read from it, so a test that injects one controls expiry exactly.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Options configure an Engine. A nil *Options, and every zero field, means
+// the default documented on the field.
+type Options struct {
+	// FS is the filesystem Pebble uses. Default: the operating system's
+	// (vfs.Default). Tests inject vfs.NewCrashableMem or an error-injecting
+	// filesystem.
+	FS vfs.FS
+
+	// Clock supplies the time. Default: the system clock.
+	Clock Clock
+
+	// Rand supplies randomness for operation ids. Default: crypto/rand.
+	Rand io.Reader
+
+	// Lease is the lease a claim gets when ClaimRequest.Lease is zero.
+	// Default: 30 s. Longer leases make a crashed holder's key wait longer;
+	// shorter ones make takeovers of slow-but-alive holders more likely.
+	Lease time.Duration
+
+	// Retention is how long a record is kept and replayed. Default: 24 h.
+	// A retry that arrives later runs as new. Size it from the longest
+	// client retry window, queue replay window and provider window.
+	Retention time.Duration
+
+	// MaxBodySize bounds Result.Body, in bytes. Default: 64 KiB. Larger
+	// responses should be stored as a Result.Pointer instead.
+	MaxBodySize int
+
+	// CacheSize is the Pebble block cache, in bytes. Default: 64 MiB. Replays
+	// and claim misses are served from it; give it the hot working set.
+	CacheSize int64
+
+	// MemTableSize is the size of one Pebble memtable, in bytes. Default:
+	// 32 MiB. Larger memtables absorb more writes before a flush (and make
+	// WAL replay at open longer).
+	MemTableSize uint64
+
+	// CompactionConcurrency is the most compactions Pebble runs at once.
+	// Default: 1 on one or two cores, else half the cores. Compactions
+	// compete with requests for CPU.
+	CompactionConcurrency int
+
+	// Compression is the sstable compression profile. Default:
+	// sstable.SnappyCompression (cheap on CPU; records are small and
+	// repetitive, so even Snappy shrinks them well).
+	Compression *sstable.CompressionProfile
+
+	// BloomBitsPerKey sizes the bloom filter on every level, L0 to L6.
+	// Default: 10 (about 1% false positives). Most claims look up keys that
+	// do not exist, so filters on every level spare most disk reads.
+	BloomBitsPerKey int
+
+	// Shards is the number of lock stripes of the in-memory lease table.
+	// Default: 256. More shards mean less contention between unrelated keys.
+	Shards int
+
+	// Logger receives Pebble's log lines. Default: errors and fatal
+	// messages to stderr, informational lines dropped.
+	Logger pebble.Logger
+
+	// ReadOnly opens the store for inspection only: writes return an error
+	// and the store's epoch is not advanced.
+	ReadOnly bool
+}
+
+// EnsureDefaults returns a copy of o (which may be nil) with every zero
+// field set to its default.
+func (o *Options) EnsureDefaults() *Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Reader
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.MaxBodySize == 0 {
+		c.MaxBodySize = 64 << 10
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 64 << 20
+	}
+	if c.MemTableSize == 0 {
+		c.MemTableSize = 32 << 20
+	}
+	if c.CompactionConcurrency == 0 {
+		c.CompactionConcurrency = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	if c.Compression == nil {
+		c.Compression = sstable.SnappyCompression
+	}
+	if c.BloomBitsPerKey == 0 {
+		c.BloomBitsPerKey = 10
+	}
+	if c.Shards == 0 {
+		c.Shards = 256
+	}
+	if c.Logger == nil {
+		c.Logger = quietLogger{}
+	}
+	return &c
+}
+
+// Validate reports a configuration the engine cannot run with.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Lease < 0 {
+		errs = append(errs, fmt.Errorf("Lease %v is negative", o.Lease))
+	}
+	if o.Retention < 0 {
+		errs = append(errs, fmt.Errorf("Retention %v is negative", o.Retention))
+	}
+	if o.Retention > 0 && o.Lease > o.Retention {
+		errs = append(errs, fmt.Errorf("Lease %v exceeds Retention %v", o.Lease, o.Retention))
+	}
+	if o.MaxBodySize < 0 || o.MaxBodySize > 16<<20 {
+		errs = append(errs, fmt.Errorf("MaxBodySize %d outside 0..16 MiB", o.MaxBodySize))
+	}
+	if o.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("CacheSize %d is negative", o.CacheSize))
+	}
+	if o.CompactionConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("CompactionConcurrency %d is negative", o.CompactionConcurrency))
+	}
+	if o.BloomBitsPerKey < 0 || o.BloomBitsPerKey > 32 {
+		errs = append(errs, fmt.Errorf("BloomBitsPerKey %d outside 0..32", o.BloomBitsPerKey))
+	}
+	if o.Shards < 0 || o.Shards > 1<<16 {
+		errs = append(errs, fmt.Errorf("Shards %d outside 0..65536", o.Shards))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("engine: invalid options: %w", err)
+	}
+	return nil
+}
+
+// pebbleOptions translates o (with defaults applied) into Pebble's options.
+// The returned cache must be released with Unref once the DB is closed.
+func (o *Options) pebbleOptions() *pebble.Options {
+	po := &pebble.Options{
+		FS: o.FS,
+		// Pin the format: a store written by this engine stays readable by
+		// it, and a Pebble upgrade does not silently rewrite the format.
+		FormatMajorVersion:    pebble.FormatNewest,
+		MemTableSize:          o.MemTableSize,
+		Logger:                o.Logger,
+		ReadOnly:              o.ReadOnly,
+		CompactionConcurrencyRange: func() (int, int) {
+			return 1, o.CompactionConcurrency
+		},
+	}
+	filter := bloom.FilterPolicy(o.BloomBitsPerKey)
+	for i := range po.Levels {
+		l := &po.Levels[i]
+		l.FilterPolicy = filter
+		l.FilterType = pebble.TableFilter
+		prof := o.Compression
+		l.Compression = func() *sstable.CompressionProfile { return prof }
+	}
+	po.EnsureDefaults()
+	return po
+}
+
+// quietLogger drops Pebble's informational lines and keeps its errors.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any) {}
+func (quietLogger) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
+}
+func (quietLogger) Fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "pebble: fatal: "+format+"\n", args...)
+	os.Exit(1)
+}

@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine/internal/record"
+)
+
+type counters struct {
+	claims, acquired, takeovers, replays, inProgress, mismatches, reconciling atomic.Int64
+	completed, released, uncertain, renewed, resolved, fenced                 atomic.Int64
+}
+
+// Stats is a cheap snapshot of the engine: what it holds in memory, what it
+// has done since Open, and the Pebble figures worth watching. It does not
+// scan the store; see Census for counts of stored records.
+type Stats struct {
+	// Held leases in this process, by mode, and how many keys have a write
+	// in flight.
+	HeldLocal, HeldRemote, Busy int
+
+	// Operations since Open.
+	Claims      int64 // every Claim that passed validation
+	Acquired    int64 // claims that acquired (including takeovers)
+	Takeovers   int64 // acquisitions that took over an expired lease
+	Replays     int64
+	InProgress  int64
+	Mismatches  int64
+	Reconciling int64 // claims answered Reconciling
+	Completed   int64
+	Released    int64
+	Uncertain   int64 // MarkUncertain calls that succeeded
+	Renewed     int64
+	Resolved    int64
+	Fenced      int64 // operations refused with ErrFenced
+
+	// Pebble.
+	DiskBytes        uint64 // all files of the store: sstables, WAL, manifest
+	ReadAmp          int    // sublevels a read may visit
+	L0Files          int64
+	CompactionDebt   uint64 // bytes compaction must still rewrite
+	Flushes          int64
+	Compactions      int64
+	WALBytesIn       uint64 // logical bytes written to the WAL
+	WALBytesWritten  uint64 // physical bytes, including padding
+	BlockCacheHits   int64
+	BlockCacheMisses int64
+	FilterHits       int64 // lookups a bloom filter answered "absent"
+	MemTableBytes    uint64
+}
+
+// Stats returns a snapshot of the engine's counters and Pebble metrics.
+func (e *Engine) Stats() (Stats, error) {
+	if err := e.enter(); err != nil {
+		return Stats{}, err
+	}
+	defer e.exit()
+	var st Stats
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		for _, s := range sh.mu.slots {
+			switch {
+			case s.busy:
+				st.Busy++
+			case s.rec.Mode == idemkv.ModeRemote:
+				st.HeldRemote++
+			default:
+				st.HeldLocal++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	c := &e.counters
+	st.Claims, st.Acquired, st.Takeovers = c.claims.Load(), c.acquired.Load(), c.takeovers.Load()
+	st.Replays, st.InProgress, st.Mismatches = c.replays.Load(), c.inProgress.Load(), c.mismatches.Load()
+	st.Reconciling, st.Completed, st.Released = c.reconciling.Load(), c.completed.Load(), c.released.Load()
+	st.Uncertain, st.Renewed, st.Resolved, st.Fenced = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load(), c.fenced.Load()
+
+	m := e.db.Metrics()
+	st.DiskBytes = m.DiskSpaceUsage()
+	st.ReadAmp = m.ReadAmp()
+	st.L0Files = m.Levels[0].TablesCount
+	st.CompactionDebt = m.Compact.EstimatedDebt
+	st.Flushes = m.Flush.Count
+	st.Compactions = m.Compact.Count
+	st.WALBytesIn = m.WAL.BytesIn
+	st.WALBytesWritten = m.WAL.BytesWritten
+	st.BlockCacheHits = m.BlockCache.Hits
+	st.BlockCacheMisses = m.BlockCache.Misses
+	st.FilterHits = m.Filter.Hits
+	st.MemTableBytes = m.MemTable.Size
+	return st, nil
+}
+
+// Census counts the stored records by state. Unlike Stats it scans every
+// record, so it costs time in proportion to the store's size: use it for
+// inspection and tests, not on a request path.
+type Census struct {
+	InProgress int // durable in-progress (remote) records plus local leases held in memory
+	Uncertain  int
+	Completed  int // completed and within retention
+	Expired    int // completed, past retention, not yet removed
+}
+
+// Census scans the store and counts records by state.
+func (e *Engine) Census(ctx context.Context) (Census, error) {
+	if err := e.enter(); err != nil {
+		return Census{}, err
+	}
+	defer e.exit()
+	now := e.clock.Now()
+	var c Census
+	// Local leases live only in memory.
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		for _, s := range sh.mu.slots {
+			if !s.durable && !s.busy {
+				c.InProgress++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	it, err := e.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1},
+	})
+	if err != nil {
+		return Census{}, err
+	}
+	defer it.Close()
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return Census{}, err
+			}
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return Census{}, err
+		}
+		rec, err := record.Decode(v)
+		if err != nil {
+			id, _ := decodeRecordKey(it.Key())
+			return Census{}, fmt.Errorf("engine: census: record %+v: %w", id, err)
+		}
+		switch rec.State {
+		case idemkv.StateInProgress:
+			c.InProgress++
+		case idemkv.StateUncertain:
+			c.Uncertain++
+		case idemkv.StateCompleted:
+			if now.Before(rec.Expires) {
+				c.Completed++
+			} else {
+				c.Expired++
+			}
+		}
+	}
+	return c, it.Error()
+}
