@@ -179,10 +179,10 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		FS: o.FS,
 		// Pin the format: a store written by this engine stays readable by
 		// it, and a Pebble upgrade does not silently rewrite the format.
-		FormatMajorVersion:    pebble.FormatNewest,
-		MemTableSize:          o.MemTableSize,
-		Logger:                o.Logger,
-		ReadOnly:              o.ReadOnly,
+		FormatMajorVersion: pebble.FormatNewest,
+		MemTableSize:       o.MemTableSize,
+		Logger:             o.Logger,
+		ReadOnly:           o.ReadOnly,
 		CompactionConcurrencyRange: func() (int, int) {
 			return 1, o.CompactionConcurrency
 		},
