@@ -1,0 +1,406 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/fakeclock"
+	"pgregory.net/rapid"
+)
+
+// TestStateMachine drives the engine with random sequences of claims,
+// completions, releases, uncertain marks, renewals, resolutions, reads,
+// clock advances and close/reopen cycles, and checks every answer against a
+// plain in-memory model of the contract.
+func TestStateMachine(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := newMachine(t, rt)
+		defer m.close()
+		rt.Repeat(map[string]func(*rapid.T){
+			"claim":     m.claim,
+			"complete":  m.complete,
+			"release":   m.release,
+			"uncertain": m.markUncertain,
+			"renew":     m.renew,
+			"resolve":   m.resolve,
+			"get":       m.get,
+			"advance":   m.advance,
+			"reopen":    m.reopen,
+			"":          m.check,
+		})
+	})
+}
+
+// mrec is the model's view of one record.
+type mrec struct {
+	state   idemkv.State
+	mode    idemkv.Mode
+	fp      []byte
+	token   uint64
+	attempt uint32
+	opID    idemkv.OperationID
+	// lease is the holder's lease as the live process knows it (renewals
+	// included); durableLease is what a remote claim wrote to disk.
+	lease, durableLease time.Time
+	expires             time.Time
+	result              idemkv.Result
+}
+
+// durable reports whether an in-progress record is on disk.
+func (r *mrec) durable() bool { return r.mode == idemkv.ModeRemote }
+
+type machine struct {
+	t      testing.TB
+	dir    string
+	clock  *fakeclock.Clock
+	opts   Options
+	e      *Engine
+	recs   map[idemkv.ID]*mrec
+	effect map[idemkv.ID]uint64 // token whose Complete wrote the key's effect
+	leases []idemkv.Lease       // every lease ever acquired, stale ones too
+	maxTok uint64
+}
+
+var modelIDs = []idemkv.ID{
+	{Tenant: "t1", Endpoint: "POST /pay", Key: "a"},
+	{Tenant: "t1", Endpoint: "POST /pay", Key: "b"},
+	{Tenant: "t2", Endpoint: "POST /pay", Key: "a"}, // same key, other tenant
+	{Tenant: "t1", Endpoint: "POST /refund", Key: "a"},
+}
+
+var modelFPs = [][]byte{{1, 0xaa}, {1, 0xbb}}
+
+const (
+	modelLease     = 30 * time.Second
+	modelRetention = time.Hour
+)
+
+func newMachine(t testing.TB, rt *rapid.T) *machine {
+	m := &machine{
+		t: t, dir: t.TempDir(), clock: fakeclock.New(t0),
+		recs: map[idemkv.ID]*mrec{}, effect: map[idemkv.ID]uint64{},
+	}
+	m.opts = Options{Clock: m.clock, Lease: modelLease, Retention: modelRetention,
+		CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4}
+	e, err := Open(m.dir, &m.opts)
+	if err != nil {
+		rt.Fatalf("open: %v", err)
+	}
+	m.e = e
+	return m
+}
+
+func (m *machine) close() {
+	if m.e != nil {
+		_ = m.e.Close()
+	}
+}
+
+// live returns the model record for id, treating a completed record past
+// its retention as absent.
+func (m *machine) live(id idemkv.ID) *mrec {
+	r := m.recs[id]
+	if r != nil && r.state == idemkv.StateCompleted && !m.clock.Now().Before(r.expires) {
+		return nil
+	}
+	return r
+}
+
+func (m *machine) claim(t *rapid.T) {
+	id := rapid.SampledFrom(modelIDs).Draw(t, "id")
+	fp := rapid.SampledFrom(modelFPs).Draw(t, "fp")
+	mode := idemkv.Mode(rapid.IntRange(0, 1).Draw(t, "mode"))
+	resumable := rapid.Bool().Draw(t, "resumable")
+	leaseDur := rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "lease")
+	c, err := m.e.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp, Mode: mode, Lease: leaseDur, Resumable: resumable})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if leaseDur == 0 {
+		leaseDur = modelLease
+	}
+	now := m.clock.Now()
+	r := m.live(id)
+	acquire := func(next *mrec) {
+		if c.Outcome != idemkv.Acquired {
+			t.Fatalf("claim %v: got %v, model expects acquired", id, c.Outcome)
+		}
+		if c.Lease.Token <= m.maxTok {
+			t.Fatalf("token %d not above every earlier token %d", c.Lease.Token, m.maxTok)
+		}
+		if c.Lease.Attempt != next.attempt || !c.Lease.Expires.Equal(now.Add(leaseDur)) || c.Lease.Mode != next.mode {
+			t.Fatalf("lease %+v, model attempt %d mode %v", c.Lease, next.attempt, next.mode)
+		}
+		if next.mode == idemkv.ModeRemote && c.Lease.OperationID.IsZero() {
+			t.Fatalf("remote lease without operation id")
+		}
+		if !next.opID.IsZero() && c.Lease.OperationID != next.opID {
+			t.Fatalf("takeover changed the operation id")
+		}
+		m.maxTok = c.Lease.Token
+		next.token, next.opID = c.Lease.Token, c.Lease.OperationID
+		next.state = idemkv.StateInProgress
+		next.lease, next.durableLease = now.Add(leaseDur), now.Add(leaseDur)
+		m.recs[id] = next
+		m.leases = append(m.leases, c.Lease)
+	}
+	expect := func(o idemkv.Outcome) {
+		if c.Outcome != o {
+			t.Fatalf("claim %v fp %x: got %v, model expects %v", id, fp, c.Outcome, o)
+		}
+	}
+	switch {
+	case r == nil:
+		acquire(&mrec{mode: mode, fp: fp, attempt: 1, expires: now.Add(modelRetention)})
+	case !bytes.Equal(r.fp, fp):
+		expect(idemkv.Mismatch)
+		if c.Record.Result.Status != 0 || c.Record.Result.Body != nil {
+			t.Fatalf("mismatch leaked the stored result")
+		}
+	case r.state == idemkv.StateCompleted:
+		expect(idemkv.Replay)
+		if !equalResult(c.Record.Result, r.result) {
+			t.Fatalf("replay %+v, model %+v", c.Record.Result, r.result)
+		}
+	case r.state == idemkv.StateUncertain:
+		expect(idemkv.Reconciling)
+	case now.Before(r.lease):
+		expect(idemkv.InProgress)
+		if c.RetryAfter != r.lease.Sub(now) {
+			t.Fatalf("retry after %v, model %v", c.RetryAfter, r.lease.Sub(now))
+		}
+	case !r.durable():
+		next := *r
+		next.mode, next.opID, next.attempt = mode, idemkv.OperationID{}, r.attempt+1
+		acquire(&next)
+	case mode == idemkv.ModeRemote && resumable:
+		next := *r
+		next.attempt++
+		acquire(&next)
+	default:
+		expect(idemkv.Reconciling)
+		r.state = idemkv.StateUncertain
+		r.expires = now.Add(modelRetention)
+	}
+}
+
+func equalResult(a, b idemkv.Result) bool {
+	return a.Status == b.Status && a.Pointer == b.Pointer && bytes.Equal(a.Body, b.Body)
+}
+
+// pickLease draws a lease the test once held, current or stale.
+func (m *machine) pickLease(t *rapid.T) (idemkv.Lease, bool) {
+	if len(m.leases) == 0 {
+		return idemkv.Lease{}, false
+	}
+	return m.leases[rapid.IntRange(0, len(m.leases)-1).Draw(t, "lease")], true
+}
+
+// holder returns the model record if l is its current holder.
+func (m *machine) holder(l idemkv.Lease) *mrec {
+	r := m.recs[l.ID]
+	if r != nil && r.state == idemkv.StateInProgress && r.token == l.Token {
+		return r
+	}
+	return nil
+}
+
+func (m *machine) expectFenced(t *rapid.T, op string, err error) {
+	if !errors.Is(err, idemkv.ErrFenced) {
+		t.Fatalf("%s: got %v, model expects ErrFenced", op, err)
+	}
+}
+
+func (m *machine) complete(t *rapid.T) {
+	l, ok := m.pickLease(t)
+	if !ok {
+		t.Skip("no lease")
+	}
+	res := idemkv.Result{
+		Status:  rapid.SampledFrom([]int{200, 201, 402, 422}).Draw(t, "status"),
+		Pointer: rapid.SampledFrom([]string{"", "/p/1"}).Draw(t, "ptr"),
+	}
+	if rapid.Bool().Draw(t, "body") {
+		res.Body = []byte(fmt.Sprintf("body %d", l.Token))
+	}
+	err := m.e.Complete(ctx, l, res, func(w idemkv.Effects) error {
+		return w.Set(effectKey(l.ID), []byte(strconv.FormatUint(l.Token, 10)))
+	})
+	r := m.holder(l)
+	if r == nil {
+		m.expectFenced(t, "complete", err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	r.state, r.result = idemkv.StateCompleted, res
+	r.expires = m.clock.Now().Add(modelRetention)
+	m.effect[l.ID] = l.Token
+}
+
+func effectKey(id idemkv.ID) []byte {
+	return []byte(id.Tenant + "|" + id.Endpoint + "|" + id.Key)
+}
+
+func (m *machine) release(t *rapid.T) {
+	l, ok := m.pickLease(t)
+	if !ok {
+		t.Skip("no lease")
+	}
+	err := m.e.Release(ctx, l)
+	if m.holder(l) == nil {
+		m.expectFenced(t, "release", err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	delete(m.recs, l.ID)
+}
+
+func (m *machine) markUncertain(t *rapid.T) {
+	l, ok := m.pickLease(t)
+	if !ok {
+		t.Skip("no lease")
+	}
+	err := m.e.MarkUncertain(ctx, l, "timeout")
+	r := m.holder(l)
+	if r == nil {
+		m.expectFenced(t, "mark uncertain", err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("mark uncertain: %v", err)
+	}
+	r.state = idemkv.StateUncertain
+	r.expires = m.clock.Now().Add(modelRetention)
+}
+
+func (m *machine) renew(t *rapid.T) {
+	l, ok := m.pickLease(t)
+	if !ok {
+		t.Skip("no lease")
+	}
+	d := rapid.SampledFrom([]time.Duration{time.Second, time.Minute}).Draw(t, "d")
+	nl, err := m.e.Renew(ctx, l, d)
+	r := m.holder(l)
+	if r == nil {
+		m.expectFenced(t, "renew", err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	r.lease = m.clock.Now().Add(d)
+	if nl.Token != l.Token || !nl.Expires.Equal(r.lease) {
+		t.Fatalf("renewed lease %+v, model expiry %v", nl, r.lease)
+	}
+}
+
+func (m *machine) resolve(t *rapid.T) {
+	id := rapid.SampledFrom(modelIDs).Draw(t, "id")
+	r := m.recs[id]
+	var tok uint64
+	if r != nil {
+		tok = r.token
+	}
+	if rapid.Bool().Draw(t, "stale") {
+		tok++
+	}
+	noEffect := rapid.Bool().Draw(t, "noEffect")
+	res := idemkv.Result{Status: 201, Pointer: "/resolved"}
+	err := m.e.Resolve(ctx, idemkv.ResolveRequest{ID: id, Token: tok, NoEffect: noEffect, Result: res})
+	switch {
+	case r == nil:
+		if !errors.Is(err, idemkv.ErrNotFound) {
+			t.Fatalf("resolve absent: %v", err)
+		}
+	case r.state != idemkv.StateUncertain:
+		if !errors.Is(err, idemkv.ErrWrongState) {
+			t.Fatalf("resolve %v record: %v", r.state, err)
+		}
+	case tok != r.token:
+		m.expectFenced(t, "resolve", err)
+	case err != nil:
+		t.Fatalf("resolve: %v", err)
+	case noEffect:
+		delete(m.recs, id)
+	default:
+		r.state, r.result = idemkv.StateCompleted, res
+		r.expires = m.clock.Now().Add(modelRetention)
+	}
+}
+
+func (m *machine) get(t *rapid.T) {
+	id := rapid.SampledFrom(modelIDs).Draw(t, "id")
+	got, err := m.e.Get(ctx, id)
+	r := m.live(id)
+	if r == nil {
+		if !errors.Is(err, idemkv.ErrNotFound) {
+			t.Fatalf("get absent %v: %v %+v", id, err, got)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if got.ID != id || got.State != r.state || got.Token != r.token || !bytes.Equal(got.Fingerprint, r.fp) ||
+		got.Attempt != r.attempt || got.OperationID != r.opID || got.Mode != r.mode {
+		t.Fatalf("get %v: %+v, model %+v", id, got, *r)
+	}
+	if r.state == idemkv.StateCompleted && !equalResult(got.Result, r.result) {
+		t.Fatalf("get result %+v, model %+v", got.Result, r.result)
+	}
+}
+
+func (m *machine) advance(t *rapid.T) {
+	d := rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, 31 * time.Second, 2 * time.Minute, 2 * modelRetention}).Draw(t, "d")
+	m.clock.Advance(d)
+}
+
+func (m *machine) reopen(t *rapid.T) {
+	if err := m.e.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	e, err := Open(m.dir, &m.opts)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	m.e = e
+	// Local claims lived in memory only; durable claims keep the lease
+	// they were written with.
+	for id, r := range m.recs {
+		if r.state != idemkv.StateInProgress {
+			continue
+		}
+		if !r.durable() {
+			delete(m.recs, id)
+		} else {
+			r.lease = r.durableLease
+		}
+	}
+}
+
+// check runs after every step: every effect on disk is the one the model
+// says its key's winning Complete wrote.
+func (m *machine) check(t *rapid.T) {
+	for _, id := range modelIDs {
+		v, err := m.e.GetData(effectKey(id))
+		tok, ok := m.effect[id]
+		if !ok {
+			if !errors.Is(err, idemkv.ErrNotFound) {
+				t.Fatalf("effect for %v without a completion: %q %v", id, v, err)
+			}
+			continue
+		}
+		if err != nil || string(v) != strconv.FormatUint(tok, 10) {
+			t.Fatalf("effect for %v: %q %v, model token %d", id, v, err, tok)
+		}
+	}
+}
