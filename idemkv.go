@@ -45,7 +45,7 @@ var (
 	// ErrFenced: the lease's token is no longer the record's current token
 	// (another caller took the record over, or it was completed, released
 	// or marked uncertain). Nothing was changed.
-	ErrFenced = errors.New("idemkv: lease fenced by a newer holder")
+	ErrFenced = errors.New("idemkv: fenced: lease token is no longer current")
 	// ErrNotFound: no live record exists for the ID.
 	ErrNotFound = errors.New("idemkv: record not found")
 	// ErrWrongState: the record is not in the state the operation requires
