@@ -32,11 +32,16 @@ type Engine struct {
 
 	shards []shard
 
-	// closeMu is held for reading by every operation and for writing by
-	// Close, so Close waits for operations in flight (including their
-	// fsyncs) before it closes Pebble.
-	closeMu sync.RWMutex
-	closed  bool // guarded by closeMu
+	// gate admits operations and lets Close wait for those in flight
+	// (including their fsyncs) before it closes Pebble. Admission never
+	// blocks, so an Effects callback that reads through GetData cannot
+	// deadlock against a concurrent Close.
+	gate struct {
+		sync.Mutex
+		closed   bool
+		inflight int
+		drained  sync.Cond // signalled when inflight drops to 0 after close
+	}
 
 	// failed holds the error that poisoned the engine (see ErrFailed).
 	failed atomic.Pointer[error]
@@ -99,6 +104,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
 	e := &Engine{opts: o, clock: o.Clock, db: db, cache: c, shards: make([]shard, o.Shards)}
+	e.gate.drained.L = &e.gate.Mutex
 	for i := range e.shards {
 		e.shards[i].mu.slots = make(map[string]*slot)
 		e.shards[i].mu.reapAt = minReapAt
@@ -148,12 +154,16 @@ func (e *Engine) advanceEpoch() error {
 // in memory are dropped: local claims vanish (their effects never
 // committed), durable remote claims stay on disk.
 func (e *Engine) Close() error {
-	e.closeMu.Lock()
-	defer e.closeMu.Unlock()
-	if e.closed {
+	e.gate.Lock()
+	if e.gate.closed {
+		e.gate.Unlock()
 		return idemkv.ErrClosed
 	}
-	e.closed = true
+	e.gate.closed = true
+	for e.gate.inflight > 0 {
+		e.gate.drained.Wait()
+	}
+	e.gate.Unlock()
 	err := e.db.Close()
 	e.cache.Unref()
 	return err
@@ -161,19 +171,25 @@ func (e *Engine) Close() error {
 
 // enter admits one operation; every successful enter is paired with exit.
 func (e *Engine) enter() error {
-	e.closeMu.RLock()
-	if e.closed {
-		e.closeMu.RUnlock()
-		return idemkv.ErrClosed
-	}
 	if p := e.failed.Load(); p != nil {
-		e.closeMu.RUnlock()
 		return fmt.Errorf("%w: %w", idemkv.ErrFailed, *p)
 	}
+	e.gate.Lock()
+	defer e.gate.Unlock()
+	if e.gate.closed {
+		return idemkv.ErrClosed
+	}
+	e.gate.inflight++
 	return nil
 }
 
-func (e *Engine) exit() { e.closeMu.RUnlock() }
+func (e *Engine) exit() {
+	e.gate.Lock()
+	if e.gate.inflight--; e.gate.inflight == 0 && e.gate.closed {
+		e.gate.drained.Broadcast()
+	}
+	e.gate.Unlock()
+}
 
 // fail poisons the engine after a durable write ended with an error: the
 // write may or may not have reached the disk, so no answer the engine could
@@ -225,7 +241,9 @@ func (e *Engine) readLocked(k []byte) (idemkv.Record, bool, error) {
 // REQUIRES: sh.mu held.
 func (e *Engine) lookupLocked(sh *shard, k []byte, now time.Time) (rec idemkv.Record, s *slot, found bool, err error) {
 	if s = sh.mu.slots[string(k)]; s != nil {
-		return s.rec, s, true, nil
+		rec = s.rec
+		rec.Fingerprint = bytes.Clone(rec.Fingerprint) // the slot's copy is not the caller's
+		return rec, s, true, nil
 	}
 	rec, found, err = e.readLocked(k)
 	if found && rec.State == idemkv.StateCompleted && !now.Before(rec.Expires) {
@@ -652,6 +670,9 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		return fmt.Errorf("%w: %q is in progress", idemkv.ErrWrongState, req.ID.Key)
 	}
 	cur, found, err := e.readLocked(k)
+	if found && cur.State == idemkv.StateCompleted && !now.Before(cur.Expires) {
+		found = false // past retention: absent to every read
+	}
 	switch {
 	case err != nil:
 	case !found:

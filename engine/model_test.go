@@ -305,7 +305,7 @@ func (m *machine) renew(t *rapid.T) {
 
 func (m *machine) resolve(t *rapid.T) {
 	id := rapid.SampledFrom(modelIDs).Draw(t, "id")
-	r := m.recs[id]
+	r := m.live(id)
 	var tok uint64
 	if r != nil {
 		tok = r.token
