@@ -1,4 +1,4 @@
-package engine
+package storetest
 
 import (
 	"bytes"
@@ -9,18 +9,17 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/fakeclock"
 	"pgregory.net/rapid"
 )
 
-// TestStateMachine drives the engine with random sequences of claims,
-// completions, releases, uncertain marks, renewals, resolutions, reads,
-// clock advances and close/reopen cycles, and checks every answer against a
-// plain in-memory model of the contract.
-func TestStateMachine(t *testing.T) {
+// stateMachine drives a store with random sequences of claims, completions,
+// releases, uncertain marks, renewals, resolutions, reads, clock advances
+// and reopen cycles, and checks every answer against a plain in-memory
+// model of the contract.
+func stateMachine(t *testing.T, newHarness NewHarness) {
 	rapid.Check(t, func(rt *rapid.T) {
-		m := newMachine(t, rt)
-		defer m.close()
+		m := newMachine(t, rt, newHarness)
+		defer m.h.Close()
 		rt.Repeat(map[string]func(*rapid.T){
 			"claim":     m.claim,
 			"complete":  m.complete,
@@ -51,15 +50,12 @@ type mrec struct {
 	result              idemkv.Result
 }
 
-// durable reports whether an in-progress record is on disk.
+// durable reports whether an in-progress record is durable: a remote
+// claim always is.
 func (r *mrec) durable() bool { return r.mode == idemkv.ModeRemote }
 
 type machine struct {
-	t      testing.TB
-	dir    string
-	clock  *fakeclock.Clock
-	opts   Options
-	e      *Engine
+	h      Harness
 	recs   map[idemkv.ID]*mrec
 	effect map[idemkv.ID]uint64 // token whose Complete wrote the key's effect
 	leases []idemkv.Lease       // every lease ever acquired, stale ones too
@@ -80,32 +76,16 @@ const (
 	modelRetention = time.Hour
 )
 
-func newMachine(t testing.TB, rt *rapid.T) *machine {
-	m := &machine{
-		t: t, dir: t.TempDir(), clock: fakeclock.New(t0),
-		recs: map[idemkv.ID]*mrec{}, effect: map[idemkv.ID]uint64{},
-	}
-	m.opts = Options{Clock: m.clock, Lease: modelLease, Retention: modelRetention,
-		CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4}
-	e, err := Open(m.dir, &m.opts)
-	if err != nil {
-		rt.Fatalf("open: %v", err)
-	}
-	m.e = e
-	return m
-}
-
-func (m *machine) close() {
-	if m.e != nil {
-		_ = m.e.Close()
-	}
+func newMachine(t *testing.T, rt *rapid.T, newHarness NewHarness) *machine {
+	h := newHarness(t, Config{Lease: modelLease, Retention: modelRetention})
+	return &machine{h: h, recs: map[idemkv.ID]*mrec{}, effect: map[idemkv.ID]uint64{}}
 }
 
 // live returns the model record for id, treating a completed record past
 // its retention as absent.
 func (m *machine) live(id idemkv.ID) *mrec {
 	r := m.recs[id]
-	if r != nil && r.state == idemkv.StateCompleted && !m.clock.Now().Before(r.expires) {
+	if r != nil && r.state == idemkv.StateCompleted && !m.h.Now().Before(r.expires) {
 		return nil
 	}
 	return r
@@ -117,14 +97,14 @@ func (m *machine) claim(t *rapid.T) {
 	mode := idemkv.Mode(rapid.IntRange(0, 1).Draw(t, "mode"))
 	resumable := rapid.Bool().Draw(t, "resumable")
 	leaseDur := rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "lease")
-	c, err := m.e.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp, Mode: mode, Lease: leaseDur, Resumable: resumable})
+	c, err := m.h.Store().Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp, Mode: mode, Lease: leaseDur, Resumable: resumable})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
 	if leaseDur == 0 {
 		leaseDur = modelLease
 	}
-	now := m.clock.Now()
+	now := m.h.Now()
 	r := m.live(id)
 	acquire := func(next *mrec) {
 		if c.Outcome != idemkv.Acquired {
@@ -228,7 +208,7 @@ func (m *machine) complete(t *rapid.T) {
 	if rapid.Bool().Draw(t, "body") {
 		res.Body = []byte(fmt.Sprintf("body %d", l.Token))
 	}
-	err := m.e.Complete(ctx, l, res, func(w idemkv.Effects) error {
+	err := m.h.Store().Complete(ctx, l, res, func(w idemkv.Effects) error {
 		return w.Set(effectKey(l.ID), []byte(strconv.FormatUint(l.Token, 10)))
 	})
 	r := m.holder(l)
@@ -240,7 +220,7 @@ func (m *machine) complete(t *rapid.T) {
 		t.Fatalf("complete: %v", err)
 	}
 	r.state, r.result = idemkv.StateCompleted, res
-	r.expires = m.clock.Now().Add(modelRetention)
+	r.expires = m.h.Now().Add(modelRetention)
 	m.effect[l.ID] = l.Token
 }
 
@@ -253,7 +233,7 @@ func (m *machine) release(t *rapid.T) {
 	if !ok {
 		t.Skip("no lease")
 	}
-	err := m.e.Release(ctx, l)
+	err := m.h.Store().Release(ctx, l)
 	if m.holder(l) == nil {
 		m.expectFenced(t, "release", err)
 		return
@@ -269,7 +249,7 @@ func (m *machine) markUncertain(t *rapid.T) {
 	if !ok {
 		t.Skip("no lease")
 	}
-	err := m.e.MarkUncertain(ctx, l, "timeout")
+	err := m.h.Store().MarkUncertain(ctx, l, "timeout")
 	r := m.holder(l)
 	if r == nil {
 		m.expectFenced(t, "mark uncertain", err)
@@ -279,7 +259,7 @@ func (m *machine) markUncertain(t *rapid.T) {
 		t.Fatalf("mark uncertain: %v", err)
 	}
 	r.state = idemkv.StateUncertain
-	r.expires = m.clock.Now().Add(modelRetention)
+	r.expires = m.h.Now().Add(modelRetention)
 }
 
 func (m *machine) renew(t *rapid.T) {
@@ -288,7 +268,7 @@ func (m *machine) renew(t *rapid.T) {
 		t.Skip("no lease")
 	}
 	d := rapid.SampledFrom([]time.Duration{time.Second, time.Minute}).Draw(t, "d")
-	nl, err := m.e.Renew(ctx, l, d)
+	nl, err := m.h.Store().Renew(ctx, l, d)
 	r := m.holder(l)
 	if r == nil {
 		m.expectFenced(t, "renew", err)
@@ -297,7 +277,7 @@ func (m *machine) renew(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("renew: %v", err)
 	}
-	r.lease = m.clock.Now().Add(d)
+	r.lease = m.h.Now().Add(d)
 	if nl.Token != l.Token || !nl.Expires.Equal(r.lease) {
 		t.Fatalf("renewed lease %+v, model expiry %v", nl, r.lease)
 	}
@@ -315,7 +295,7 @@ func (m *machine) resolve(t *rapid.T) {
 	}
 	noEffect := rapid.Bool().Draw(t, "noEffect")
 	res := idemkv.Result{Status: 201, Pointer: "/resolved"}
-	err := m.e.Resolve(ctx, idemkv.ResolveRequest{ID: id, Token: tok, NoEffect: noEffect, Result: res})
+	err := m.h.Store().Resolve(ctx, idemkv.ResolveRequest{ID: id, Token: tok, NoEffect: noEffect, Result: res})
 	switch {
 	case r == nil:
 		if !errors.Is(err, idemkv.ErrNotFound) {
@@ -333,13 +313,13 @@ func (m *machine) resolve(t *rapid.T) {
 		delete(m.recs, id)
 	default:
 		r.state, r.result = idemkv.StateCompleted, res
-		r.expires = m.clock.Now().Add(modelRetention)
+		r.expires = m.h.Now().Add(modelRetention)
 	}
 }
 
 func (m *machine) get(t *rapid.T) {
 	id := rapid.SampledFrom(modelIDs).Draw(t, "id")
-	got, err := m.e.Get(ctx, id)
+	got, err := m.h.Store().Get(ctx, id)
 	r := m.live(id)
 	if r == nil {
 		if !errors.Is(err, idemkv.ErrNotFound) {
@@ -361,25 +341,18 @@ func (m *machine) get(t *rapid.T) {
 
 func (m *machine) advance(t *rapid.T) {
 	d := rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, 31 * time.Second, 2 * time.Minute, 2 * modelRetention}).Draw(t, "d")
-	m.clock.Advance(d)
+	m.h.Advance(d)
 }
 
 func (m *machine) reopen(t *rapid.T) {
-	if err := m.e.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	e, err := Open(m.dir, &m.opts)
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
-	m.e = e
-	// Local claims lived in memory only; durable claims keep the lease
-	// they were written with.
+	m.h.Reopen()
+	// Durable claims keep the lease they were written with; local claims
+	// survive only in a store that persists them.
 	for id, r := range m.recs {
 		if r.state != idemkv.StateInProgress {
 			continue
 		}
-		if !r.durable() {
+		if !r.durable() && m.h.Config().VolatileLocalClaims {
 			delete(m.recs, id)
 		} else {
 			r.lease = r.durableLease
@@ -391,7 +364,7 @@ func (m *machine) reopen(t *rapid.T) {
 // says its key's winning Complete wrote.
 func (m *machine) check(t *rapid.T) {
 	for _, id := range modelIDs {
-		v, err := m.e.GetData(effectKey(id))
+		v, err := m.h.ReadEffect(effectKey(id))
 		tok, ok := m.effect[id]
 		if !ok {
 			if !errors.Is(err, idemkv.ErrNotFound) {

@@ -1,0 +1,168 @@
+// Package storetest is the conformance suite for idemkv.Store
+// implementations. Every backend (the Pebble engine today, a SQL store
+// later) runs the same suite through a Harness, so they keep one contract.
+//
+// # Basics
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Harness {
+//			return newMyHarness(t, cfg)
+//		})
+//	}
+//
+// The suite drives time through the harness (never by sleeping), restarts
+// the store through it, and reads effects back through it.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// Config is what the suite asks of a new store.
+type Config struct {
+	// Lease is the store's default lease; Retention its retention window.
+	Lease, Retention time.Duration
+	// VolatileLocalClaims is set by the harness, not the suite: true if the
+	// store keeps local (ModeLocal) claims in memory only, so that they
+	// vanish on Reopen.
+	VolatileLocalClaims bool
+}
+
+// Harness is a store under test together with control over its world.
+type Harness interface {
+	// Store returns the store; it changes after Reopen.
+	Store() idemkv.Store
+	// Config returns the configuration the store was opened with.
+	Config() Config
+	// Now reads the store's clock; Advance moves it forward.
+	Now() time.Time
+	Advance(d time.Duration)
+	// Reopen closes the store and opens it again on the same data, as a
+	// process restart would. Leases held by callers are not revoked by it.
+	Reopen()
+	// ReadEffect reads a value written through idemkv.Effects, or returns
+	// an error wrapping idemkv.ErrNotFound.
+	ReadEffect(key []byte) ([]byte, error)
+	// Close releases the store and its data.
+	Close()
+}
+
+// NewHarness opens a fresh, empty store configured by cfg. It reports
+// failures through t and registers its own cleanup.
+type NewHarness func(t *testing.T, cfg Config) Harness
+
+var ctx = context.Background()
+
+// Run runs the whole suite.
+func Run(t *testing.T, newHarness NewHarness) {
+	t.Run("OneWinner", func(t *testing.T) { oneWinner(t, newHarness) })
+	t.Run("TenantIsolation", func(t *testing.T) { tenantIsolation(t, newHarness) })
+	t.Run("StaleHolderFenced", func(t *testing.T) { staleHolderFenced(t, newHarness) })
+	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
+}
+
+func defaultConfig() Config { return Config{Lease: 30 * time.Second, Retention: 24 * time.Hour} }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// oneWinner: of many concurrent claims of one key, in both modes, exactly
+// one acquires and the rest see InProgress.
+func oneWinner(t *testing.T, newHarness NewHarness) {
+	h := newHarness(t, defaultConfig())
+	defer h.Close()
+	for round := range 10 {
+		id := idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: fmt.Sprintf("k%d", round)}
+		const n = 16
+		var wg sync.WaitGroup
+		out := make([]idemkv.Outcome, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				c, err := h.Store().Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte("fp"), Mode: idemkv.Mode(i % 2)})
+				out[i], errs[i] = c.Outcome, err
+			})
+		}
+		wg.Wait()
+		won := 0
+		for i := range n {
+			must(t, errs[i])
+			switch out[i] {
+			case idemkv.Acquired:
+				won++
+			case idemkv.InProgress:
+			default:
+				t.Fatalf("round %d: unexpected outcome %v", round, out[i])
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d winners", round, won)
+		}
+	}
+}
+
+// tenantIsolation: the same key string under two tenants names two
+// records; neither blocks nor replays the other.
+func tenantIsolation(t *testing.T, newHarness NewHarness) {
+	h := newHarness(t, defaultConfig())
+	defer h.Close()
+	s := h.Store()
+	a := idemkv.ID{Tenant: "alice", Endpoint: "POST /x", Key: "same"}
+	b := idemkv.ID{Tenant: "bob", Endpoint: "POST /x", Key: "same"}
+	ca, err := s.Claim(ctx, idemkv.ClaimRequest{ID: a, Fingerprint: []byte("A")})
+	must(t, err)
+	cb, err := s.Claim(ctx, idemkv.ClaimRequest{ID: b, Fingerprint: []byte("B")})
+	must(t, err)
+	if ca.Outcome != idemkv.Acquired || cb.Outcome != idemkv.Acquired {
+		t.Fatalf("outcomes %v %v, want both acquired", ca.Outcome, cb.Outcome)
+	}
+	must(t, s.Complete(ctx, ca.Lease, idemkv.Result{Status: 201, Body: []byte("alice")}, nil))
+	must(t, s.Complete(ctx, cb.Lease, idemkv.Result{Status: 201, Body: []byte("bob")}, nil))
+	for id, want := range map[idemkv.ID]string{a: "alice", b: "bob"} {
+		fp := []byte(string(want[0] - 'a' + 'A'))
+		c, err := s.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp})
+		must(t, err)
+		if c.Outcome != idemkv.Replay || string(c.Record.Result.Body) != want {
+			t.Fatalf("%v: %v %q, want replay %q", id, c.Outcome, c.Record.Result.Body, want)
+		}
+	}
+}
+
+// staleHolderFenced: after a takeover, the stale holder's Complete fails
+// with ErrFenced and its effects do not land.
+func staleHolderFenced(t *testing.T, newHarness NewHarness) {
+	h := newHarness(t, defaultConfig())
+	defer h.Close()
+	s := h.Store()
+	id := idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: "k"}
+	req := idemkv.ClaimRequest{ID: id, Fingerprint: []byte("fp")}
+	a, err := s.Claim(ctx, req)
+	must(t, err)
+	h.Advance(h.Config().Lease + time.Second)
+	b, err := s.Claim(ctx, req)
+	must(t, err)
+	if b.Outcome != idemkv.Acquired || !b.Lease.Takeover() || b.Lease.Token <= a.Lease.Token {
+		t.Fatalf("takeover: %+v", b)
+	}
+	err = s.Complete(ctx, a.Lease, idemkv.Result{Status: 200}, func(w idemkv.Effects) error {
+		return w.Set([]byte("effect/k"), []byte("stale"))
+	})
+	if !errors.Is(err, idemkv.ErrFenced) {
+		t.Fatalf("stale complete: %v, want ErrFenced", err)
+	}
+	if _, err := h.ReadEffect([]byte("effect/k")); !errors.Is(err, idemkv.ErrNotFound) {
+		t.Fatalf("stale effect landed: %v", err)
+	}
+	must(t, s.Complete(ctx, b.Lease, idemkv.Result{Status: 200}, nil))
+}
