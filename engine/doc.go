@@ -63,6 +63,9 @@
 //     as absent, and a late retry runs as new. Removing expired records from
 //     disk is the TTL sweeper's job.
 //   - GetData may observe effects whose Complete is still syncing.
+//   - Effects are blind writes, serialized per idempotency key, not per
+//     business key: guard a read-modify-write of shared business state
+//     (a balance) yourself, or record each movement under its own key.
 //   - A failed synced write poisons the engine (ErrFailed): the write's fate
 //     is unknown, so the engine refuses to answer until it is reopened.
 package engine
