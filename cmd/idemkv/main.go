@@ -1,0 +1,156 @@
+// Command idemkv is the command-line tool of the idemkv idempotency store.
+//
+//	idemkv demo [--data DIR]   play the guide's retry failures against a real store
+//	idemkv help [COMMAND]      show usage
+//
+// Each subcommand lives in a file of its own and registers itself with
+// register from an init function; main.go only dispatches. Exit status: 0 on
+// success, 1 when a command fails, 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+)
+
+// A command is one subcommand of idemkv.
+type command struct {
+	// name is the word that selects the command: "demo".
+	name string
+	// args is the synopsis after the name: "[--data DIR]".
+	args string
+	// summary is one line for the command list.
+	summary string
+	// flags defines the command's flags on fs and returns the function that
+	// runs the command once they are parsed. Output goes to stdout; the
+	// returned error, if any, is printed to stderr and exits 1.
+	flags func(fs *flag.FlagSet) func(ctx context.Context, stdout io.Writer) error
+}
+
+// commands holds every registered command by name.
+var commands = map[string]*command{}
+
+// register adds c to the tool. It is called from the init function of the
+// file that implements c.
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("idemkv: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line args (without the program name) and returns
+// the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return help(rest, stdout, stderr)
+	}
+	c := commands[name]
+	if c == nil {
+		fmt.Fprintf(stderr, "idemkv: unknown command %q\n\n", name)
+		usage(stderr)
+		return exitUsage
+	}
+
+	fs := flag.NewFlagSet("idemkv "+c.name, flag.ContinueOnError)
+	// The flag package would print its own error and usage; print ours.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	runCmd := c.flags(fs)
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			commandUsage(stdout, c, fs)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "idemkv %s: %v\n", c.name, err)
+		commandUsage(stderr, c, fs)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "idemkv %s: unexpected argument %q\n", c.name, fs.Arg(0))
+		commandUsage(stderr, c, fs)
+		return exitUsage
+	}
+	if err := runCmd(ctx, stdout); err != nil {
+		fmt.Fprintf(stderr, "idemkv %s: %v\n", c.name, err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// help implements "idemkv help [COMMAND]".
+func help(args []string, stdout, stderr io.Writer) int {
+	switch len(args) {
+	case 0:
+		usage(stdout)
+		return exitOK
+	case 1:
+		if c := commands[args[0]]; c != nil {
+			fs := flag.NewFlagSet("idemkv "+c.name, flag.ContinueOnError)
+			c.flags(fs)
+			commandUsage(stdout, c, fs)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "idemkv help: unknown command %q\n\n", args[0])
+	}
+	usage(stderr)
+	return exitUsage
+}
+
+// usage prints the tool's synopsis and command list.
+func usage(w io.Writer) {
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("Usage: idemkv COMMAND [flags]\n\nCommands:\n")
+	for _, name := range names {
+		c := commands[name]
+		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(&b, "  %-8s %s\n", "help", "show this message, or a command's flags (idemkv help COMMAND)")
+	io.WriteString(w, b.String())
+}
+
+// commandUsage prints one command's synopsis and flags.
+func commandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: idemkv %s %s\n\n%s\n", c.name, c.args, c.summary)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
