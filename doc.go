@@ -33,8 +33,11 @@
 // store and larger than every token handed out before it. Complete, Release,
 // MarkUncertain and Renew succeed only while the lease's token is still the
 // record's current token (compare-and-set); otherwise they return
-// [ErrFenced] and change nothing. A lease that expires is not revoked by the
-// expiry itself: it is revoked when another caller takes the record over.
+// [ErrFenced] and change nothing. A holder that finishes after its lease
+// expired may still succeed if nobody took the record over in the meantime,
+// but nothing promises it: a takeover revokes the lease, and a store may
+// also drop an expired local lease to bound its memory. Renew before the
+// lease runs out.
 //
 // # Local and remote effects
 //

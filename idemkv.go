@@ -314,6 +314,10 @@ type ResolveRequest struct {
 	// removed and a retry runs anew. Otherwise Result is stored as final.
 	NoEffect bool
 	Result   Result
+	// Apply, if non-nil, adds business writes that commit atomically with
+	// the resolution: for example the local ledger entry for a charge the
+	// provider confirmed. If it returns an error nothing is written.
+	Apply func(Effects) error
 }
 
 // Effects collects a local operation's business writes so that they commit

@@ -402,13 +402,20 @@ func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.
 //
 // REQUIRES: sh.mu held; s is k's slot or nil (cur is then the disk record).
 func (e *Engine) writeBusyLocked(sh *shard, k []byte, s *slot, cur idemkv.Record, next *idemkv.Record) error {
+	return e.writeBusyBatchLocked(sh, k, s, cur, next, e.db.NewBatch())
+}
+
+// writeBusyBatchLocked is writeBusyLocked committing b (which may already
+// hold effects) together with the record change.
+//
+// REQUIRES: sh.mu held.
+func (e *Engine) writeBusyBatchLocked(sh *shard, k []byte, s *slot, cur idemkv.Record, next *idemkv.Record, b *pebble.Batch) error {
 	if s == nil {
 		s = &slot{rec: cur, durable: true}
 		sh.mu.slots[string(k)] = s
 	}
 	s.busy = true
 	sh.mu.Unlock()
-	b := e.db.NewBatch()
 	if next == nil {
 		_ = b.Delete(k, nil)
 	} else {
@@ -661,12 +668,20 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	b := e.db.NewBatch()
+	if req.Apply != nil {
+		if err := req.Apply(effects{b}); err != nil {
+			_ = b.Close()
+			return err
+		}
+	}
 	k := appendRecordKey(nil, req.ID)
 	sh := e.shard(k)
 	now := e.clock.Now()
 	sh.mu.Lock()
 	if sh.mu.slots[string(k)] != nil {
 		sh.mu.Unlock()
+		_ = b.Close()
 		return fmt.Errorf("%w: %q is in progress", idemkv.ErrWrongState, req.ID.Key)
 	}
 	cur, found, err := e.readLocked(k)
@@ -685,18 +700,19 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	}
 	if err != nil {
 		sh.mu.Unlock()
+		_ = b.Close()
 		return err
 	}
 	e.counters.resolved.Add(1)
 	if req.NoEffect {
-		return e.writeBusyLocked(sh, k, nil, cur, nil)
+		return e.writeBusyBatchLocked(sh, k, nil, cur, nil, b)
 	}
 	done := cur
 	done.State = idemkv.StateCompleted
 	done.Note = ""
 	done.Expires = now.Add(e.opts.Retention)
 	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
-	return e.writeBusyLocked(sh, k, nil, cur, &done)
+	return e.writeBusyBatchLocked(sh, k, nil, cur, &done, b)
 }
 
 // Get implements idemkv.Store. A record held in progress in memory is

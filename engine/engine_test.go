@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -371,4 +372,59 @@ func TestStatsAndCensus(t *testing.T) {
 	cen, err = v.e.Census(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, cen.Expired)
+}
+
+func TestResolveWithEffects(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("r"), fpA, idemkv.ModeRemote)
+	require.NoError(t, v.e.MarkUncertain(ctx, c.Lease, "timeout"))
+	boom := errors.New("boom")
+	req := idemkv.ResolveRequest{ID: id("r"), Token: c.Lease.Token, Result: idemkv.Result{Status: 201},
+		Apply: func(w idemkv.Effects) error {
+			require.NoError(t, w.Set([]byte("ledger/r"), []byte("charged")))
+			return boom
+		}}
+	require.ErrorIs(t, v.e.Resolve(ctx, req), boom)
+	_, err := v.e.GetData([]byte("ledger/r"))
+	require.ErrorIs(t, err, idemkv.ErrNotFound)
+	require.Equal(t, idemkv.Reconciling, v.claim(id("r"), fpA, idemkv.ModeRemote).Outcome)
+
+	req.Apply = func(w idemkv.Effects) error { return w.Set([]byte("ledger/r"), []byte("charged")) }
+	require.NoError(t, v.e.Resolve(ctx, req))
+	v.reopen()
+	got, err := v.e.GetData([]byte("ledger/r"))
+	require.NoError(t, err)
+	require.Equal(t, "charged", string(got))
+	require.Equal(t, idemkv.Replay, v.claim(id("r"), fpA, idemkv.ModeRemote).Outcome)
+}
+
+// TestReapBoundsMemory: holders that vanish without finishing do not grow
+// the lease table forever. Once a stripe holds minReapAt slots, expired
+// ones are dropped; a reaped local holder is fenced, a reaped remote
+// holder still finishes through its durable record.
+func TestReapBoundsMemory(t *testing.T) {
+	v := newEnv(t)
+	require.NoError(t, v.e.Close())
+	v.opts.Shards = 1
+	v.open()
+	first := v.claim(id("first-local"), fpA, idemkv.ModeLocal)
+	remote := v.claim(id("first-remote"), fpA, idemkv.ModeRemote)
+	for i := range minReapAt - 3 {
+		v.claim(id(fmt.Sprintf("abandoned-%d", i)), fpA, idemkv.ModeLocal)
+	}
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.Equal(t, minReapAt-2, st.HeldLocal)
+
+	v.clock.Advance(31 * time.Second)
+	live := v.claim(id("live"), fpA, idemkv.ModeLocal) // the 1024th slot triggers a reap
+	st, err = v.e.Stats()
+	require.NoError(t, err)
+	require.Equal(t, 1, st.HeldLocal, "expired slots must be reaped")
+	require.Zero(t, st.HeldRemote)
+
+	require.ErrorIs(t, v.e.Complete(ctx, first.Lease, idemkv.Result{Status: 200}, nil), idemkv.ErrFenced)
+	require.NoError(t, v.e.Complete(ctx, remote.Lease, idemkv.Result{Status: 200}, nil))
+	require.NoError(t, v.e.Complete(ctx, live.Lease, idemkv.Result{Status: 200}, nil))
+	require.Equal(t, idemkv.Acquired, v.claim(id("abandoned-7"), fpA, idemkv.ModeLocal).Outcome)
 }
