@@ -79,14 +79,53 @@ type shard struct {
 // with a write in flight.
 type slot struct {
 	rec idemkv.Record // State is StateInProgress
-	// busy: a write for this key is in flight; claims answer InProgress and
-	// holder operations other than the writer's are fenced.
+	// busy: a write for this key is in flight. Claims and Gets answer from
+	// the state before the write (InProgress); holder operations and
+	// resolutions wait for the write to end, then decide.
 	busy bool
+	// done is closed when the busy write ends (set by markBusy).
+	done chan struct{}
 	// durable: an in-progress record with rec.Token is on disk (remote mode).
 	durable bool
 }
 
 const minReapAt = 1024
+
+// markBusy marks s busy. REQUIRES: the shard mutex held; s not busy.
+func (s *slot) markBusy() {
+	s.busy = true
+	s.done = make(chan struct{})
+}
+
+// clearBusy ends s's busy write and wakes its waiters. REQUIRES: the
+// shard mutex held; s busy.
+func (s *slot) clearBusy() {
+	s.busy = false
+	close(s.done)
+}
+
+// waitLocked waits for the busy write on s to end. It releases sh.mu while
+// waiting and holds it again on return; the caller must look the key up
+// afresh. It fails if ctx ends or the write poisoned the engine.
+//
+// REQUIRES: sh.mu held; s busy.
+func (e *Engine) waitLocked(ctx context.Context, sh *shard, s *slot) error {
+	done := s.done
+	sh.mu.Unlock()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	sh.mu.Lock()
+	if err == nil {
+		if p := e.failed.Load(); p != nil {
+			err = fmt.Errorf("%w: %w", idemkv.ErrFailed, *p)
+		}
+	}
+	return err
+}
 
 // Open opens (creating if needed) the store in dir. A nil opts means
 // defaults.
@@ -381,15 +420,17 @@ func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.
 	} else {
 		// The claim precedes a remote call: it must survive a crash, or a
 		// retry after a restart would call downstream again blind.
-		s.busy = true
+		s.markBusy()
 		sh.mu.Unlock()
 		err := e.db.Set(k, record.Encode(nil, &rec), pebble.Sync)
-		sh.mu.Lock()
 		if err != nil {
-			sh.mu.Unlock()
-			return idemkv.Claim{}, e.fail(fmt.Errorf("engine: durable claim: %w", err))
+			err = e.fail(fmt.Errorf("engine: durable claim: %w", err))
+			close(s.done) // waiters wake to find the engine failed; s stays busy
+			return idemkv.Claim{}, err
 		}
-		s.busy, s.durable = false, true
+		sh.mu.Lock()
+		s.durable = true
+		s.clearBusy()
 		sh.mu.Unlock()
 	}
 	e.counters.acquired.Add(1)
@@ -414,26 +455,32 @@ func (e *Engine) writeBusyBatchLocked(sh *shard, k []byte, s *slot, cur idemkv.R
 		s = &slot{rec: cur, durable: true}
 		sh.mu.slots[string(k)] = s
 	}
-	s.busy = true
+	if !s.busy {
+		s.markBusy()
+	}
 	sh.mu.Unlock()
 	if next == nil {
 		_ = b.Delete(k, nil)
 	} else {
 		_ = b.Set(k, record.Encode(nil, next), nil)
 	}
-	return e.commitBusy(sh, k, b)
+	return e.commitBusy(sh, k, s, b)
 }
 
-// commitBusy commits b durably and then clears k's busy slot. On failure
-// the slot stays busy: the engine is poisoned and must not answer for k.
-func (e *Engine) commitBusy(sh *shard, k []byte, b *pebble.Batch) error {
+// commitBusy commits b durably and then removes k's busy slot s, waking
+// its waiters. On failure the slot stays busy: the engine is poisoned and
+// must not answer for k.
+func (e *Engine) commitBusy(sh *shard, k []byte, s *slot, b *pebble.Batch) error {
 	err := b.Commit(pebble.Sync)
 	_ = b.Close()
 	if err != nil {
-		return e.fail(fmt.Errorf("engine: commit: %w", err))
+		err = e.fail(fmt.Errorf("engine: commit: %w", err))
+		close(s.done)
+		return err
 	}
 	sh.mu.Lock()
 	delete(sh.mu.slots, string(k))
+	close(s.done)
 	sh.mu.Unlock()
 	return nil
 }
@@ -461,10 +508,20 @@ func leaseOf(r *idemkv.Record) idemkv.Lease {
 // holdLocked checks that l is the current holder of k, and marks its slot
 // busy so that nothing else changes k until the caller's write is done. A
 // remote holder whose slot was reaped is found through its durable record.
+// If another write to k is in flight (a takeover turning the record
+// uncertain, say), it waits for that write and decides on its outcome, so
+// that a holder is never told it is fenced before the change that fences
+// it has happened.
 //
-// REQUIRES: sh.mu held.
-func (e *Engine) holdLocked(sh *shard, k []byte, l idemkv.Lease) (*slot, error) {
+// REQUIRES: sh.mu held (it may be released and reacquired while waiting).
+func (e *Engine) holdLocked(ctx context.Context, sh *shard, k []byte, l idemkv.Lease) (*slot, error) {
 	s := sh.mu.slots[string(k)]
+	for s != nil && s.busy {
+		if err := e.waitLocked(ctx, sh, s); err != nil {
+			return nil, err
+		}
+		s = sh.mu.slots[string(k)]
+	}
 	if s == nil {
 		rec, found, err := e.readLocked(k)
 		if err != nil {
@@ -476,10 +533,10 @@ func (e *Engine) holdLocked(sh *shard, k []byte, l idemkv.Lease) (*slot, error) 
 		rec.ID = l.ID
 		s = &slot{rec: rec, durable: true}
 		sh.mu.slots[string(k)] = s
-	} else if s.rec.Token != l.Token || s.busy {
+	} else if s.rec.Token != l.Token {
 		return nil, e.fenced(l)
 	}
-	s.busy = true
+	s.markBusy()
 	return s, nil
 }
 
@@ -529,7 +586,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	sh := e.shard(k)
 	now := e.clock.Now()
 	sh.mu.Lock()
-	s, err := e.holdLocked(sh, k, l)
+	s, err := e.holdLocked(ctx, sh, k, l)
 	if err != nil {
 		sh.mu.Unlock()
 		_ = b.Close()
@@ -543,7 +600,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	done.Expires = now.Add(e.opts.Retention)
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	_ = b.Set(k, record.Encode(nil, &done), nil)
-	if err := e.commitBusy(sh, k, b); err != nil {
+	if err := e.commitBusy(sh, k, s, b); err != nil {
 		return err
 	}
 	e.counters.completed.Add(1)
@@ -567,7 +624,7 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 	k := appendRecordKey(nil, l.ID)
 	sh := e.shard(k)
 	sh.mu.Lock()
-	s, err := e.holdLocked(sh, k, l)
+	s, err := e.holdLocked(ctx, sh, k, l)
 	if err != nil {
 		sh.mu.Unlock()
 		return err
@@ -575,6 +632,7 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 	e.counters.released.Add(1)
 	if !s.durable {
 		delete(sh.mu.slots, string(k))
+		s.clearBusy()
 		sh.mu.Unlock()
 		return nil
 	}
@@ -602,7 +660,7 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	sh := e.shard(k)
 	now := e.clock.Now()
 	sh.mu.Lock()
-	s, err := e.holdLocked(sh, k, l)
+	s, err := e.holdLocked(ctx, sh, k, l)
 	if err != nil {
 		sh.mu.Unlock()
 		return err
@@ -641,12 +699,12 @@ func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (id
 	now := e.clock.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	s, err := e.holdLocked(sh, k, l)
+	s, err := e.holdLocked(ctx, sh, k, l)
 	if err != nil {
 		return idemkv.Lease{}, err
 	}
-	s.busy = false
 	s.rec.LeaseExpires = now.Add(d)
+	s.clearBusy()
 	e.counters.renewed.Add(1)
 	return leaseOf(&s.rec), nil
 }
@@ -679,10 +737,19 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	sh := e.shard(k)
 	now := e.clock.Now()
 	sh.mu.Lock()
-	if sh.mu.slots[string(k)] != nil {
-		sh.mu.Unlock()
-		_ = b.Close()
-		return fmt.Errorf("%w: %q is in progress", idemkv.ErrWrongState, req.ID.Key)
+	// Wait out a write in flight (another resolution, say), then decide on
+	// the record it leaves.
+	for s := sh.mu.slots[string(k)]; s != nil; s = sh.mu.slots[string(k)] {
+		if !s.busy {
+			sh.mu.Unlock()
+			_ = b.Close()
+			return fmt.Errorf("%w: %q is in progress", idemkv.ErrWrongState, req.ID.Key)
+		}
+		if err := e.waitLocked(ctx, sh, s); err != nil {
+			sh.mu.Unlock()
+			_ = b.Close()
+			return err
+		}
 	}
 	cur, found, err := e.readLocked(k)
 	if found && cur.State == idemkv.StateCompleted && !now.Before(cur.Expires) {
