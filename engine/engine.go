@@ -47,6 +47,10 @@ type Engine struct {
 	failed atomic.Pointer[error]
 
 	counters counters
+
+	// testHookWait, if set, is called when an operation starts waiting for
+	// a write in flight (tests use it to order events without sleeping).
+	testHookWait func()
 }
 
 var _ idemkv.Store = (*Engine)(nil)
@@ -112,6 +116,9 @@ func (s *slot) clearBusy() {
 func (e *Engine) waitLocked(ctx context.Context, sh *shard, s *slot) error {
 	done := s.done
 	sh.mu.Unlock()
+	if e.testHookWait != nil {
+		e.testHookWait()
+	}
 	var err error
 	select {
 	case <-done:
