@@ -120,7 +120,9 @@ func TestConcurrentResolve(t *testing.T) {
 	require.NoError(t, e.MarkUncertain(ctx, a.Lease, "timeout"))
 	s.armed.Store(true)
 	first := make(chan error, 1)
-	go func() { first <- e.Resolve(ctx, idemkv.ResolveRequest{ID: id("k"), Token: a.Lease.Token, NoEffect: true}) }()
+	go func() {
+		first <- e.Resolve(ctx, idemkv.ResolveRequest{ID: id("k"), Token: a.Lease.Token, NoEffect: true})
+	}()
 	<-s.stalled
 
 	waiting := make(chan struct{})
