@@ -1,0 +1,71 @@
+package idemkv
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidateKey(t *testing.T) {
+	for _, tc := range []struct {
+		key string
+		ok  bool
+	}{
+		{"a", true},
+		{"9f1c2e7a-5b4d-4c1e-8a0f-2d6b3c9e1a77", true},
+		{" ~!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}", true}, // every printable ASCII byte is allowed
+		{strings.Repeat("k", MaxKeyLen), true},
+		{"", false},
+		{strings.Repeat("k", MaxKeyLen+1), false},
+		{"tab\t", false},
+		{"nul\x00", false},
+		{"del\x7f", false},
+		{"café", false},
+		{"\xff", false},
+	} {
+		err := ValidateKey(tc.key)
+		if tc.ok {
+			require.NoError(t, err, "%q", tc.key)
+		} else {
+			require.ErrorIs(t, err, ErrInvalidKey, "%q", tc.key)
+		}
+	}
+}
+
+func TestIDValidate(t *testing.T) {
+	good := ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "k"}
+	require.NoError(t, good.Validate())
+	for name, id := range map[string]ID{
+		"empty tenant":    {Endpoint: "e", Key: "k"},
+		"empty endpoint":  {Tenant: "t", Key: "k"},
+		"long tenant":     {Tenant: strings.Repeat("t", MaxScopeLen+1), Endpoint: "e", Key: "k"},
+		"long endpoint":   {Tenant: "t", Endpoint: strings.Repeat("e", MaxScopeLen+1), Key: "k"},
+		"invalid utf8":    {Tenant: "t\xc3", Endpoint: "e", Key: "k"},
+		"invalid utf8 ep": {Tenant: "t", Endpoint: "\xff", Key: "k"},
+	} {
+		require.ErrorIs(t, id.Validate(), ErrInvalidScope, name)
+	}
+	require.ErrorIs(t, ID{Tenant: "t", Endpoint: "e"}.Validate(), ErrInvalidKey)
+	// Non-ASCII tenants and endpoints are fine as long as they are UTF-8.
+	require.NoError(t, ID{Tenant: "société", Endpoint: "POST /paiements", Key: "k"}.Validate())
+}
+
+func TestValidateFingerprint(t *testing.T) {
+	require.NoError(t, ValidateFingerprint([]byte{1}))
+	require.NoError(t, ValidateFingerprint(make([]byte, MaxFingerprintLen)))
+	require.ErrorIs(t, ValidateFingerprint(nil), ErrInvalidFingerprint)
+	require.ErrorIs(t, ValidateFingerprint([]byte{}), ErrInvalidFingerprint)
+	require.ErrorIs(t, ValidateFingerprint(make([]byte, MaxFingerprintLen+1)), ErrInvalidFingerprint)
+}
+
+func TestNames(t *testing.T) {
+	require.Equal(t, "remote", ModeRemote.String())
+	require.Equal(t, "uncertain", StateUncertain.String())
+	require.Equal(t, "reconciling", Reconciling.String())
+	require.Equal(t, "Outcome(99)", Outcome(99).String())
+	require.True(t, OperationID{}.IsZero())
+	require.Equal(t, "0100000000000000000000000000000f", OperationID{0: 1, 15: 15}.String())
+	require.False(t, Lease{Attempt: 1}.Takeover())
+	require.True(t, Lease{Attempt: 2}.Takeover())
+}
