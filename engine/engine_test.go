@@ -428,3 +428,22 @@ func TestReapBoundsMemory(t *testing.T) {
 	require.NoError(t, v.e.Complete(ctx, live.Lease, idemkv.Result{Status: 200}, nil))
 	require.Equal(t, idemkv.Acquired, v.claim(id("abandoned-7"), fpA, idemkv.ModeLocal).Outcome)
 }
+
+func TestFlushCompactAndTableStats(t *testing.T) {
+	v := newEnv(t)
+	for i := range 100 {
+		c := v.claim(id(fmt.Sprintf("k%03d", i)), fpA, idemkv.ModeLocal)
+		require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+	}
+	require.NoError(t, v.e.Flush())
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.Positive(t, st.TableBytes)
+	require.Positive(t, st.TableBytesFlush)
+	require.NoError(t, v.e.Compact(ctx))
+	st2, err := v.e.Stats()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, st2.TableBytesWritten, st.TableBytesWritten)
+	require.GreaterOrEqual(t, st2.WriteAmp, 1.0)
+	require.Equal(t, idemkv.Replay, v.claim(id("k042"), fpA, idemkv.ModeLocal).Outcome)
+}

@@ -51,6 +51,13 @@ type Stats struct {
 	BlockCacheMisses int64
 	FilterHits       int64 // lookups a bloom filter answered "absent"
 	MemTableBytes    uint64
+	// TableBytes is the size of all live sstables; WriteAmp is the bytes
+	// Pebble wrote to sstables (flushes and compactions) per byte that
+	// entered through flushes, over the store's life.
+	TableBytes        uint64
+	TableBytesFlush   uint64 // bytes written by flushes
+	TableBytesWritten uint64 // bytes written by flushes and compactions
+	WriteAmp          float64
 }
 
 // Stats returns a snapshot of the engine's counters and Pebble metrics.
@@ -94,7 +101,33 @@ func (e *Engine) Stats() (Stats, error) {
 	st.BlockCacheMisses = m.BlockCache.Misses
 	st.FilterHits = m.Filter.Hits
 	st.MemTableBytes = m.MemTable.Size
+	total := m.Total()
+	st.TableBytes = uint64(total.TablesSize)
+	st.TableBytesFlush = total.TableBytesFlushed
+	st.TableBytesWritten = total.TableBytesFlushed + total.TableBytesCompacted
+	st.WriteAmp = total.WriteAmp()
 	return st, nil
+}
+
+// Flush writes the memtable out to an sstable. Stores flush on their own;
+// this is for measurements and maintenance.
+func (e *Engine) Flush() error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.exit()
+	return e.db.Flush()
+}
+
+// Compact compacts the whole key space down to the bottom level. It can
+// take long on a large store and competes with requests for I/O; it is for
+// measurements and maintenance, never needed for correctness.
+func (e *Engine) Compact(ctx context.Context) error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.exit()
+	return e.db.Compact(ctx, []byte{0}, []byte{0xff}, true)
 }
 
 // Census counts the stored records by state. Unlike Stats it scans every
