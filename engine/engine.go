@@ -24,6 +24,8 @@ type Engine struct {
 	clock Clock
 	db    *pebble.DB
 	cache interface{ Unref() }
+	// commits combines concurrent synced writes (see committer).
+	commits *committer
 
 	// epoch is advanced (durably) by every read-write Open; fencing tokens
 	// are epoch<<tokenSeqBits | seq, so tokens grow across restarts.
@@ -149,7 +151,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		c.Unref()
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
-	e := &Engine{opts: o, clock: o.Clock, db: db, cache: c, shards: make([]shard, o.Shards)}
+	e := &Engine{opts: o, clock: o.Clock, db: db, cache: c, commits: newCommitter(db), shards: make([]shard, o.Shards)}
 	e.gate.drained.L = &e.gate.Mutex
 	for i := range e.shards {
 		e.shards[i].mu.slots = make(map[string]*slot)
@@ -429,7 +431,10 @@ func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.
 		// retry after a restart would call downstream again blind.
 		s.markBusy()
 		sh.mu.Unlock()
-		err := e.db.Set(k, record.Encode(nil, &rec), pebble.Sync)
+		b := e.db.NewBatch()
+		_ = b.Set(k, record.Encode(nil, &rec), nil)
+		err := e.commits.commit(b)
+		_ = b.Close()
 		if err != nil {
 			err = e.fail(fmt.Errorf("engine: durable claim: %w", err))
 			close(s.done) // waiters wake to find the engine failed; s stays busy
@@ -478,7 +483,7 @@ func (e *Engine) writeBusyBatchLocked(sh *shard, k []byte, s *slot, cur idemkv.R
 // its waiters. On failure the slot stays busy: the engine is poisoned and
 // must not answer for k.
 func (e *Engine) commitBusy(sh *shard, k []byte, s *slot, b *pebble.Batch) error {
-	err := b.Commit(pebble.Sync)
+	err := e.commits.commit(b)
 	_ = b.Close()
 	if err != nil {
 		err = e.fail(fmt.Errorf("engine: commit: %w", err))

@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// maxGroupBytes bounds one combined batch. Pebble treats a batch larger
+// than half a memtable specially (as a flushable batch); staying well below
+// keeps every group on the ordinary path.
+const maxGroupBytes = 1 << 20
+
+// committer combines concurrent synced writes into one Pebble batch, one
+// commit and one fsync (write combining on top of Pebble's own group
+// commit, which merges fsyncs but still runs every batch through its commit
+// pipeline).
+//
+// At most one group is being committed at a time; writers that arrive
+// meanwhile join the open group, which the first of them commits as soon
+// as the previous group is done. A lone writer commits at once, so a
+// request at concurrency 1 pays one commit and one fsync, as before.
+//
+// A writer returns only after the group holding its batch is durable. The
+// caller's batch is copied; the caller still owns it.
+type committer struct {
+	db *pebble.DB
+	mu struct {
+		sync.Mutex
+		// open groups, oldest first: open[0] is the next to commit. A group
+		// stops taking members when it reaches maxGroupBytes.
+		open []*commitGroup
+		// running: a group is being committed.
+		running bool
+	}
+	// groups and writes count commits and the batches they carried.
+	groups, writes atomic.Int64
+}
+
+type commitGroup struct {
+	b    *pebble.Batch
+	n    int           // writers in the group
+	lead chan struct{} // closed when the group's first writer must commit it
+	done chan struct{} // closed when the commit has ended; err is then set
+	err  error
+}
+
+func newCommitter(db *pebble.DB) *committer {
+	return &committer{db: db}
+}
+
+// commit makes b's writes durable, together with other writers' batches.
+func (c *committer) commit(b *pebble.Batch) error {
+	c.mu.Lock()
+	var g *commitGroup
+	if n := len(c.mu.open); n > 0 && int(c.mu.open[n-1].b.Len())+len(b.Repr()) <= maxGroupBytes {
+		g = c.mu.open[n-1]
+	}
+	first := g == nil
+	if first {
+		g = &commitGroup{b: c.db.NewBatch(), lead: make(chan struct{}), done: make(chan struct{})}
+		c.mu.open = append(c.mu.open, g)
+	}
+	if err := g.b.Apply(b, nil); err != nil {
+		// Apply fails only on a malformed batch, which the engine never
+		// builds. The writer is still counted, so that a group it opened is
+		// committed (empty of its writes) and the turn passes on.
+		g.n++
+		c.mu.Unlock()
+		if first {
+			c.lead(g)
+		}
+		return err
+	}
+	g.n++
+	if !first {
+		c.mu.Unlock()
+		<-g.done
+		return g.err
+	}
+	c.mu.Unlock()
+	c.lead(g)
+	return g.err
+}
+
+// lead waits for g's turn, commits it, and hands the turn to the next open
+// group.
+func (c *committer) lead(g *commitGroup) {
+	c.mu.Lock()
+	if !c.mu.running && c.mu.open[0] == g {
+		c.mu.running = true
+		close(g.lead)
+	}
+	c.mu.Unlock()
+	<-g.lead
+
+	// Close the group to newcomers before the slow part.
+	c.mu.Lock()
+	c.mu.open = c.mu.open[1:]
+	c.mu.Unlock()
+
+	g.err = g.b.Commit(pebble.Sync)
+	_ = g.b.Close()
+	c.groups.Add(1)
+	c.writes.Add(int64(g.n))
+	close(g.done)
+
+	c.mu.Lock()
+	if len(c.mu.open) > 0 {
+		close(c.mu.open[0].lead) // still running: the turn passes on
+	} else {
+		c.mu.running = false
+	}
+	c.mu.Unlock()
+}
