@@ -1,6 +1,8 @@
 // Command idemkv is the command-line tool of the idemkv idempotency store.
 //
+//	idemkv bench [flags]       measure the engine against a raw-Pebble baseline
 //	idemkv demo [--data DIR]   play the guide's retry failures against a real store
+//	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
 //	idemkv help [COMMAND]      show usage
 //
 // Each subcommand lives in a file of its own and registers itself with
@@ -28,11 +30,22 @@ type command struct {
 	args string
 	// summary is one line for the command list.
 	summary string
+	// maxArgs is how many arguments may follow the flags (the command reads
+	// them with fs.Args). Default 0.
+	maxArgs int
 	// flags defines the command's flags on fs and returns the function that
 	// runs the command once they are parsed. Output goes to stdout; the
-	// returned error, if any, is printed to stderr and exits 1.
+	// returned error, if any, is printed to stderr and exits 1 (2 for a
+	// usageError).
 	flags func(fs *flag.FlagSet) func(ctx context.Context, stdout io.Writer) error
 }
+
+// A usageError is a command's complaint about its flags that the flag
+// package cannot catch, such as a bad combination: run prints it with the
+// command's usage and exits 2, as for any other usage error.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
 
 // commands holds every registered command by name.
 var commands = map[string]*command{}
@@ -93,13 +106,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		commandUsage(stderr, c, fs)
 		return exitUsage
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "idemkv %s: unexpected argument %q\n", c.name, fs.Arg(0))
+	if fs.NArg() > c.maxArgs {
+		fmt.Fprintf(stderr, "idemkv %s: unexpected argument %q\n", c.name, fs.Arg(c.maxArgs))
+		if strings.HasPrefix(fs.Arg(c.maxArgs), "-") {
+			fmt.Fprintf(stderr, "(flags go before arguments)\n")
+		}
 		commandUsage(stderr, c, fs)
 		return exitUsage
 	}
 	if err := runCmd(ctx, stdout); err != nil {
 		fmt.Fprintf(stderr, "idemkv %s: %v\n", c.name, err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			commandUsage(stderr, c, fs)
+			return exitUsage
+		}
 		return exitFail
 	}
 	return exitOK
@@ -127,17 +148,19 @@ func help(args []string, stdout, stderr io.Writer) int {
 // usage prints the tool's synopsis and command list.
 func usage(w io.Writer) {
 	names := make([]string, 0, len(commands))
+	width := len("help")
 	for name := range commands {
 		names = append(names, name)
+		width = max(width, len(name))
 	}
 	sort.Strings(names)
 	var b strings.Builder
 	b.WriteString("Usage: idemkv COMMAND [flags]\n\nCommands:\n")
 	for _, name := range names {
 		c := commands[name]
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-*s %s\n", width, c.name, c.summary)
 	}
-	fmt.Fprintf(&b, "  %-8s %s\n", "help", "show this message, or a command's flags (idemkv help COMMAND)")
+	fmt.Fprintf(&b, "  %-*s %s\n", width, "help", "show this message, or a command's flags (idemkv help COMMAND)")
 	io.WriteString(w, b.String())
 }
 
