@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkv/idemkv/bench"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+func init() {
+	register(&command{
+		name:    "bench",
+		args:    "[--profile quick|full] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--json FILE] [--plot DIR]",
+		summary: "measure the engine against a hand-written raw-Pebble baseline, side by side (docs/benchmarks.md)",
+		flags: func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+			f := benchFlags{profile: "quick"}
+			fs.Func("profile", "`quick` (about a minute) or full (10 to 15 minutes): durations, preload and sizing sizes (default quick)", func(s string) error {
+				if _, err := bench.Profile(s); err != nil {
+					return errors.New("want quick or full")
+				}
+				f.profile = s
+				return nil
+			})
+			fs.Func("workloads", "comma-separated `list` of workloads to run: "+strings.Join(bench.Workloads(), ",")+" (default all)", func(s string) error {
+				names := strings.Split(s, ",")
+				for _, n := range names {
+					if bench.Describe(n) == "" {
+						return fmt.Errorf("unknown workload %q", n)
+					}
+				}
+				f.workloads = names
+				return nil
+			})
+			fs.Func("concurrency", "comma-separated `list` of concurrent clients per point (default 1,16,64,256)", func(s string) error {
+				var cs []int
+				for _, part := range strings.Split(s, ",") {
+					n, err := strconv.Atoi(part)
+					if err != nil || n < 1 || n > 1<<16 {
+						return fmt.Errorf("bad concurrency %q (want 1..65536)", part)
+					}
+					cs = append(cs, n)
+				}
+				f.concurrency = cs
+				return nil
+			})
+			fs.Func("duration", "how long each point runs, for example 2s (default: the profile's)", func(s string) error {
+				d, err := time.ParseDuration(s)
+				if err != nil || d <= 0 {
+					return fmt.Errorf("bad duration %q", s)
+				}
+				f.duration = d
+				return nil
+			})
+			fs.Func("retry-fraction", "share of retry-workload requests that re-send a recent key, 0..1 (default 0.25)", func(s string) error {
+				v, err := strconv.ParseFloat(s, 64)
+				if err != nil || v <= 0 || v > 1 {
+					return fmt.Errorf("bad fraction %q (want a number in (0, 1])", s)
+				}
+				f.retryFraction = v
+				return nil
+			})
+			fs.Func("remote-latency", "simulated downstream call of the remote workload, for example 5ms (default 0)", func(s string) error {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < 0 {
+					return fmt.Errorf("bad duration %q", s)
+				}
+				f.remoteLatency = d
+				return nil
+			})
+			fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
+			fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
+			fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
+			return func(ctx context.Context, stdout io.Writer) error {
+				return runBench(ctx, f, stdout, os.Stderr)
+			}
+		},
+	})
+}
+
+// benchFlags are the bench command's parsed flags.
+type benchFlags struct {
+	profile       string
+	workloads     []string
+	concurrency   []int
+	duration      time.Duration
+	retryFraction float64
+	remoteLatency time.Duration
+	data          string
+	json, plot    string
+}
+
+// runBench runs the benchmark: the table on stdout, a progress bar on
+// stderr if it is a terminal, and the JSON and charts if asked for.
+func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.File) error {
+	cfg, err := bench.Profile(f.profile)
+	if err != nil {
+		return err
+	}
+	if f.workloads != nil {
+		cfg.Workloads = f.workloads
+	}
+	if f.concurrency != nil {
+		cfg.Concurrency = f.concurrency
+	}
+	if f.duration > 0 {
+		cfg.Duration = f.duration
+	}
+	cfg.RetryFraction = f.retryFraction
+	cfg.RemoteLatency = f.remoteLatency
+	cfg.Dir = f.data
+	// Fail on an unwritable output before spending minutes measuring.
+	var jsonFile *os.File
+	if f.json != "" {
+		if jsonFile, err = os.Create(f.json); err != nil {
+			return err
+		}
+		defer jsonFile.Close()
+	}
+	if term.IsTerminal(int(stderr.Fd())) {
+		bar := progressbar.NewOptions(1,
+			progressbar.OptionSetWriter(stderr),
+			progressbar.OptionSetDescription("bench"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionClearOnFinish(),
+		)
+		cfg.Progress = func(p bench.Progress) {
+			bar.ChangeMax(p.Total)
+			bar.Describe(p.Step)
+			_ = bar.Set(p.Done)
+		}
+		defer bar.Finish()
+	}
+
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if jsonFile != nil {
+		if err := rep.WriteJSON(jsonFile); err != nil {
+			return err
+		}
+		if err := jsonFile.Close(); err != nil {
+			return err
+		}
+	}
+	if f.plot != "" {
+		if _, err := rep.Plot(f.plot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
