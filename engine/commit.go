@@ -12,14 +12,20 @@ import (
 // keeps every group on the ordinary path.
 const maxGroupBytes = 1 << 20
 
+// maxRunning is how many groups may be in Pebble's commit pipeline at once.
+// With more than one, a group's WAL write and memtable apply overlap the
+// previous group's fsync, and Pebble merges their syncs; with one, every
+// group waits for the previous fsync before it even starts.
+const maxRunning = 2
+
 // committer combines concurrent synced writes into one Pebble batch, one
 // commit and one fsync (write combining on top of Pebble's own group
 // commit, which merges fsyncs but still runs every batch through its commit
 // pipeline).
 //
-// At most one group is being committed at a time; writers that arrive
-// meanwhile join the open group, which the first of them commits as soon
-// as the previous group is done. A lone writer commits at once, so a
+// At most maxRunning groups are being committed at a time; writers that
+// arrive meanwhile join the open group, which the first of them commits as
+// soon as a running group is done. A lone writer commits at once, so a
 // request at concurrency 1 pays one commit and one fsync, as before.
 //
 // A writer returns only after the group holding its batch is durable. The
@@ -31,8 +37,8 @@ type committer struct {
 		// open groups, oldest first: open[0] is the next to commit. A group
 		// stops taking members when it reaches maxGroupBytes.
 		open []*commitGroup
-		// running: a group is being committed.
-		running bool
+		// running is the number of groups being committed.
+		running int
 	}
 	// groups and writes count commits and the batches they carried.
 	groups, writes atomic.Int64
@@ -84,21 +90,25 @@ func (c *committer) commit(b *pebble.Batch) error {
 	return g.err
 }
 
+// startLocked starts the oldest open groups while fewer than maxRunning
+// are running: each is closed to newcomers and its first writer told to
+// commit it. REQUIRES: c.mu held.
+func (c *committer) startLocked() {
+	for c.mu.running < maxRunning && len(c.mu.open) > 0 {
+		g := c.mu.open[0]
+		c.mu.open = c.mu.open[1:]
+		c.mu.running++
+		close(g.lead)
+	}
+}
+
 // lead waits for g's turn, commits it, and hands the turn to the next open
 // group.
 func (c *committer) lead(g *commitGroup) {
 	c.mu.Lock()
-	if !c.mu.running && c.mu.open[0] == g {
-		c.mu.running = true
-		close(g.lead)
-	}
+	c.startLocked()
 	c.mu.Unlock()
 	<-g.lead
-
-	// Close the group to newcomers before the slow part.
-	c.mu.Lock()
-	c.mu.open = c.mu.open[1:]
-	c.mu.Unlock()
 
 	g.err = g.b.Commit(pebble.Sync)
 	_ = g.b.Close()
@@ -107,10 +117,7 @@ func (c *committer) lead(g *commitGroup) {
 	close(g.done)
 
 	c.mu.Lock()
-	if len(c.mu.open) > 0 {
-		close(c.mu.open[0].lead) // still running: the turn passes on
-	} else {
-		c.mu.running = false
-	}
+	c.mu.running--
+	c.startLocked()
 	c.mu.Unlock()
 }

@@ -78,7 +78,17 @@ type shard struct {
 		sync.Mutex
 		slots  map[string]*slot
 		reapAt int // reap expired slots when len(slots) reaches this
+		cache  replayCache
 	}
+}
+
+// installLocked makes s the slot of k. Every write to k happens under a
+// slot, so this is also where k's replay-cache entry is dropped.
+//
+// REQUIRES: sh.mu held.
+func (sh *shard) installLocked(k []byte, s *slot) {
+	sh.mu.slots[string(k)] = s
+	sh.mu.cache.drop(k)
 }
 
 // slot is a record held in progress by a holder in this process, or a key
@@ -156,6 +166,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	for i := range e.shards {
 		e.shards[i].mu.slots = make(map[string]*slot)
 		e.shards[i].mu.reapAt = minReapAt
+		e.shards[i].mu.cache.init(o.ReplayCacheSize / int64(o.Shards))
 	}
 	if err := e.advanceEpoch(); err != nil {
 		_ = db.Close()
@@ -293,9 +304,17 @@ func (e *Engine) lookupLocked(sh *shard, k []byte, now time.Time) (rec idemkv.Re
 		rec.Fingerprint = bytes.Clone(rec.Fingerprint) // the slot's copy is not the caller's
 		return rec, s, true, nil
 	}
+	if rec, ok := sh.mu.cache.get(k); ok {
+		e.counters.cacheHits.Add(1)
+		return rec, nil, now.Before(rec.Expires), nil
+	}
 	rec, found, err = e.readLocked(k)
-	if found && rec.State == idemkv.StateCompleted && !now.Before(rec.Expires) {
-		found = false
+	if found && rec.State == idemkv.StateCompleted {
+		if !now.Before(rec.Expires) {
+			found = false
+		} else {
+			sh.mu.cache.put(k, &rec, now)
+		}
 	}
 	return rec, nil, found, err
 }
@@ -420,7 +439,7 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 // REQUIRES: sh.mu held.
 func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.Time) (idemkv.Claim, error) {
 	s := &slot{rec: rec}
-	sh.mu.slots[string(k)] = s
+	sh.installLocked(k, s)
 	if len(sh.mu.slots) >= sh.mu.reapAt {
 		e.reapLocked(sh, now)
 	}
@@ -465,7 +484,7 @@ func (e *Engine) writeBusyLocked(sh *shard, k []byte, s *slot, cur idemkv.Record
 func (e *Engine) writeBusyBatchLocked(sh *shard, k []byte, s *slot, cur idemkv.Record, next *idemkv.Record, b *pebble.Batch) error {
 	if s == nil {
 		s = &slot{rec: cur, durable: true}
-		sh.mu.slots[string(k)] = s
+		sh.installLocked(k, s)
 	}
 	if !s.busy {
 		s.markBusy()
@@ -476,13 +495,14 @@ func (e *Engine) writeBusyBatchLocked(sh *shard, k []byte, s *slot, cur idemkv.R
 	} else {
 		_ = b.Set(k, record.Encode(nil, next), nil)
 	}
-	return e.commitBusy(sh, k, s, b)
+	return e.commitBusy(sh, k, s, b, next)
 }
 
 // commitBusy commits b durably and then removes k's busy slot s, waking
-// its waiters. On failure the slot stays busy: the engine is poisoned and
-// must not answer for k.
-func (e *Engine) commitBusy(sh *shard, k []byte, s *slot, b *pebble.Batch) error {
+// its waiters; next is k's record after the write (nil if deleted), which
+// the replay cache takes if it is completed. On failure the slot stays
+// busy: the engine is poisoned and must not answer for k.
+func (e *Engine) commitBusy(sh *shard, k []byte, s *slot, b *pebble.Batch, next *idemkv.Record) error {
 	err := e.commits.commit(b)
 	_ = b.Close()
 	if err != nil {
@@ -492,6 +512,9 @@ func (e *Engine) commitBusy(sh *shard, k []byte, s *slot, b *pebble.Batch) error
 	}
 	sh.mu.Lock()
 	delete(sh.mu.slots, string(k))
+	if next != nil {
+		sh.mu.cache.put(k, next, e.clock.Now())
+	}
 	close(s.done)
 	sh.mu.Unlock()
 	return nil
@@ -544,7 +567,7 @@ func (e *Engine) holdLocked(ctx context.Context, sh *shard, k []byte, l idemkv.L
 		}
 		rec.ID = l.ID
 		s = &slot{rec: rec, durable: true}
-		sh.mu.slots[string(k)] = s
+		sh.installLocked(k, s)
 	} else if s.rec.Token != l.Token {
 		return nil, e.fenced(l)
 	}
@@ -612,7 +635,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	done.Expires = now.Add(e.opts.Retention)
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	_ = b.Set(k, record.Encode(nil, &done), nil)
-	if err := e.commitBusy(sh, k, s, b); err != nil {
+	if err := e.commitBusy(sh, k, s, b, &done); err != nil {
 		return err
 	}
 	e.counters.completed.Add(1)

@@ -77,6 +77,12 @@ type Options struct {
 	// do not exist, so filters on every level spare most disk reads.
 	BloomBitsPerKey int
 
+	// ReplayCacheSize is the memory, in bytes, for recently completed
+	// records kept to answer replays without a Pebble read. Default: 32 MiB.
+	// Negative disables it. Retries of finished requests mostly arrive soon
+	// after them, so a small cache answers most replays.
+	ReplayCacheSize int64
+
 	// Shards is the number of lock stripes of the in-memory lease table.
 	// Default: 256. More shards mean less contention between unrelated keys.
 	Shards int
@@ -132,6 +138,12 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if c.Shards == 0 {
 		c.Shards = 256
+	}
+	switch {
+	case c.ReplayCacheSize == 0:
+		c.ReplayCacheSize = 32 << 20
+	case c.ReplayCacheSize < 0:
+		c.ReplayCacheSize = 0
 	}
 	if c.Logger == nil {
 		c.Logger = quietLogger{}

@@ -13,6 +13,7 @@ import (
 type counters struct {
 	claims, acquired, takeovers, replays, inProgress, mismatches, reconciling atomic.Int64
 	completed, released, uncertain, renewed, resolved, fenced                 atomic.Int64
+	cacheHits                                                                 atomic.Int64
 }
 
 // Stats is a cheap snapshot of the engine: what it holds in memory, what it
@@ -37,6 +38,10 @@ type Stats struct {
 	Renewed     int64
 	Resolved    int64
 	Fenced      int64 // operations refused with ErrFenced
+	// ReplayCacheHits counts lookups answered from the replay cache;
+	// ReplayCached is how many records it holds now.
+	ReplayCacheHits int64
+	ReplayCached    int
 
 	// Pebble.
 	DiskBytes        uint64 // all files of the store: sstables, WAL, manifest
@@ -70,6 +75,7 @@ func (e *Engine) Stats() (Stats, error) {
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
+		st.ReplayCached += sh.mu.cache.len()
 		for _, s := range sh.mu.slots {
 			switch {
 			case s.busy:
@@ -87,6 +93,7 @@ func (e *Engine) Stats() (Stats, error) {
 	st.Replays, st.InProgress, st.Mismatches = c.replays.Load(), c.inProgress.Load(), c.mismatches.Load()
 	st.Reconciling, st.Completed, st.Released = c.reconciling.Load(), c.completed.Load(), c.released.Load()
 	st.Uncertain, st.Renewed, st.Resolved, st.Fenced = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load(), c.fenced.Load()
+	st.ReplayCacheHits = c.cacheHits.Load()
 
 	m := e.db.Metrics()
 	st.DiskBytes = m.DiskSpaceUsage()

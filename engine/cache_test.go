@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReplayCacheServesReplays(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("k"), fpA, idemkv.ModeLocal)
+	res := idemkv.Result{Status: 201, Body: []byte("body")}
+	require.NoError(t, v.e.Complete(ctx, c.Lease, res, nil))
+
+	r := v.claim(id("k"), fpA, idemkv.ModeLocal)
+	require.Equal(t, idemkv.Replay, r.Outcome)
+	r.Record.Result.Body[0] = 'X' // the caller's copy, not the cache's
+	r = v.claim(id("k"), fpA, idemkv.ModeLocal)
+	require.Equal(t, "body", string(r.Record.Result.Body))
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.ReplayCacheHits)
+	require.Equal(t, 1, st.ReplayCached)
+
+	// After a restart the cache is empty; the first replay reads Pebble and
+	// fills it.
+	v.reopen()
+	require.Equal(t, idemkv.Replay, v.claim(id("k"), fpA, idemkv.ModeLocal).Outcome)
+	require.Equal(t, idemkv.Replay, v.claim(id("k"), fpA, idemkv.ModeLocal).Outcome)
+	st, err = v.e.Stats()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.ReplayCacheHits)
+
+	// Expiry applies to cached records too.
+	v.clock.Advance(24 * time.Hour)
+	require.Equal(t, idemkv.Acquired, v.claim(id("k"), fpA, idemkv.ModeLocal).Outcome)
+}
+
+func TestReplayCacheBounded(t *testing.T) {
+	v := newEnv(t)
+	require.NoError(t, v.e.Close())
+	v.opts.Shards = 1
+	v.opts.ReplayCacheSize = 64 << 10
+	v.open()
+	for i := range 2000 {
+		c := v.claim(id(fmt.Sprintf("k%04d", i)), fpA, idemkv.ModeLocal)
+		require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 200, Body: []byte(fmt.Sprint(i))}, nil))
+	}
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.Less(t, st.ReplayCached, 2000)
+	require.Positive(t, st.ReplayCached)
+	for i := range 2000 { // evicted or not, every replay is right
+		r := v.claim(id(fmt.Sprintf("k%04d", i)), fpA, idemkv.ModeLocal)
+		require.Equal(t, fmt.Sprint(i), string(r.Record.Result.Body))
+	}
+}
+
+// TestConformanceNoReplayCache runs the conformance suite with the replay
+// cache off, so that every lookup goes to Pebble.
+func TestConformanceNoReplayCache(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite already runs with the cache on")
+	}
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Harness {
+		h := &harness{t: t, dir: t.TempDir(), clock: fakeclock.New(t0)}
+		cfg.VolatileLocalClaims = true
+		h.cfg = cfg
+		h.opts = Options{Clock: h.clock, Lease: cfg.Lease, Retention: cfg.Retention,
+			CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4, ReplayCacheSize: -1}
+		h.open()
+		return h
+	})
+}
