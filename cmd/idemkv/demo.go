@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,9 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
+	fprint "github.com/idemkv/idemkv/fingerprint"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 )
 
@@ -236,9 +235,13 @@ func (d *demo) lostResponse(ctx context.Context) error {
 	}
 	d.say("store", "Acquired: the key is new, so this request runs")
 	d.say("service", "charges %s: ledger entry, balance and the %d response commit in one batch", usd(5000), res.Status)
-	d.say("network", "the %d is lost; the client times out and retries with the same key and body", res.Status)
+	// The retry's client library serializes the same JSON differently:
+	// canonical JSON (RFC 8785) makes that the same request.
+	retryBody := []byte(`{ "card": "tok_123", "currency": "USD", "amount": 5000.0 }`)
+	d.say("network", "the %d is lost; the client times out and retries with the same key", res.Status)
+	d.say("client", "its retry spells the same JSON differently: %s", retryBody)
 
-	r, rres, err := d.post(ctx, d.retryKey(key), body)
+	r, rres, err := d.post(ctx, d.retryKey(key), retryBody)
 	if err != nil {
 		return err
 	}
@@ -249,7 +252,8 @@ func (d *demo) lostResponse(ctx context.Context) error {
 		return fmt.Errorf("replayed %d %s, the lost response was %d %s", rres.Status, rres.Body, res.Status, res.Body)
 	}
 	d.say("store", "Replay: %d %s", rres.Status, rres.Body)
-	d.say("why", "that is the lost response byte for byte; the charge already happened and does not run again")
+	d.say("why", "that is the lost response byte for byte; the charge already happened and does not run again,")
+	d.say("", "and the fingerprint compares canonical JSON, so member order, spacing and 5000.0 vs 5000 do not matter")
 	return d.checkCharged(key, bal0, payID(res))
 }
 
@@ -616,9 +620,11 @@ func (d *demo) retryKey(key string) string {
 }
 
 func (d *demo) claim(ctx context.Context, key string, body []byte, mode idemkv.Mode) (idemkv.Claim, error) {
-	return d.e.Claim(ctx, idemkv.ClaimRequest{
-		ID: d.id(key), Fingerprint: fingerprint(demoTenant, demoEndpoint, body), Mode: mode,
-	})
+	fp, err := fingerprint(demoTenant, demoEndpoint, body)
+	if err != nil {
+		return idemkv.Claim{}, err
+	}
+	return d.e.Claim(ctx, idemkv.ClaimRequest{ID: d.id(key), Fingerprint: fp, Mode: mode})
 }
 
 // post is the service's handler for POST /v1/payments with a local effect:
@@ -784,20 +790,16 @@ func (p *provider) callCount() int {
 	return p.calls
 }
 
-// fingerprint binds a key to its request: a version byte, then the
-// big-endian xxhash64 of the tenant, endpoint and body, each prefixed by
-// its length so that no two different triples hash the same bytes. The
-// body is hashed as sent; canonical JSON is the fingerprint package's job.
-func fingerprint(tenant, endpoint string, body []byte) []byte {
-	const version = 1
-	h := xxhash.New()
-	var n [8]byte
-	for _, part := range [][]byte{[]byte(tenant), []byte(endpoint), body} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		h.Write(part)
+// fingerprint binds a key to its request, with package fingerprint: the
+// tenant, the method and route of the endpoint, and the body in canonical
+// JSON, so that a retry whose JSON is spelled differently still matches.
+func fingerprint(tenant, endpoint string, body []byte) ([]byte, error) {
+	method, route, _ := strings.Cut(endpoint, " ")
+	fp, err := fprint.Compute(fprint.Request{Tenant: tenant, Method: method, Route: route, Body: body}, nil)
+	if err != nil {
+		return nil, err
 	}
-	return binary.BigEndian.AppendUint64([]byte{version}, h.Sum64())
+	return fp.Bytes, nil
 }
 
 // newKey returns a random UUID (version 4), as a client would make one per
