@@ -14,7 +14,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine/internal/record"
+	"github.com/idemkv/idemkv/internal/record"
 )
 
 // Engine is an embedded idempotency store on Pebble. It implements

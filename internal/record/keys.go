@@ -1,0 +1,73 @@
+package record
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/idemkv/idemkv"
+)
+
+// The Pebble key space is split by a one-byte namespace prefix. Engine
+// records and caller effects can never collide because every key an
+// Effects writer produces starts with NSData, and only the store writes the
+// others.
+//
+//	0x01 meta    store metadata (the epoch)
+//	0x02 record  uvarint(len tenant) tenant uvarint(len endpoint) endpoint key
+//	0x03 data    caller effects: 0x03 + the caller's key
+//
+// Reserved for later capabilities: 0x04 outbox, 0x05 expiry index.
+//
+// The record key spells out the whole scope rather than a hash of it, so
+// that two tenants can never share a record, even adversarially. Pebble's
+// block-level prefix compression makes the repeated scope cheap on disk.
+const (
+	NSMeta   byte = 0x01
+	NSRecord byte = 0x02
+	NSData   byte = 0x03
+)
+
+// EpochKey holds the store's epoch (a big-endian uint64).
+var EpochKey = []byte{NSMeta, 'e', 'p', 'o', 'c', 'h'}
+
+// AppendKey appends id's record key to dst.
+func AppendKey(dst []byte, id idemkv.ID) []byte {
+	dst = append(dst, NSRecord)
+	dst = binary.AppendUvarint(dst, uint64(len(id.Tenant)))
+	dst = append(dst, id.Tenant...)
+	dst = binary.AppendUvarint(dst, uint64(len(id.Endpoint)))
+	dst = append(dst, id.Endpoint...)
+	return append(dst, id.Key...)
+}
+
+// ErrBadKey is returned by DecodeKey for a key that AppendKey did not make.
+var ErrBadKey = errors.New("idemkv: malformed record key")
+
+// DecodeKey is the inverse of AppendKey.
+func DecodeKey(k []byte) (idemkv.ID, error) {
+	if len(k) == 0 || k[0] != NSRecord {
+		return idemkv.ID{}, ErrBadKey
+	}
+	k = k[1:]
+	part := func() (string, bool) {
+		n, w := binary.Uvarint(k)
+		if w <= 0 || n > uint64(len(k)-w) {
+			return "", false
+		}
+		s := string(k[w : w+int(n)])
+		k = k[w+int(n):]
+		return s, true
+	}
+	tenant, ok1 := part()
+	endpoint, ok2 := part()
+	if !ok1 || !ok2 {
+		return idemkv.ID{}, ErrBadKey
+	}
+	return idemkv.ID{Tenant: tenant, Endpoint: endpoint, Key: string(k)}, nil
+}
+
+// DataKey returns the Pebble key of a caller's effect key.
+func DataKey(key []byte) []byte {
+	k := make([]byte, 0, 1+len(key))
+	return append(append(k, NSData), key...)
+}
