@@ -360,8 +360,8 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 		rec := idemkv.Record{
 			ID: req.ID, State: idemkv.StateInProgress, Mode: req.Mode,
 			Fingerprint: bytes.Clone(req.Fingerprint), Token: e.nextToken(), Attempt: 1,
-			OperationID: opID, Created: now, LeaseExpires: now.Add(leaseDur),
-			Expires: now.Add(e.opts.Retention),
+			OperationID: opID, Created: now.Truncate(time.Second), LeaseExpires: now.Add(leaseDur),
+			Expires: e.expiresAt(now),
 		}
 		return e.acquireLocked(sh, k, rec, now)
 	}
@@ -424,7 +424,7 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	unc := cur
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
-	unc.Expires = now.Add(e.opts.Retention)
+	unc.Expires = e.expiresAt(now)
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	if err := e.writeBusyLocked(sh, k, s, cur, &unc); err != nil {
 		return idemkv.Claim{}, err
@@ -535,6 +535,14 @@ func (e *Engine) reapLocked(sh *shard, now time.Time) {
 	sh.mu.reapAt = max(minReapAt, 2*len(sh.mu.slots))
 }
 
+// expiresAt is the end of the retention window of a record written at
+// now, in whole seconds as the codec stores it, so that a record held in
+// memory (a slot, the replay cache) expires exactly when its stored copy
+// does.
+func (e *Engine) expiresAt(now time.Time) time.Time {
+	return record.Seconds(now.Add(e.opts.Retention))
+}
+
 func leaseOf(r *idemkv.Record) idemkv.Lease {
 	return idemkv.Lease{ID: r.ID, Mode: r.Mode, Token: r.Token, Expires: r.LeaseExpires,
 		Attempt: r.Attempt, OperationID: r.OperationID}
@@ -632,7 +640,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 
 	done.State = idemkv.StateCompleted
 	done.LeaseExpires = time.Time{}
-	done.Expires = now.Add(e.opts.Retention)
+	done.Expires = e.expiresAt(now)
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	_ = b.Set(k, record.Encode(nil, &done), nil)
 	if err := e.commitBusy(sh, k, s, b, &done); err != nil {
@@ -703,7 +711,7 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	unc := s.rec
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
-	unc.Expires = now.Add(e.opts.Retention)
+	unc.Expires = e.expiresAt(now)
 	unc.Note = note
 	e.counters.uncertain.Add(1)
 	return e.writeBusyLocked(sh, k, s, s.rec, &unc)
@@ -812,7 +820,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	done := cur
 	done.State = idemkv.StateCompleted
 	done.Note = ""
-	done.Expires = now.Add(e.opts.Retention)
+	done.Expires = e.expiresAt(now)
 	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
 	return e.writeBusyBatchLocked(sh, k, nil, cur, &done, b)
 }

@@ -1,24 +1,32 @@
-// Package record is the on-disk codec of an idempotency record's value.
+// Package record is the on-disk layout of idempotency records: the Pebble
+// key of a record (keys.go) and the codec of its value (this file).
 //
-// The encoding is compact and versioned. Version 1:
+// The value encoding is compact and versioned. Version 1:
 //
 //	byte     codec version (1)
-//	byte     state (1 in-progress, 2 uncertain, 3 completed)
-//	byte     flags (bit 0: remote mode; bit 1: operation id present)
+//	byte     head: bits 0-1 state (1 in-progress, 2 uncertain, 3 completed),
+//	         bit 2 remote mode, bit 3 operation id present, bit 4 body
+//	         present, bit 5 attempt other than 1
 //	uvarint  fencing token
-//	uvarint  attempt
-//	uvarint  created, unix milliseconds
-//	uvarint  expires, unix milliseconds
-//	uvarint  lease expiry, unix milliseconds (0 unless in progress)
+//	uvarint  attempt, if head bit 5 (otherwise the attempt is 1)
+//	uvarint  expires, unix seconds (Encode rounds up)
+//	uvarint  expires minus created, seconds (Encode rounds created down)
+//	uvarint  lease expiry, unix milliseconds, in progress only
 //	uvarint  fingerprint length, then the fingerprint
-//	[16]byte operation id, if flag bit 1
+//	[16]byte operation id, if head bit 3
 //	completed: uvarint status, uvarint pointer length + pointer,
-//	           uvarint body length + body
+//	           and if head bit 4, uvarint body length + body (not empty)
 //	uncertain: uvarint note length + note
 //
-// Decode accepts exactly one encoded record: unknown versions, states or
-// flags, out-of-range lengths and trailing bytes are errors, never panics.
-// The record's ID is not encoded here; it is the Pebble key.
+// Times are whole seconds except the lease: a record's retention is a
+// matter of hours, and rounding its expiry up never shortens it. A
+// completed record with a status, a 32-byte pointer and a 9-byte
+// fingerprint takes about 60 bytes.
+//
+// Decode accepts exactly one encoding of each record: unknown versions,
+// states or bits, out-of-range lengths, non-minimal varints and trailing
+// bytes are errors (wrapping ErrCorrupt), never panics. The record's ID is
+// not encoded here; it is the Pebble key.
 package record
 
 import (
@@ -38,43 +46,60 @@ const Version = 1
 const MaxBody = 16 << 20
 
 const (
-	flagRemote = 1 << 0
-	flagOpID   = 1 << 1
-	knownFlags = flagRemote | flagOpID
+	stateMask   = 0x03
+	headRemote  = 1 << 2
+	headOpID    = 1 << 3
+	headBody    = 1 << 4
+	headAttempt = 1 << 5
+	knownHead   = stateMask | headRemote | headOpID | headBody | headAttempt
 )
 
 // ErrCorrupt is returned (wrapped) for any value Decode cannot accept.
 var ErrCorrupt = errors.New("idemkv: corrupt record")
 
 // Encode appends the encoding of r to dst and returns the result. r must be
-// valid (see Check); Encode does not validate.
+// a valid record (a known state, a fingerprint of 1 to 64 bytes, a created
+// time not after its expiry); Encode does not validate.
 func Encode(dst []byte, r *idemkv.Record) []byte {
-	var flags byte
+	head := byte(r.State) & stateMask
 	if r.Mode == idemkv.ModeRemote {
-		flags |= flagRemote
+		head |= headRemote
 	}
 	if !r.OperationID.IsZero() {
-		flags |= flagOpID
+		head |= headOpID
 	}
-	dst = append(dst, Version, byte(r.State), flags)
+	if r.State == idemkv.StateCompleted && len(r.Result.Body) > 0 {
+		head |= headBody
+	}
+	if r.Attempt != 1 {
+		head |= headAttempt
+	}
+	dst = append(dst, Version, head)
 	dst = binary.AppendUvarint(dst, r.Token)
-	dst = binary.AppendUvarint(dst, uint64(r.Attempt))
-	dst = binary.AppendUvarint(dst, millis(r.Created))
-	dst = binary.AppendUvarint(dst, millis(r.Expires))
-	var lease uint64
-	if r.State == idemkv.StateInProgress {
-		lease = millis(r.LeaseExpires)
+	if head&headAttempt != 0 {
+		dst = binary.AppendUvarint(dst, uint64(r.Attempt))
 	}
-	dst = binary.AppendUvarint(dst, lease)
+	exp := ceilSeconds(r.Expires)
+	var age uint64
+	if exp > 0 {
+		age = exp - min(exp, floorSeconds(r.Created))
+	}
+	dst = binary.AppendUvarint(dst, exp)
+	dst = binary.AppendUvarint(dst, age)
+	if r.State == idemkv.StateInProgress {
+		dst = binary.AppendUvarint(dst, millis(r.LeaseExpires))
+	}
 	dst = appendBytes(dst, r.Fingerprint)
-	if flags&flagOpID != 0 {
+	if head&headOpID != 0 {
 		dst = append(dst, r.OperationID[:]...)
 	}
 	switch r.State {
 	case idemkv.StateCompleted:
 		dst = binary.AppendUvarint(dst, uint64(r.Result.Status))
 		dst = appendBytes(dst, []byte(r.Result.Pointer))
-		dst = appendBytes(dst, r.Result.Body)
+		if head&headBody != 0 {
+			dst = appendBytes(dst, r.Result.Body)
+		}
 	case idemkv.StateUncertain:
 		dst = appendBytes(dst, []byte(r.Note))
 	}
@@ -92,36 +117,48 @@ func Decode(b []byte) (idemkv.Record, error) {
 		}
 		return r, fmt.Errorf("%w: unknown codec version %d", ErrCorrupt, v)
 	}
-	r.State = idemkv.State(d.byte())
-	flags := d.byte()
+	head := d.byte()
 	if d.err != nil {
 		return idemkv.Record{}, d.err
 	}
+	r.State = idemkv.State(head & stateMask)
 	if r.State < idemkv.StateInProgress || r.State > idemkv.StateCompleted {
 		return idemkv.Record{}, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
 	}
-	if flags&^knownFlags != 0 {
-		return idemkv.Record{}, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
+	if head&^knownHead != 0 {
+		return idemkv.Record{}, fmt.Errorf("%w: unknown head bits %#x", ErrCorrupt, head)
 	}
-	if flags&flagRemote != 0 {
+	if head&headBody != 0 && r.State != idemkv.StateCompleted {
+		return idemkv.Record{}, fmt.Errorf("%w: body on a %s record", ErrCorrupt, r.State)
+	}
+	if head&headRemote != 0 {
 		r.Mode = idemkv.ModeRemote
 	}
 	r.Token = d.uvarint()
-	attempt := d.uvarint()
-	if attempt > 1<<32-1 {
-		d.fail("attempt %d out of range", attempt)
+	r.Attempt = 1
+	if head&headAttempt != 0 {
+		attempt := d.uvarint()
+		if attempt > 1<<32-1 || attempt == 1 {
+			d.fail("attempt %d out of range", attempt)
+		}
+		r.Attempt = uint32(attempt)
 	}
-	r.Attempt = uint32(attempt)
-	r.Created = d.time()
-	r.Expires = d.time()
-	lease := d.time()
+	exp, age := d.uvarint(), d.uvarint()
+	switch {
+	case d.err != nil:
+	case exp > maxSeconds:
+		d.fail("expiry %d out of range", exp)
+	case age > exp:
+		d.fail("creation %d seconds before expiry %d", age, exp)
+	case exp > 0:
+		r.Expires = time.Unix(int64(exp), 0)
+		r.Created = time.Unix(int64(exp-age), 0)
+	}
 	if r.State == idemkv.StateInProgress {
-		r.LeaseExpires = lease
-	} else if !lease.IsZero() {
-		d.fail("lease expiry on a %s record", r.State)
+		r.LeaseExpires = d.time()
 	}
 	r.Fingerprint = d.bytes(idemkv.MaxFingerprintLen)
-	if flags&flagOpID != 0 {
+	if head&headOpID != 0 {
 		copy(r.OperationID[:], d.n(16))
 		if d.err == nil && r.OperationID.IsZero() {
 			d.fail("zero operation id")
@@ -135,8 +172,11 @@ func Decode(b []byte) (idemkv.Record, error) {
 		}
 		r.Result.Status = int(st)
 		r.Result.Pointer = string(d.bytes(idemkv.MaxPointerLen))
-		if body := d.bytes(MaxBody); len(body) > 0 {
-			r.Result.Body = body
+		if head&headBody != 0 {
+			r.Result.Body = d.bytes(MaxBody)
+			if d.err == nil && len(r.Result.Body) == 0 {
+				d.fail("empty body")
+			}
 		}
 	case idemkv.StateUncertain:
 		r.Note = string(d.bytes(idemkv.MaxNoteLen))
@@ -151,6 +191,41 @@ func Decode(b []byte) (idemkv.Record, error) {
 		return idemkv.Record{}, d.err
 	}
 	return r, nil
+}
+
+// maxSeconds keeps decoded times far inside time.Time's range.
+const maxSeconds = 1 << 40
+
+// ceilSeconds is t in whole unix seconds, rounded up; 0 for the zero time
+// and times before 1970.
+func ceilSeconds(t time.Time) uint64 {
+	if t.IsZero() || t.Unix() < 0 {
+		return 0
+	}
+	s := uint64(t.Unix())
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+// floorSeconds is t in whole unix seconds, rounded down; 0 for the zero
+// time and times before 1970.
+func floorSeconds(t time.Time) uint64 {
+	if t.IsZero() || t.Unix() < 0 {
+		return 0
+	}
+	return uint64(t.Unix())
+}
+
+// Seconds returns t rounded up to a whole second, as Encode stores an
+// expiry. Stores use it so that what they hold in memory equals what they
+// read back.
+func Seconds(t time.Time) time.Time {
+	if s := ceilSeconds(t); s > 0 {
+		return time.Unix(int64(s), 0)
+	}
+	return t
 }
 
 func millis(t time.Time) uint64 {

@@ -48,14 +48,17 @@ func TestCompact(t *testing.T) {
 func TestRejectsCorrupt(t *testing.T) {
 	good := Encode(nil, &sample()[1])
 	cases := map[string][]byte{
-		"empty":          nil,
-		"version":        append([]byte{2}, good[1:]...),
-		"state zero":     append([]byte{1, 0}, good[2:]...),
-		"state high":     append([]byte{1, 9}, good[2:]...),
-		"unknown flag":   append([]byte{1, 3, 0x80}, good[3:]...),
-		"truncated":      good[:len(good)-1],
-		"trailing bytes": append(append([]byte(nil), good...), 0),
-		"bad varint":     {1, 3, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		"empty":                nil,
+		"version":              append([]byte{2}, good[1:]...),
+		"state zero":           append([]byte{1, good[1] &^ stateMask}, good[2:]...),
+		"unknown head":         append([]byte{1, good[1] | 0x40}, good[2:]...),
+		"truncated":            good[:len(good)-1],
+		"trailing bytes":       append(append([]byte(nil), good...), 0),
+		"bad varint":           {1, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		"non-minimal":          {1, 3, 0x80, 0x00},
+		"attempt one":          {1, 3 | headAttempt, 5, 1},
+		"body on pending":      append([]byte{1, 1 | headBody}, good[2:]...),
+		"created after expiry": {1, 3, 5, 10, 11, 1, 7, 0, 0},
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -78,17 +81,20 @@ func TestRoundTripProperty(t *testing.T) {
 }
 
 func genRecord(t *rapid.T) idemkv.Record {
-	ms := func(label string) time.Time {
-		return time.UnixMilli(rapid.Int64Range(1, 1<<45).Draw(t, label))
-	}
+	// Expiry and creation are stored in whole seconds, the lease in
+	// milliseconds: generate what the codec keeps exactly.
+	exp := rapid.Int64Range(1, 1<<40).Draw(t, "expires")
 	r := idemkv.Record{
 		State:       idemkv.State(rapid.IntRange(1, 3).Draw(t, "state")),
 		Mode:        idemkv.Mode(rapid.IntRange(0, 1).Draw(t, "mode")),
 		Fingerprint: rapid.SliceOfN(rapid.Byte(), 1, idemkv.MaxFingerprintLen).Draw(t, "fp"),
 		Token:       rapid.Uint64().Draw(t, "token"),
 		Attempt:     rapid.Uint32().Draw(t, "attempt"),
-		Created:     ms("created"),
-		Expires:     ms("expires"),
+		Created:     time.Unix(rapid.Int64Range(0, exp).Draw(t, "created"), 0),
+		Expires:     time.Unix(exp, 0),
+	}
+	ms := func(label string) time.Time {
+		return time.UnixMilli(rapid.Int64Range(1, 1<<45).Draw(t, label))
 	}
 	if rapid.Bool().Draw(t, "opid") {
 		r.OperationID[rapid.IntRange(0, 15).Draw(t, "opidx")] = rapid.ByteRange(1, 255).Draw(t, "opb")
