@@ -271,6 +271,19 @@ type Lease struct {
 	OperationID OperationID
 }
 
+// Validate reports whether l can name an acquisition: a valid ID and a
+// token. It does not say whether the lease is still current; only the
+// store knows that.
+func (l *Lease) Validate() error {
+	if err := l.ID.Validate(); err != nil {
+		return err
+	}
+	if l.Token == 0 {
+		return fmt.Errorf("%w: lease has no token", ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Takeover reports whether this lease took over an earlier holder's expired
 // lease. For a remote operation, the earlier attempt's downstream call may
 // have landed: resume it with the same OperationID.
@@ -288,6 +301,26 @@ type ClaimRequest struct {
 	// so an expired remote claim may be taken over and the same operation
 	// re-sent. Without it, an expired remote claim becomes uncertain.
 	Resumable bool
+}
+
+// Validate reports whether req is well formed: a valid ID and
+// fingerprint, a known mode, a non-negative lease. Its errors wrap
+// ErrInvalidKey, ErrInvalidScope, ErrInvalidFingerprint or
+// ErrInvalidArgument.
+func (req *ClaimRequest) Validate() error {
+	if err := req.ID.Validate(); err != nil {
+		return err
+	}
+	if err := ValidateFingerprint(req.Fingerprint); err != nil {
+		return err
+	}
+	if req.Mode != ModeLocal && req.Mode != ModeRemote {
+		return fmt.Errorf("%w: unknown mode %d", ErrInvalidArgument, req.Mode)
+	}
+	if req.Lease < 0 {
+		return fmt.Errorf("%w: negative lease %v", ErrInvalidArgument, req.Lease)
+	}
+	return nil
 }
 
 // Claim is the answer to a ClaimRequest.

@@ -153,7 +153,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	po := o.pebbleOptions()
+	po := o.PebbleOptions()
 	c := pebble.NewCache(o.CacheSize)
 	po.Cache = c
 	db, err := pebble.Open(dir, po)
@@ -321,7 +321,7 @@ func (e *Engine) lookupLocked(sh *shard, k []byte, now time.Time) (rec idemkv.Re
 
 // Claim implements idemkv.Store.
 func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, error) {
-	if err := validateClaim(&req); err != nil {
+	if err := req.Validate(); err != nil {
 		return idemkv.Claim{}, err
 	}
 	if err := e.enter(); err != nil {
@@ -605,7 +605,7 @@ func (e *Engine) validateResult(r *idemkv.Result) error {
 // present or neither is. A duplicate claim made while the commit is in
 // flight answers InProgress, never a replay of a result not yet durable.
 func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) error {
-	if err := validateLease(&l); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	if err := e.validateResult(&r); err != nil {
@@ -654,7 +654,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 // releasing it writes nothing; a remote claim's record is deleted with a
 // synced write, so a released claim does not come back after a crash.
 func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
-	if err := validateLease(&l); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	if err := e.enter(); err != nil {
@@ -686,7 +686,7 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 // with a synced write, keeping the token, attempt and operation id, so a
 // reconciler can settle it with Resolve.
 func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
-	if err := validateLease(&l); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	if len(note) > idemkv.MaxNoteLen {
@@ -721,7 +721,7 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 // record of a remote claim keeps the lease it was claimed with, which only
 // matters after a crash, when its holder is gone anyway.
 func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv.Lease, error) {
-	if err := validateLease(&l); err != nil {
+	if err := l.Validate(); err != nil {
 		return idemkv.Lease{}, err
 	}
 	if d < 0 {
@@ -896,30 +896,4 @@ func (w effects) Delete(key []byte) error {
 		return err
 	}
 	return w.b.Delete(dataKey(key), nil)
-}
-
-func validateClaim(req *idemkv.ClaimRequest) error {
-	if err := req.ID.Validate(); err != nil {
-		return err
-	}
-	if err := idemkv.ValidateFingerprint(req.Fingerprint); err != nil {
-		return err
-	}
-	if req.Mode != idemkv.ModeLocal && req.Mode != idemkv.ModeRemote {
-		return fmt.Errorf("%w: unknown mode %d", idemkv.ErrInvalidArgument, req.Mode)
-	}
-	if req.Lease < 0 {
-		return fmt.Errorf("%w: negative lease %v", idemkv.ErrInvalidArgument, req.Lease)
-	}
-	return nil
-}
-
-func validateLease(l *idemkv.Lease) error {
-	if err := l.ID.Validate(); err != nil {
-		return err
-	}
-	if l.Token == 0 {
-		return fmt.Errorf("%w: lease has no token", idemkv.ErrInvalidArgument)
-	}
-	return nil
 }

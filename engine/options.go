@@ -186,9 +186,13 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// pebbleOptions translates o (with defaults applied) into Pebble's options.
-// The returned cache must be released with Unref once the DB is closed.
-func (o *Options) pebbleOptions() *pebble.Options {
+// PebbleOptions returns the Pebble options the engine opens its store
+// with, for o with defaults applied: the format version, memtable size,
+// bloom filters on every level, compression and compaction concurrency. It
+// sets no block cache; Open adds one of CacheSize. The benchmark baseline
+// opens its raw Pebble store with these, so the two differ only in how they
+// use Pebble.
+func (o *Options) PebbleOptions() *pebble.Options {
 	po := &pebble.Options{
 		FS: o.FS,
 		// Pin the format: a store written by this engine stays readable by

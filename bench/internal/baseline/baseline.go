@@ -63,8 +63,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
-	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 )
@@ -124,7 +122,7 @@ func Open(dir string, opts *engine.Options) (*DB, error) {
 		return nil, errors.New("baseline: read-only stores are not supported")
 	}
 	c := pebble.NewCache(o.CacheSize)
-	po := pebbleOptions(o)
+	po := o.PebbleOptions()
 	po.Cache = c
 	db, err := pebble.Open(dir, po)
 	if err != nil {
@@ -141,31 +139,6 @@ func Open(dir string, opts *engine.Options) (*DB, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// pebbleOptions mirrors the engine's translation of its Options into
-// Pebble's (engine/options.go), which the engine does not export.
-// bench.TestSamePebbleOptions compares the OPTIONS files the two write.
-func pebbleOptions(o *engine.Options) *pebble.Options {
-	po := &pebble.Options{
-		FS:                 o.FS,
-		FormatMajorVersion: pebble.FormatNewest,
-		MemTableSize:       o.MemTableSize,
-		Logger:             o.Logger,
-		CompactionConcurrencyRange: func() (int, int) {
-			return 1, o.CompactionConcurrency
-		},
-	}
-	filter := bloom.FilterPolicy(o.BloomBitsPerKey)
-	for i := range po.Levels {
-		l := &po.Levels[i]
-		l.FilterPolicy = filter
-		l.FilterType = pebble.TableFilter
-		prof := o.Compression
-		l.Compression = func() *sstable.CompressionProfile { return prof }
-	}
-	po.EnsureDefaults()
-	return po
 }
 
 // advanceEpoch durably bumps the stored epoch, so that tokens keep growing
@@ -282,7 +255,7 @@ func (s *DB) nextToken() uint64 { return s.epoch<<tokenSeqBits | s.seq.Add(1) }
 
 // Claim implements idemkv.Store.
 func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, error) {
-	if err := validateClaim(&req); err != nil {
+	if err := req.Validate(); err != nil {
 		return idemkv.Claim{}, err
 	}
 	if err := s.enter(ctx); err != nil {
@@ -367,7 +340,7 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 // hold runs fn with l's record if l is its current holder, else returns
 // ErrFenced. fn runs with the stripe mutex held.
 func (s *DB) hold(ctx context.Context, l idemkv.Lease, fn func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error) error {
-	if err := validateLease(&l); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	if err := s.enter(ctx); err != nil {
@@ -612,32 +585,6 @@ func (s *DB) validateResult(r *idemkv.Result) error {
 	if r.Status < 0 || r.Status > 65535 || len(r.Pointer) > idemkv.MaxPointerLen || len(r.Body) > s.o.MaxBodySize {
 		return fmt.Errorf("%w: status %d, pointer %d bytes, body %d bytes", idemkv.ErrInvalidResult,
 			r.Status, len(r.Pointer), len(r.Body))
-	}
-	return nil
-}
-
-func validateClaim(req *idemkv.ClaimRequest) error {
-	if err := req.ID.Validate(); err != nil {
-		return err
-	}
-	if err := idemkv.ValidateFingerprint(req.Fingerprint); err != nil {
-		return err
-	}
-	if req.Mode != idemkv.ModeLocal && req.Mode != idemkv.ModeRemote {
-		return fmt.Errorf("%w: unknown mode %d", idemkv.ErrInvalidArgument, req.Mode)
-	}
-	if req.Lease < 0 {
-		return fmt.Errorf("%w: negative lease %v", idemkv.ErrInvalidArgument, req.Lease)
-	}
-	return nil
-}
-
-func validateLease(l *idemkv.Lease) error {
-	if err := l.ID.Validate(); err != nil {
-		return err
-	}
-	if l.Token == 0 {
-		return fmt.Errorf("%w: lease has no token", idemkv.ErrInvalidArgument)
 	}
 	return nil
 }
