@@ -50,6 +50,16 @@
 // taken over only by a Resumable claim, which keeps the OperationID so the
 // downstream sees the same operation; otherwise it becomes uncertain.
 //
+// # Performance
+//
+// Concurrent synced writes are combined: writers that arrive while a
+// commit is in flight share the next batch and fsync, so under load a
+// request costs a small fraction of an fsync (docs/benchmarks.md). Recently
+// completed records are kept in a replay cache (Options.ReplayCacheSize),
+// so retries of finished requests are answered from memory. Claims of new
+// keys read Pebble through a prefix seek that consults every level's bloom
+// filter; size Options.CacheSize to hold those filters (docs/operations.md).
+//
 // # Caveats
 //
 //   - One process owns a store directory (Pebble locks it). Exclusion
