@@ -60,6 +60,14 @@ type Config struct {
 	// Tenants is the number of tenants keys are spread over. Default: 1,000.
 	Tenants int
 
+	// ScaleKeys, if set, adds the scale measurement: for each N, a store is
+	// bulk-loaded with N completed records (straight into Pebble, flushed
+	// and compacted) and the unique workload measured on the first target
+	// at ScaleConcurrency. Default: none.
+	ScaleKeys []int
+	// ScaleConcurrency is the concurrency of the scale points. Default: 64.
+	ScaleConcurrency int
+
 	// SizingKeys is the number of completed records (status and 32-byte
 	// pointer, no body) loaded into a fresh store of each target to measure
 	// bytes per key. Default: 20,000. Negative: no sizing run.
@@ -143,6 +151,7 @@ func (c Config) ensureDefaults() Config {
 	def(&c.HotDuplicates, 32)
 	def(&c.PreloadKeys, 10_000)
 	def(&c.Tenants, 1_000)
+	def(&c.ScaleConcurrency, 64)
 	def(&c.SizingKeys, 20_000)
 	def(&c.BodyKeys, 2_000)
 	def(&c.BodyBytes, 2_048)
@@ -175,6 +184,14 @@ func (c Config) Validate() error {
 	}
 	if c.HotDuplicates < 0 || c.PreloadKeys < 0 || c.Tenants < 0 || c.BodyBytes < 0 || c.FsyncSamples < 0 {
 		errs = append(errs, errors.New("negative count"))
+	}
+	for _, n := range c.ScaleKeys {
+		if n <= 0 {
+			errs = append(errs, fmt.Errorf("scale of %d keys", n))
+		}
+	}
+	if c.ScaleConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("negative scale concurrency %d", c.ScaleConcurrency))
 	}
 	if c.RemoteLatency < 0 {
 		errs = append(errs, fmt.Errorf("negative remote latency %v", c.RemoteLatency))
@@ -215,7 +232,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	if c.BodyKeys > 0 {
 		r.total += len(c.Targets)
 	}
+	r.total += 2 * len(c.ScaleKeys)
 	maxConc := slices.Max(c.Concurrency)
+	if len(c.ScaleKeys) > 0 {
+		maxConc = max(maxConc, c.ScaleConcurrency)
+	}
 	r.hists = make([]*hdrhistogram.Histogram, maxConc)
 	for i := range r.hists {
 		r.hists[i] = newHist()
@@ -234,6 +255,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		rep.Points = append(rep.Points, pts...)
 	}
 	if rep.Sizing, err = r.sizing(ctx, rep.Points); err != nil {
+		return nil, err
+	}
+	if rep.Scale, err = r.scale(ctx); err != nil {
 		return nil, err
 	}
 	if err := probe.run(1); err != nil {

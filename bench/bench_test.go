@@ -363,3 +363,41 @@ func TestConfig(t *testing.T) {
 	}
 	require.Empty(t, Describe("nope"))
 }
+
+// TestScale: the scale measurement bulk-loads stores of the asked sizes and
+// measures unique on the engine over them; the loaded keys are real
+// records the engine replays.
+func TestScale(t *testing.T) {
+	cfg := tinyConfig(t, Unique)
+	cfg.Concurrency = []int{1}
+	cfg.ScaleKeys = []int{500, 2_000}
+	cfg.ScaleConcurrency = 2
+	rep, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Len(t, rep.Scale, 2)
+	for _, s := range rep.Scale {
+		require.Equal(t, "engine", s.Point.Target)
+		require.Equal(t, 2, s.Point.Concurrency)
+		require.Positive(t, s.Point.Requests)
+		require.Positive(t, s.Relative)
+	}
+	require.Equal(t, 1.0, rep.Scale[0].Relative)
+	var b strings.Builder
+	rep.WriteTable(&b)
+	require.Contains(t, b.String(), "Scale: unique on engine at concurrency 2")
+}
+
+func TestBulkLoadReplays(t *testing.T) {
+	dir := t.TempDir()
+	opts := smallEngine()
+	require.NoError(t, bulkLoad(context.Background(), dir, opts, 7, 100, 10))
+	e, err := engine.Open(dir, opts)
+	require.NoError(t, err)
+	defer e.Close()
+	for i := range uint64(100) {
+		c, err := e.Claim(context.Background(), idemkv.ClaimRequest{ID: keyOf(7, i, 10), Fingerprint: fingerprint(7, i, false)})
+		require.NoError(t, err)
+		require.Equal(t, idemkv.Replay, c.Outcome)
+		require.Equal(t, resultOf(7, i, nil), c.Record.Result)
+	}
+}

@@ -27,6 +27,9 @@ type Report struct {
 	// Comparisons relate the first target to the second at each point.
 	Comparisons []Comparison `json:"comparisons"`
 	Sizing      Sizing       `json:"sizing"`
+	// Scale has the unique workload over stores of Config.ScaleKeys live
+	// keys, when asked for.
+	Scale []ScalePoint `json:"scale,omitempty"`
 }
 
 // Meta describes the run and the machine.
@@ -231,6 +234,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	r.writeReadOffs(&b)
 	r.writeSizing(&b)
+	r.writeScale(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -19,7 +19,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		args:    "[--profile quick|full] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--json FILE] [--plot DIR]",
+		args:    "[--profile quick|full] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--scale N,...] [--json FILE] [--plot DIR]",
 		summary: "measure the engine against a hand-written raw-Pebble baseline, side by side (docs/benchmarks.md)",
 		flags: func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			f := benchFlags{profile: "quick"}
@@ -76,6 +76,18 @@ func init() {
 				f.remoteLatency = d
 				return nil
 			})
+			fs.Func("scale", "comma-separated `list` of live-key counts: also measure unique at 64 clients on the engine over stores bulk-loaded with each, for example 1000000,20000000 (default none)", func(s string) error {
+				var ns []int
+				for _, part := range strings.Split(s, ",") {
+					n, err := strconv.Atoi(part)
+					if err != nil || n < 1 {
+						return fmt.Errorf("bad key count %q", part)
+					}
+					ns = append(ns, n)
+				}
+				f.scale = ns
+				return nil
+			})
 			fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
 			fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
 			fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
@@ -94,6 +106,7 @@ type benchFlags struct {
 	duration      time.Duration
 	retryFraction float64
 	remoteLatency time.Duration
+	scale         []int
 	data          string
 	json, plot    string
 }
@@ -107,6 +120,9 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	}
 	if f.workloads != nil {
 		cfg.Workloads = f.workloads
+	}
+	if f.scale != nil {
+		cfg.ScaleKeys = f.scale
 	}
 	if f.concurrency != nil {
 		cfg.Concurrency = f.concurrency

@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// ScalePoint is the unique workload measured on the first target (the
+// engine) over a store that already holds LiveKeys completed records.
+type ScalePoint struct {
+	LiveKeys int   `json:"live_keys"`
+	Point    Point `json:"point"`
+	// Relative is this point's requests/s over the first scale point's.
+	Relative float64 `json:"relative"`
+}
+
+// scale measures the unique workload at Config.ScaleConcurrency over
+// stores bulk-loaded with each of Config.ScaleKeys live records.
+func (r *runner) scale(ctx context.Context) ([]ScalePoint, error) {
+	if len(r.cfg.ScaleKeys) == 0 {
+		return nil, nil
+	}
+	t := r.cfg.Targets[0]
+	wl := workloadByName(Unique)
+	var out []ScalePoint
+	for _, n := range r.cfg.ScaleKeys {
+		r.seq++
+		dir := filepath.Join(r.dir, fmt.Sprintf("%03d-scale-%d", r.seq, n))
+		r.step(fmt.Sprintf("scale: loading %d keys", n))
+		if err := bulkLoad(ctx, dir, r.cfg.Engine, r.newStream(), n, r.cfg.Tenants); err != nil {
+			return nil, fmt.Errorf("bench: scale load of %d keys: %w", n, err)
+		}
+		fs := newCountingFS(r.cfg.Engine.FS)
+		s, err := t.Open(dir, fs)
+		if err != nil {
+			return nil, fmt.Errorf("bench: scale open: %w", err)
+		}
+		o := &opened{Store: s, fs: fs, dir: dir}
+		p := &point{cfg: r.cfg, store: o, stream: r.newStream()}
+		pt, err := r.measure(ctx, wl, p, o, r.cfg.ScaleConcurrency)
+		if cerr := o.close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bench: scale point of %d keys: %w", n, err)
+		}
+		pt.Target = t.Name
+		sp := ScalePoint{LiveKeys: n, Point: pt}
+		if len(out) > 0 && out[0].Point.RequestsPerSec > 0 {
+			sp.Relative = pt.RequestsPerSec / out[0].Point.RequestsPerSec
+		} else {
+			sp.Relative = 1
+		}
+		out = append(out, sp)
+		r.step(fmt.Sprintf("scale %d keys", n))
+	}
+	return out, nil
+}
+
+// bulkLoad writes n completed records of stream into a new store in dir,
+// straight into Pebble with the engine's options and record encoding, then
+// flushes and compacts it, as a store that has lived with n keys would be.
+// It skips the engine (and its fsync per request) because it only sets the
+// stage: the requests measured afterwards go through the engine and are
+// durable as always.
+func bulkLoad(ctx context.Context, dir string, eo *engine.Options, stream uint64, n, tenants int) error {
+	o := eo.EnsureDefaults()
+	po := o.PebbleOptions()
+	c := pebble.NewCache(o.CacheSize)
+	defer c.Unref()
+	po.Cache = c
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return err
+	}
+	now := o.Clock.Now()
+	b := db.NewBatch()
+	var kbuf, vbuf []byte
+	for i := range n {
+		id := keyOf(stream, uint64(i), tenants)
+		rec := idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fingerprint(stream, uint64(i), false),
+			Token: uint64(i) + 1, Attempt: 1, Created: now, Expires: now.Add(o.Retention),
+			Result: resultOf(stream, uint64(i), nil)}
+		kbuf = record.AppendKey(kbuf[:0], id)
+		vbuf = record.Encode(vbuf[:0], &rec)
+		_ = b.Set(kbuf, vbuf, nil)
+		if b.Len() >= 4<<20 {
+			if err = b.Commit(pebble.NoSync); err != nil {
+				break
+			}
+			b.Reset()
+			if err = ctx.Err(); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = b.Commit(pebble.NoSync)
+	}
+	_ = b.Close()
+	if err == nil {
+		err = db.Flush()
+	}
+	if err == nil {
+		err = db.Compact(ctx, []byte{0}, []byte{0xff}, true)
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (r *Report) writeScale(b *strings.Builder) {
+	if len(r.Scale) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nScale: unique on %s at concurrency %d over stores of N live keys:\n",
+		r.Scale[0].Point.Target, r.Scale[0].Point.Concurrency)
+	for _, s := range r.Scale {
+		fmt.Fprintf(b, "  %14s live keys  %10s req/s  p50 %9s  p99 %9s  %.2f x the first\n",
+			count(float64(s.LiveKeys)), count(s.Point.RequestsPerSec),
+			us(s.Point.Latency.P50), us(s.Point.Latency.P99), s.Relative)
+	}
+}
