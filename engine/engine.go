@@ -242,6 +242,19 @@ func (e *Engine) enter() error {
 	return nil
 }
 
+// begin admits an operation on behalf of ctx: enter, then fail if ctx is
+// already done. A successful begin is paired with exit.
+func (e *Engine) begin(ctx context.Context) error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		e.exit()
+		return err
+	}
+	return nil
+}
+
 func (e *Engine) exit() {
 	e.gate.Lock()
 	if e.gate.inflight--; e.gate.inflight == 0 && e.gate.closed {
@@ -324,13 +337,10 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	if err := req.Validate(); err != nil {
 		return idemkv.Claim{}, err
 	}
-	if err := e.enter(); err != nil {
+	if err := e.begin(ctx); err != nil {
 		return idemkv.Claim{}, err
 	}
 	defer e.exit()
-	if err := ctx.Err(); err != nil {
-		return idemkv.Claim{}, err
-	}
 	e.counters.claims.Add(1)
 	leaseDur := req.Lease
 	if leaseDur == 0 {
@@ -611,13 +621,10 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	if err := e.validateResult(&r); err != nil {
 		return err
 	}
-	if err := e.enter(); err != nil {
+	if err := e.begin(ctx); err != nil {
 		return err
 	}
 	defer e.exit()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	b := e.db.NewBatch()
 	if apply != nil {
 		if err := apply(effects{b}); err != nil {
@@ -657,13 +664,10 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	if err := e.enter(); err != nil {
+	if err := e.begin(ctx); err != nil {
 		return err
 	}
 	defer e.exit()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	k := appendRecordKey(nil, l.ID)
 	sh := e.shard(k)
 	sh.mu.Lock()
@@ -692,13 +696,10 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	if len(note) > idemkv.MaxNoteLen {
 		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
 	}
-	if err := e.enter(); err != nil {
+	if err := e.begin(ctx); err != nil {
 		return err
 	}
 	defer e.exit()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	k := appendRecordKey(nil, l.ID)
 	sh := e.shard(k)
 	now := e.clock.Now()
@@ -730,13 +731,10 @@ func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (id
 	if d == 0 {
 		d = e.opts.Lease
 	}
-	if err := e.enter(); err != nil {
+	if err := e.begin(ctx); err != nil {
 		return idemkv.Lease{}, err
 	}
 	defer e.exit()
-	if err := ctx.Err(); err != nil {
-		return idemkv.Lease{}, err
-	}
 	k := appendRecordKey(nil, l.ID)
 	sh := e.shard(k)
 	now := e.clock.Now()
@@ -762,13 +760,10 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 			return err
 		}
 	}
-	if err := e.enter(); err != nil {
+	if err := e.begin(ctx); err != nil {
 		return err
 	}
 	defer e.exit()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	b := e.db.NewBatch()
 	if req.Apply != nil {
 		if err := req.Apply(effects{b}); err != nil {
@@ -832,13 +827,10 @@ func (e *Engine) Get(ctx context.Context, id idemkv.ID) (idemkv.Record, error) {
 	if err := id.Validate(); err != nil {
 		return idemkv.Record{}, err
 	}
-	if err := e.enter(); err != nil {
+	if err := e.begin(ctx); err != nil {
 		return idemkv.Record{}, err
 	}
 	defer e.exit()
-	if err := ctx.Err(); err != nil {
-		return idemkv.Record{}, err
-	}
 	k := appendRecordKey(nil, id)
 	sh := e.shard(k)
 	sh.mu.Lock()
