@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/storetest"
 	"github.com/stretchr/testify/require"
 )
@@ -67,13 +66,5 @@ func TestConformanceNoReplayCache(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite already runs with the cache on")
 	}
-	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Harness {
-		h := &harness{t: t, dir: t.TempDir(), clock: fakeclock.New(t0)}
-		cfg.VolatileLocalClaims = true
-		h.cfg = cfg
-		h.opts = Options{Clock: h.clock, Lease: cfg.Lease, Retention: cfg.Retention,
-			CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4, ReplayCacheSize: -1}
-		h.open()
-		return h
-	})
+	storetest.Run(t, storetest.DirHarness(openForConformance(func(o *Options) { o.ReplayCacheSize = -1 }), true))
 }
