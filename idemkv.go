@@ -23,6 +23,8 @@ const (
 	MaxPointerLen = 1024
 	// MaxNoteLen is the longest note kept with an uncertain record, in bytes.
 	MaxNoteLen = 1024
+	// MaxClassLen is the longest retention class name, in bytes.
+	MaxClassLen = 32
 )
 
 // Errors returned by a Store. Match them with errors.Is; a Store wraps them
@@ -248,8 +250,13 @@ type Record struct {
 	Created time.Time
 	// LeaseExpires is when the current lease runs out (StateInProgress).
 	LeaseExpires time.Time
-	// Expires is when the record leaves the retention window.
+	// Expires is when the record leaves the retention window. A completed
+	// record past it is absent to every read; an unsettled one (in
+	// progress or uncertain) is kept past it until it settles.
 	Expires time.Time
+	// Class is the retention class the first claim chose; "" is the
+	// store's default class.
+	Class string
 	// Result is the final outcome (StateCompleted).
 	Result Result
 	// Note says why the record is uncertain (StateUncertain).
@@ -301,6 +308,12 @@ type ClaimRequest struct {
 	// so an expired remote claim may be taken over and the same operation
 	// re-sent. Without it, an expired remote claim becomes uncertain.
 	Resumable bool
+	// Retention names the retention class that decides how long the
+	// outcome is kept and replayed; "" means the store's default class.
+	// Stores reject a class they are not configured with (an error
+	// wrapping ErrInvalidArgument). The first claim's class stays with the
+	// record: a retry naming another class does not change it.
+	Retention string
 }
 
 // Validate reports whether req is well formed: a valid ID and
@@ -319,6 +332,9 @@ func (req *ClaimRequest) Validate() error {
 	}
 	if req.Lease < 0 {
 		return fmt.Errorf("%w: negative lease %v", ErrInvalidArgument, req.Lease)
+	}
+	if len(req.Retention) > MaxClassLen {
+		return fmt.Errorf("%w: retention class name is %d bytes, limit %d", ErrInvalidArgument, len(req.Retention), MaxClassLen)
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 // real on-disk Pebble store, with small caches and extra options.
 func openForConformance(extra func(*Options)) storetest.OpenFunc {
 	return func(dir string, cfg storetest.Config, clock storetest.Clock) (storetest.DirStore, error) {
-		o := Options{Clock: clock, Lease: cfg.Lease, Retention: cfg.Retention,
+		o := Options{Clock: clock, Lease: cfg.Lease, Retention: cfg.Retention, RetentionClasses: cfg.Classes,
 			CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4}
 		if extra != nil {
 			extra(&o)

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/ttl"
 )
 
 // Engine is an embedded idempotency store on Pebble. It implements
@@ -33,6 +34,12 @@ type Engine struct {
 	seq   atomic.Uint64
 
 	shards []shard
+
+	// sweeper deletes expired records (sweep.go); sweepStop stops its
+	// background loop, which closes sweepDone when it has returned.
+	sweeper   *ttl.Sweeper
+	sweepStop func()
+	sweepDone chan struct{}
 
 	// gate admits operations and lets Close wait for those in flight
 	// (including their fsyncs) before it closes Pebble. Admission never
@@ -53,6 +60,9 @@ type Engine struct {
 	// testHookWait, if set, is called when an operation starts waiting for
 	// a write in flight (tests use it to order events without sleeping).
 	testHookWait func()
+	// testHookSweepScanned, if set, is called by a sweep chunk between its
+	// scan and its deletes.
+	testHookSweepScanned func()
 }
 
 var _ idemkv.Store = (*Engine)(nil)
@@ -80,6 +90,9 @@ type shard struct {
 		reapAt int // reap expired slots when len(slots) reaches this
 		cache  replayCache
 	}
+	// writes counts the record writes that have ended in this shard. It is
+	// bumped under mu when a write's slot is removed (see sweep.go).
+	writes atomic.Uint64
 }
 
 // installLocked makes s the slot of k. Every write to k happens under a
@@ -173,6 +186,12 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		c.Unref()
 		return nil, err
 	}
+	if e.sweeper, err = ttl.New(sweepTarget{e}, &o.Sweep); err != nil {
+		_ = db.Close()
+		c.Unref()
+		return nil, err
+	}
+	e.startSweeper()
 	return e, nil
 }
 
@@ -213,6 +232,8 @@ func (e *Engine) advanceEpoch() error {
 // in memory are dropped: local claims vanish (their effects never
 // committed), durable remote claims stay on disk.
 func (e *Engine) Close() error {
+	e.sweepStop()
+	<-e.sweepDone
 	e.gate.Lock()
 	if e.gate.closed {
 		e.gate.Unlock()
@@ -271,8 +292,10 @@ func (e *Engine) fail(err error) error {
 	return fmt.Errorf("%w: %w", idemkv.ErrFailed, err)
 }
 
-func (e *Engine) shard(k []byte) *shard {
-	return &e.shards[xxhash.Sum64(k)%uint64(len(e.shards))]
+func (e *Engine) shard(k []byte) *shard { return &e.shards[e.shardIndex(k)] }
+
+func (e *Engine) shardIndex(k []byte) int {
+	return int(xxhash.Sum64(k) % uint64(len(e.shards)))
 }
 
 func (e *Engine) nextToken() uint64 {
@@ -341,6 +364,10 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 		return idemkv.Claim{}, err
 	}
 	defer e.exit()
+	class, err := e.claimClass(req.Retention)
+	if err != nil {
+		return idemkv.Claim{}, err
+	}
 	e.counters.claims.Add(1)
 	leaseDur := req.Lease
 	if leaseDur == 0 {
@@ -371,7 +398,7 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 			ID: req.ID, State: idemkv.StateInProgress, Mode: req.Mode,
 			Fingerprint: bytes.Clone(req.Fingerprint), Token: e.nextToken(), Attempt: 1,
 			OperationID: opID, Created: now.Truncate(time.Second), LeaseExpires: now.Add(leaseDur),
-			Expires: e.expiresAt(now),
+			Expires: e.expiresAt(now, class), Class: class,
 		}
 		return e.acquireLocked(sh, k, rec, now)
 	}
@@ -434,7 +461,7 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	unc := cur
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
-	unc.Expires = e.expiresAt(now)
+	unc.Expires = e.expiresAt(now, unc.Class)
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	if err := e.writeBusyLocked(sh, k, s, cur, &unc); err != nil {
 		return idemkv.Claim{}, err
@@ -522,6 +549,7 @@ func (e *Engine) commitBusy(sh *shard, k []byte, s *slot, b *pebble.Batch, next 
 	}
 	sh.mu.Lock()
 	delete(sh.mu.slots, string(k))
+	sh.writes.Add(1)
 	if next != nil {
 		sh.mu.cache.put(k, next, e.clock.Now())
 	}
@@ -545,12 +573,38 @@ func (e *Engine) reapLocked(sh *shard, now time.Time) {
 	sh.mu.reapAt = max(minReapAt, 2*len(sh.mu.slots))
 }
 
-// expiresAt is the end of the retention window of a record written at
-// now, in whole seconds as the codec stores it, so that a record held in
-// memory (a slot, the replay cache) expires exactly when its stored copy
-// does.
-func (e *Engine) expiresAt(now time.Time) time.Time {
-	return record.Seconds(now.Add(e.opts.Retention))
+// expiresAt is the end of the retention window of class for a record
+// written at now, in whole seconds as the codec stores it, so that a
+// record held in memory (a slot, the replay cache) expires exactly when
+// its stored copy does.
+func (e *Engine) expiresAt(now time.Time, class string) time.Time {
+	return record.Seconds(now.Add(e.window(class)))
+}
+
+// window is the retention window of class ("" is the default class). A
+// class no longer configured (a stored record outliving a configuration
+// change) gets the longest window: keeping a record too long costs space,
+// dropping it too early could run an operation twice.
+func (e *Engine) window(class string) time.Duration {
+	if class == "" {
+		return e.opts.Retention
+	}
+	if w, ok := e.opts.RetentionClasses[class]; ok {
+		return w
+	}
+	return e.opts.RetentionClasses.Longest()
+}
+
+// claimClass checks that a claim's retention class is configured and
+// returns the name to store: "" for the default class.
+func (e *Engine) claimClass(name string) (string, error) {
+	if name == "" || name == ttl.DefaultClass {
+		return "", nil
+	}
+	if _, err := e.opts.RetentionClasses.Lookup(name); err != nil {
+		return "", fmt.Errorf("%w: %w", idemkv.ErrInvalidArgument, err)
+	}
+	return name, nil
 }
 
 func leaseOf(r *idemkv.Record) idemkv.Lease {
@@ -647,7 +701,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 
 	done.State = idemkv.StateCompleted
 	done.LeaseExpires = time.Time{}
-	done.Expires = e.expiresAt(now)
+	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	_ = b.Set(k, record.Encode(nil, &done), nil)
 	if err := e.commitBusy(sh, k, s, b, &done); err != nil {
@@ -712,7 +766,7 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	unc := s.rec
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
-	unc.Expires = e.expiresAt(now)
+	unc.Expires = e.expiresAt(now, unc.Class)
 	unc.Note = note
 	e.counters.uncertain.Add(1)
 	return e.writeBusyLocked(sh, k, s, s.rec, &unc)
@@ -815,7 +869,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	done := cur
 	done.State = idemkv.StateCompleted
 	done.Note = ""
-	done.Expires = e.expiresAt(now)
+	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
 	return e.writeBusyBatchLocked(sh, k, nil, cur, &done, b)
 }

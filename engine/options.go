@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/idemkv/idemkv/ttl"
 )
 
 // Clock tells the engine the time. Leases, retention and record timestamps
@@ -44,10 +45,31 @@ type Options struct {
 	// shorter ones make takeovers of slow-but-alive holders more likely.
 	Lease time.Duration
 
-	// Retention is how long a record is kept and replayed. Default: 24 h.
-	// A retry that arrives later runs as new. Size it from the longest
-	// client retry window, queue replay window and provider window.
+	// Retention is how long a record of the default retention class
+	// (ttl.DefaultClass) is kept and replayed, counted from its
+	// completion. Default: 24 h. A retry that arrives later runs as new.
+	// Size it from the longest client retry window, queue replay window
+	// and provider window (docs/operations.md).
 	Retention time.Duration
+
+	// RetentionClasses are further classes a claim may name in
+	// ClaimRequest.Retention, for example "money": 30 days. Default: none
+	// (only the default class). It may not redefine ttl.DefaultClass;
+	// set Retention instead. Changing a class's window applies to records
+	// completed afterwards. A stored record naming a class that is no
+	// longer configured is kept for the longest configured window.
+	RetentionClasses ttl.Classes
+
+	// Sweep configures the sweeper that deletes expired records (package
+	// ttl): its interval (default 10 min), rate (default 50,000 records
+	// examined per second) and chunk size. Its Clock is always the
+	// engine's. Reads never need it: expired records are absent at once.
+	Sweep ttl.Options
+
+	// NoBackgroundSweep stops Open from starting the sweeper; expired
+	// records are then deleted only by Engine.Sweep (the `idemkv sweep`
+	// command). Storage grows without bound unless something calls it.
+	NoBackgroundSweep bool
 
 	// MaxBodySize bounds Result.Body, in bytes. Default: 64 KiB. Larger
 	// responses should be stored as a Result.Pointer instead.
@@ -126,6 +148,15 @@ func (o *Options) EnsureDefaults() *Options {
 	if c.CacheSize == 0 {
 		c.CacheSize = 64 << 20
 	}
+	classes := make(ttl.Classes, len(c.RetentionClasses)+1)
+	for n, w := range c.RetentionClasses {
+		classes[n] = w
+	}
+	if _, ok := classes[ttl.DefaultClass]; !ok {
+		classes[ttl.DefaultClass] = c.Retention
+	}
+	c.RetentionClasses = classes
+	c.Sweep.Clock = c.Clock
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 32 << 20
 	}
@@ -164,6 +195,22 @@ func (o *Options) Validate() error {
 	}
 	if o.Retention > 0 && o.Lease > o.Retention {
 		errs = append(errs, fmt.Errorf("Lease %v exceeds Retention %v", o.Lease, o.Retention))
+	}
+	if _, ok := o.RetentionClasses[ttl.DefaultClass]; ok && o.RetentionClasses[ttl.DefaultClass] != o.Retention {
+		errs = append(errs, fmt.Errorf("RetentionClasses redefines %q; set Retention instead", ttl.DefaultClass))
+	}
+	if err := o.RetentionClasses.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Lease > 0 {
+		for _, n := range o.RetentionClasses.Names() {
+			if w := o.RetentionClasses[n]; w > 0 && o.Lease > w {
+				errs = append(errs, fmt.Errorf("Lease %v exceeds retention class %q (%v)", o.Lease, n, w))
+			}
+		}
+	}
+	if err := o.Sweep.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.MaxBodySize < 0 || o.MaxBodySize > 16<<20 {
 		errs = append(errs, fmt.Errorf("MaxBodySize %d outside 0..16 MiB", o.MaxBodySize))

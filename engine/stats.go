@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/idemkv/idemkv/ttl"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -13,7 +14,7 @@ import (
 type counters struct {
 	claims, acquired, takeovers, replays, inProgress, mismatches, reconciling atomic.Int64
 	completed, released, uncertain, renewed, resolved, fenced                 atomic.Int64
-	cacheHits                                                                 atomic.Int64
+	cacheHits, swept                                                          atomic.Int64
 }
 
 // Stats is a cheap snapshot of the engine: what it holds in memory, what it
@@ -42,6 +43,12 @@ type Stats struct {
 	// ReplayCached is how many records it holds now.
 	ReplayCacheHits int64
 	ReplayCached    int
+
+	// Sweep is the sweeper's totals: passes, records examined and deleted,
+	// the last pass and the one running. Sweep.HeldPastExpiry() is how many
+	// records past their expiry the sweeper had to keep, because their
+	// outcome is not settled or a holder is at work on them.
+	Sweep ttl.Stats
 
 	// Pebble.
 	DiskBytes        uint64 // all files of the store: sstables, WAL, manifest
@@ -94,6 +101,7 @@ func (e *Engine) Stats() (Stats, error) {
 	st.Reconciling, st.Completed, st.Released = c.reconciling.Load(), c.completed.Load(), c.released.Load()
 	st.Uncertain, st.Renewed, st.Resolved, st.Fenced = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load(), c.fenced.Load()
 	st.ReplayCacheHits = c.cacheHits.Load()
+	st.Sweep = e.sweeper.Stats()
 
 	m := e.db.Metrics()
 	st.DiskBytes = m.DiskSpaceUsage()

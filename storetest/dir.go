@@ -1,11 +1,13 @@
 package storetest
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/ttl"
 )
 
 // DirStore is a store that lives in a directory and reads effects back by
@@ -59,6 +61,18 @@ func (h *dirHarness) Now() time.Time                      { return h.clock.Now()
 func (h *dirHarness) Advance(d time.Duration)             { h.clock.Advance(d) }
 func (h *dirHarness) ReadEffect(k []byte) ([]byte, error) { return h.s.GetData(k) }
 func (h *dirHarness) Close()                              { _ = h.s.Close() }
+
+// Sweep runs the store's sweeper if it has one (see Sweeper).
+func (h *dirHarness) Sweep() error {
+	s, ok := h.s.(interface {
+		Sweep(context.Context) (ttl.Pass, error)
+	})
+	if !ok {
+		return nil
+	}
+	_, err := s.Sweep(context.Background())
+	return err
+}
 
 func (h *dirHarness) Reopen() {
 	if err := h.s.Close(); err != nil {

@@ -30,6 +30,7 @@ func stateMachine(t *testing.T, newHarness NewHarness) {
 			"get":       m.get,
 			"advance":   m.advance,
 			"reopen":    m.reopen,
+			"sweep":     m.sweep,
 			"":          m.check,
 		})
 	})
@@ -48,6 +49,8 @@ type mrec struct {
 	lease, durableLease time.Time
 	expires             time.Time
 	result              idemkv.Result
+	// class is the retention class of the first claim; takeovers keep it.
+	class string
 }
 
 // durable reports whether an in-progress record is durable: a remote
@@ -74,10 +77,23 @@ var modelFPs = [][]byte{{1, 0xaa}, {1, 0xbb}}
 const (
 	modelLease     = 30 * time.Second
 	modelRetention = time.Hour
+	// modelShort is the window of the "short" retention class.
+	modelShort = 20 * time.Minute
 )
 
+var modelClasses = []string{"", "short"}
+
+// window is the retention window of a model class.
+func window(class string) time.Duration {
+	if class == "short" {
+		return modelShort
+	}
+	return modelRetention
+}
+
 func newMachine(t *testing.T, rt *rapid.T, newHarness NewHarness) *machine {
-	h := newHarness(t, Config{Lease: modelLease, Retention: modelRetention})
+	h := newHarness(t, Config{Lease: modelLease, Retention: modelRetention,
+		Classes: map[string]time.Duration{"short": modelShort}})
 	return &machine{h: h, recs: map[idemkv.ID]*mrec{}, effect: map[idemkv.ID]uint64{}}
 }
 
@@ -97,7 +113,8 @@ func (m *machine) claim(t *rapid.T) {
 	mode := idemkv.Mode(rapid.IntRange(0, 1).Draw(t, "mode"))
 	resumable := rapid.Bool().Draw(t, "resumable")
 	leaseDur := rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "lease")
-	c, err := m.h.Store().Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp, Mode: mode, Lease: leaseDur, Resumable: resumable})
+	class := rapid.SampledFrom(modelClasses).Draw(t, "class")
+	c, err := m.h.Store().Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp, Mode: mode, Lease: leaseDur, Resumable: resumable, Retention: class})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -136,7 +153,7 @@ func (m *machine) claim(t *rapid.T) {
 	}
 	switch {
 	case r == nil:
-		acquire(&mrec{mode: mode, fp: fp, attempt: 1, expires: now.Add(modelRetention)})
+		acquire(&mrec{mode: mode, fp: fp, attempt: 1, class: class, expires: now.Add(window(class))})
 	case !bytes.Equal(r.fp, fp):
 		expect(idemkv.Mismatch)
 		if c.Record.Result.Status != 0 || c.Record.Result.Body != nil {
@@ -165,7 +182,7 @@ func (m *machine) claim(t *rapid.T) {
 	default:
 		expect(idemkv.Reconciling)
 		r.state = idemkv.StateUncertain
-		r.expires = now.Add(modelRetention)
+		r.expires = now.Add(window(r.class))
 	}
 }
 
@@ -220,7 +237,7 @@ func (m *machine) complete(t *rapid.T) {
 		t.Fatalf("complete: %v", err)
 	}
 	r.state, r.result = idemkv.StateCompleted, res
-	r.expires = m.h.Now().Add(modelRetention)
+	r.expires = m.h.Now().Add(window(r.class))
 	m.effect[l.ID] = l.Token
 }
 
@@ -259,7 +276,7 @@ func (m *machine) markUncertain(t *rapid.T) {
 		t.Fatalf("mark uncertain: %v", err)
 	}
 	r.state = idemkv.StateUncertain
-	r.expires = m.h.Now().Add(modelRetention)
+	r.expires = m.h.Now().Add(window(r.class))
 }
 
 func (m *machine) renew(t *rapid.T) {
@@ -313,7 +330,7 @@ func (m *machine) resolve(t *rapid.T) {
 		delete(m.recs, id)
 	default:
 		r.state, r.result = idemkv.StateCompleted, res
-		r.expires = m.h.Now().Add(modelRetention)
+		r.expires = m.h.Now().Add(window(r.class))
 	}
 }
 
@@ -339,8 +356,21 @@ func (m *machine) get(t *rapid.T) {
 	}
 }
 
+// sweep runs the store's expiry sweeper, if it has one. Sweeping deletes
+// only what every read already treats as absent, so the model does not
+// change; the next checks prove the store agrees.
+func (m *machine) sweep(t *rapid.T) {
+	s, ok := m.h.(Sweeper)
+	if !ok {
+		t.Skip("the store has no sweeper")
+	}
+	if err := s.Sweep(); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+}
+
 func (m *machine) advance(t *rapid.T) {
-	d := rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, 31 * time.Second, 2 * time.Minute, 2 * modelRetention}).Draw(t, "d")
+	d := rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, 31 * time.Second, 2 * time.Minute, modelShort, 2 * modelRetention}).Draw(t, "d")
 	m.h.Advance(d)
 }
 

@@ -27,8 +27,12 @@ import (
 
 // Config is what the suite asks of a new store.
 type Config struct {
-	// Lease is the store's default lease; Retention its retention window.
+	// Lease is the store's default lease; Retention the window of its
+	// default retention class.
 	Lease, Retention time.Duration
+	// Classes are the further retention classes the store must offer, by
+	// name.
+	Classes map[string]time.Duration
 	// VolatileLocalClaims is set by the harness, not the suite: true if the
 	// store keeps local (ModeLocal) claims in memory only, so that they
 	// vanish on Reopen.
@@ -54,6 +58,13 @@ type Harness interface {
 	Close()
 }
 
+// Sweeper is implemented by a Harness whose store deletes expired records
+// (a TTL sweeper). The state machine then sweeps at random points.
+type Sweeper interface {
+	// Sweep runs one full pass of the store's sweeper.
+	Sweep() error
+}
+
 // NewHarness opens a fresh, empty store configured by cfg. It reports
 // failures through t and registers its own cleanup.
 type NewHarness func(t *testing.T, cfg Config) Harness
@@ -65,10 +76,48 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("OneWinner", func(t *testing.T) { oneWinner(t, newHarness) })
 	t.Run("TenantIsolation", func(t *testing.T) { tenantIsolation(t, newHarness) })
 	t.Run("StaleHolderFenced", func(t *testing.T) { staleHolderFenced(t, newHarness) })
+	t.Run("RetentionClasses", func(t *testing.T) { retentionClasses(t, newHarness) })
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
 }
 
-func defaultConfig() Config { return Config{Lease: 30 * time.Second, Retention: 24 * time.Hour} }
+func defaultConfig() Config {
+	return Config{Lease: 30 * time.Second, Retention: 24 * time.Hour,
+		Classes: map[string]time.Duration{"money": 30 * 24 * time.Hour}}
+}
+
+// retentionClasses: a claim names a configured class or gets an error that
+// leaves nothing behind, and a completed record lives exactly its class's
+// window.
+func retentionClasses(t *testing.T, newHarness NewHarness) {
+	h := newHarness(t, defaultConfig())
+	defer h.Close()
+	s := h.Store()
+	id := idemkv.ID{Tenant: "t", Endpoint: "POST /transfers", Key: "tr_1"}
+	_, err := s.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}, Retention: "no-such-class"})
+	if !errors.Is(err, idemkv.ErrInvalidArgument) {
+		t.Fatalf("claim with an unknown class: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := s.Get(ctx, id); !errors.Is(err, idemkv.ErrNotFound) {
+		t.Fatalf("after a refused claim: %v, want ErrNotFound", err)
+	}
+	c, err := s.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}, Retention: "money"})
+	must(t, err)
+	must(t, s.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+	h.Advance(24 * time.Hour) // past the default window, inside "money"
+	got, err := s.Get(ctx, id)
+	must(t, err)
+	if got.Class != "money" || got.Result.Status != 201 {
+		t.Fatalf("record %+v, want class money, status 201", got)
+	}
+	h.Advance(29*24*time.Hour - time.Second)
+	if _, err := s.Get(ctx, id); err != nil {
+		t.Fatalf("a second before expiry: %v", err)
+	}
+	h.Advance(time.Second)
+	if _, err := s.Get(ctx, id); !errors.Is(err, idemkv.ErrNotFound) {
+		t.Fatalf("at expiry: %v, want ErrNotFound", err)
+	}
+}
 
 func must(t *testing.T, err error) {
 	t.Helper()

@@ -12,11 +12,11 @@ import (
 // Effects writer produces starts with NSData, and only the store writes the
 // others.
 //
-//	0x01 meta    store metadata (the epoch)
+//	0x01 meta    store metadata (the epoch, the sweeper's position)
 //	0x02 record  uvarint(len tenant) tenant uvarint(len endpoint) endpoint key
 //	0x03 data    caller effects: 0x03 + the caller's key
 //
-// Reserved for later capabilities: 0x04 outbox, 0x05 expiry index.
+// Reserved for later capabilities: 0x04 outbox.
 //
 // The record key spells out the whole scope rather than a hash of it, so
 // that two tenants can never share a record, even adversarially. Pebble's
@@ -29,6 +29,10 @@ const (
 
 // EpochKey holds the store's epoch (a big-endian uint64).
 var EpochKey = []byte{NSMeta, 'e', 'p', 'o', 'c', 'h'}
+
+// SweepKey holds the sweeper's position: the last record key of the pass
+// in progress. Absent between passes.
+var SweepKey = []byte{NSMeta, 's', 'w', 'e', 'e', 'p'}
 
 // AppendKey appends id's record key to dst.
 func AppendKey(dst []byte, id idemkv.ID) []byte {

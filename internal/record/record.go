@@ -6,7 +6,8 @@
 //	byte     codec version (1)
 //	byte     head: bits 0-1 state (1 in-progress, 2 uncertain, 3 completed),
 //	         bit 2 remote mode, bit 3 operation id present, bit 4 body
-//	         present, bit 5 attempt other than 1
+//	         present, bit 5 attempt other than 1, bit 6 retention class
+//	         other than the default
 //	uvarint  fencing token
 //	uvarint  attempt, if head bit 5 (otherwise the attempt is 1)
 //	uvarint  expires, unix seconds (Encode rounds up)
@@ -14,6 +15,7 @@
 //	uvarint  lease expiry, unix milliseconds, in progress only
 //	uvarint  fingerprint length, then the fingerprint
 //	[16]byte operation id, if head bit 3
+//	uvarint  class name length + class name, if head bit 6
 //	completed: uvarint status, uvarint pointer length + pointer,
 //	           and if head bit 4, uvarint body length + body (not empty)
 //	uncertain: uvarint note length + note
@@ -51,7 +53,8 @@ const (
 	headOpID    = 1 << 3
 	headBody    = 1 << 4
 	headAttempt = 1 << 5
-	knownHead   = stateMask | headRemote | headOpID | headBody | headAttempt
+	headClass   = 1 << 6
+	knownHead   = stateMask | headRemote | headOpID | headBody | headAttempt | headClass
 )
 
 // ErrCorrupt is returned (wrapped) for any value Decode cannot accept.
@@ -74,6 +77,9 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 	if r.Attempt != 1 {
 		head |= headAttempt
 	}
+	if r.Class != "" {
+		head |= headClass
+	}
 	dst = append(dst, Version, head)
 	dst = binary.AppendUvarint(dst, r.Token)
 	if head&headAttempt != 0 {
@@ -92,6 +98,9 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 	dst = appendBytes(dst, r.Fingerprint)
 	if head&headOpID != 0 {
 		dst = append(dst, r.OperationID[:]...)
+	}
+	if head&headClass != 0 {
+		dst = appendBytes(dst, []byte(r.Class))
 	}
 	switch r.State {
 	case idemkv.StateCompleted:
@@ -162,6 +171,12 @@ func Decode(b []byte) (idemkv.Record, error) {
 		copy(r.OperationID[:], d.n(16))
 		if d.err == nil && r.OperationID.IsZero() {
 			d.fail("zero operation id")
+		}
+	}
+	if head&headClass != 0 {
+		r.Class = string(d.bytes(idemkv.MaxClassLen))
+		if d.err == nil && r.Class == "" {
+			d.fail("empty retention class")
 		}
 	}
 	switch r.State {

@@ -65,6 +65,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/ttl"
 )
 
 // DB is the baseline store. It implements idemkv.Store.
@@ -275,6 +276,13 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 			opID[0] = 1
 		}
 	}
+	class := req.Retention
+	if class == ttl.DefaultClass {
+		class = ""
+	}
+	if _, err := s.o.RetentionClasses.Lookup(class); err != nil {
+		return idemkv.Claim{}, fmt.Errorf("%w: %w", idemkv.ErrInvalidArgument, err)
+	}
 	k := recordKey(req.ID)
 	st := s.stripe(k)
 	st.mu.Lock()
@@ -300,7 +308,7 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 	switch {
 	case !found:
 		return acquire(idemkv.Record{Mode: req.Mode, Fingerprint: append([]byte(nil), req.Fingerprint...),
-			Attempt: 1, OperationID: opID, Created: now, Expires: now.Add(s.o.Retention)})
+			Attempt: 1, OperationID: opID, Created: now, Expires: now.Add(s.window(class)), Class: class})
 	case string(cur.Fingerprint) != string(req.Fingerprint):
 		cur.Result = idemkv.Result{}
 		return idemkv.Claim{Outcome: idemkv.Mismatch, Record: cur}, nil
@@ -329,7 +337,7 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 	unc := cur
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
-	unc.Expires = now.Add(s.o.Retention)
+	unc.Expires = now.Add(s.window(unc.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	if err := s.put(st, k, &unc); err != nil {
 		return idemkv.Claim{}, err
@@ -380,7 +388,7 @@ func (s *DB) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, appl
 		done := cur
 		done.State = idemkv.StateCompleted
 		done.LeaseExpires = time.Time{}
-		done.Expires = now.Add(s.o.Retention)
+		done.Expires = now.Add(s.window(done.Class))
 		done.Result = r
 		_ = b.Set(k, encode(nil, &done), nil)
 		return s.commit(st, k, b)
@@ -404,7 +412,7 @@ func (s *DB) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) err
 		unc := cur
 		unc.State = idemkv.StateUncertain
 		unc.LeaseExpires = time.Time{}
-		unc.Expires = now.Add(s.o.Retention)
+		unc.Expires = now.Add(s.window(unc.Class))
 		unc.Note = note
 		return s.put(st, k, &unc)
 	})
@@ -472,7 +480,7 @@ func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		done := cur
 		done.State = idemkv.StateCompleted
 		done.Note = ""
-		done.Expires = now.Add(s.o.Retention)
+		done.Expires = now.Add(s.window(done.Class))
 		done.Result = req.Result
 		_ = b.Set(k, encode(nil, &done), nil)
 	}
@@ -587,4 +595,13 @@ func (s *DB) validateResult(r *idemkv.Result) error {
 			r.Status, len(r.Pointer), len(r.Body))
 	}
 	return nil
+}
+
+// window is the retention window of class, the longest configured one if
+// the class is no longer configured (as the engine does).
+func (s *DB) window(class string) time.Duration {
+	if w, err := s.o.RetentionClasses.Lookup(class); err == nil {
+		return w
+	}
+	return s.o.RetentionClasses.Longest()
 }

@@ -16,7 +16,7 @@ import (
 // measured against keeps the same contract.
 func TestConformance(t *testing.T) {
 	open := func(dir string, cfg storetest.Config, clock storetest.Clock) (storetest.DirStore, error) {
-		return Open(dir, &engine.Options{Clock: clock, Lease: cfg.Lease, Retention: cfg.Retention,
+		return Open(dir, &engine.Options{Clock: clock, Lease: cfg.Lease, Retention: cfg.Retention, RetentionClasses: cfg.Classes,
 			CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4})
 	}
 	// Local claims are written to disk, so they survive a reopen.

@@ -1,0 +1,405 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/ttl"
+	"github.com/stretchr/testify/require"
+)
+
+// newSweepEnv is newEnv with retention classes ("short" 1 h, "money"
+// 30 days), no background sweeper (tests call Sweep) and small chunks, so
+// that passes take several chunks; adjust may change the options further.
+func newSweepEnv(t testing.TB, adjust func(*Options)) *env {
+	v := &env{t: t, dir: t.TempDir(), clock: fakeclock.New(t0)}
+	v.opts = Options{Clock: v.clock, Lease: 30 * time.Second, CacheSize: 8 << 20, MemTableSize: 4 << 20,
+		RetentionClasses:  ttl.Classes{"short": time.Hour, "money": 30 * 24 * time.Hour},
+		NoBackgroundSweep: true,
+		Sweep:             ttl.Options{ChunkSize: 7, Rate: -1},
+	}
+	if adjust != nil {
+		adjust(&v.opts)
+	}
+	v.open()
+	t.Cleanup(func() {
+		if v.e != nil {
+			_ = v.e.Close()
+		}
+	})
+	return v
+}
+
+// completeIn claims key in class, completes it with status and returns
+// the lease it held.
+func (v *env) completeIn(key, class string, fp []byte, status int) idemkv.Lease {
+	c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id(key), Fingerprint: fp, Retention: class})
+	require.NoError(v.t, err)
+	require.Equal(v.t, idemkv.Acquired, c.Outcome, key)
+	require.NoError(v.t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: status}, nil))
+	return c.Lease
+}
+
+// stored returns the records in Pebble by key, expired or not, bypassing
+// every read path of the engine.
+func (v *env) stored() map[string]idemkv.Record {
+	it, err := v.e.db.NewIter(&pebble.IterOptions{LowerBound: recordStart, UpperBound: recordEnd})
+	require.NoError(v.t, err)
+	defer it.Close()
+	out := map[string]idemkv.Record{}
+	for valid := it.First(); valid; valid = it.Next() {
+		rid, err := decodeRecordKey(it.Key())
+		require.NoError(v.t, err)
+		rec, err := record.Decode(it.Value())
+		require.NoError(v.t, err)
+		out[rid.Key] = rec
+	}
+	return out
+}
+
+func TestRetentionClassesExpireExactly(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	v.completeIn("d", "", fpA, 200)
+	v.completeIn("d2", ttl.DefaultClass, fpA, 200)
+	v.completeIn("s", "short", fpA, 200)
+	v.completeIn("m", "money", fpA, 200)
+
+	got, err := v.e.Get(ctx, id("s"))
+	require.NoError(t, err)
+	require.Equal(t, "short", got.Class)
+	require.WithinDuration(t, t0.Add(time.Hour), got.Expires, 0)
+	got, err = v.e.Get(ctx, id("d2"))
+	require.NoError(t, err)
+	require.Empty(t, got.Class, "the default class is stored as none")
+
+	// Every read switches at the expiry instant, from the replay cache and
+	// from disk alike.
+	check := func(key string, window time.Duration) {
+		t.Helper()
+		for _, reopen := range []bool{false, true} {
+			v.clock.Advance(window - time.Second - v.clock.Now().Sub(t0))
+			if reopen {
+				v.reopen()
+			}
+			require.Equal(t, idemkv.Replay, v.claim(id(key), fpA, idemkv.ModeLocal).Outcome, key)
+			v.clock.Advance(time.Second)
+			_, err := v.e.Get(ctx, id(key))
+			require.ErrorIs(t, err, idemkv.ErrNotFound, key)
+			if reopen {
+				c := v.claim(id(key), fpB, idemkv.ModeLocal)
+				require.Equal(t, idemkv.Acquired, c.Outcome, key)
+				require.NoError(t, v.e.Release(ctx, c.Lease))
+			}
+			// Rewind for the next round: the fake clock only moves forward,
+			// so rebuild the clock at t0.
+			v.clock = fakeclock.New(t0)
+			v.opts.Clock = v.clock
+			v.reopen()
+		}
+	}
+	check("s", time.Hour)
+	check("d", 24*time.Hour)
+	check("m", 30*24*time.Hour)
+}
+
+func TestRetentionClassErrors(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	for _, class := range []string{"nope", "Short", string(make([]byte, 40))} {
+		_, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: fpA, Retention: class})
+		require.ErrorIs(t, err, idemkv.ErrInvalidArgument, class)
+	}
+	require.Empty(t, v.stored())
+
+	bad := []Options{
+		{RetentionClasses: ttl.Classes{"default": time.Hour}},
+		{RetentionClasses: ttl.Classes{"x": 0}},
+		{RetentionClasses: ttl.Classes{"Bad Name": time.Hour}},
+		{RetentionClasses: ttl.Classes{"tiny": time.Second}, Lease: time.Minute},
+		{Sweep: ttl.Options{Interval: -time.Second}},
+		{Sweep: ttl.Options{ChunkSize: -1}},
+	}
+	for i, o := range bad {
+		_, err := Open(t.TempDir(), &o)
+		require.Error(t, err, "options %d", i)
+	}
+}
+
+func TestRetentionClassKeptByRetriesAndTakeovers(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: fpA, Retention: "short"})
+	require.NoError(t, err)
+	v.clock.Advance(time.Minute) // lease expired: a takeover naming another class
+	c2, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: fpA, Retention: "money"})
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Acquired, c2.Outcome)
+	require.Greater(t, c2.Lease.Token, c.Lease.Token)
+	require.NoError(t, v.e.Complete(ctx, c2.Lease, idemkv.Result{Status: 200}, nil))
+	got, err := v.e.Get(ctx, id("k"))
+	require.NoError(t, err)
+	require.Equal(t, "short", got.Class)
+	require.WithinDuration(t, v.clock.Now().Add(time.Hour), got.Expires, 0)
+}
+
+func TestRemovedClassGetsLongestWindow(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: fpA, Mode: idemkv.ModeRemote, Retention: "short"})
+	require.NoError(t, err)
+	// The operator drops "short" while the remote claim is open.
+	require.NoError(t, v.e.Close())
+	v.opts.RetentionClasses = ttl.Classes{"money": 30 * 24 * time.Hour}
+	v.open()
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 200}, nil))
+	got, err := v.e.Get(ctx, id("k"))
+	require.NoError(t, err)
+	require.WithinDuration(t, v.clock.Now().Add(30*24*time.Hour), got.Expires, 0)
+}
+
+// TestSweepDeletesOnlyExpiredSettledRecords puts one record in every
+// situation the sweeper must judge and checks what a pass leaves on disk.
+func TestSweepDeletesOnlyExpiredSettledRecords(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	for i := range 20 {
+		v.completeIn("old-"+strconv.Itoa(i), "short", fpA, 200)
+	}
+	v.completeIn("young", "", fpA, 200)
+	unc, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("uncertain"), Fingerprint: fpA, Mode: idemkv.ModeRemote, Retention: "short"})
+	require.NoError(t, err)
+	require.NoError(t, v.e.MarkUncertain(ctx, unc.Lease, "timeout"))
+	// A remote claim whose lease outlives its record's expiry.
+	live, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("live"), Fingerprint: fpA, Mode: idemkv.ModeRemote, Retention: "short", Lease: 50 * time.Minute})
+	require.NoError(t, err)
+	// A remote claim abandoned by its holder: its outcome is unknown.
+	_, err = v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("abandoned"), Fingerprint: fpA, Mode: idemkv.ModeRemote, Retention: "short"})
+	require.NoError(t, err)
+	v.completeIn("reclaimed", "short", fpA, 200)
+
+	v.clock.Advance(45 * time.Minute)
+	live.Lease, err = v.e.Renew(ctx, live.Lease, 30*time.Minute)
+	require.NoError(t, err)
+	v.clock.Advance(20 * time.Minute) // past every "short" expiry; the live lease runs to 75 min
+	// A new local holder of an expired key: its old record must stay until
+	// the holder decides.
+	re := v.claim(id("reclaimed"), fpB, idemkv.ModeLocal)
+	require.Equal(t, idemkv.Acquired, re.Outcome)
+
+	p, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 20, p.Deleted)
+	require.Equal(t, 4, p.Held, "uncertain, live, abandoned, reclaimed")
+	require.Equal(t, 25, p.Examined)
+	require.Greater(t, p.Chunks, 3)
+
+	left := v.stored()
+	require.Len(t, left, 5)
+	for _, k := range []string{"young", "uncertain", "live", "abandoned", "reclaimed"} {
+		require.Contains(t, left, k)
+	}
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.Equal(t, 4, st.Sweep.HeldPastExpiry())
+	require.EqualValues(t, 20, st.Sweep.Deleted)
+
+	// The holders finish; the held records then go their ways.
+	require.NoError(t, v.e.Complete(ctx, re.Lease, idemkv.Result{Status: 201}, nil))
+	require.NoError(t, v.e.Complete(ctx, live.Lease, idemkv.Result{Status: 202}, nil))
+	require.NoError(t, v.e.Resolve(ctx, idemkv.ResolveRequest{ID: id("uncertain"), Token: unc.Lease.Token, NoEffect: true}))
+	p, err = v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, p.Deleted)
+	require.Equal(t, 1, p.Held, "abandoned")
+	require.Equal(t, idemkv.Replay, v.claim(id("reclaimed"), fpB, idemkv.ModeLocal).Outcome)
+
+	// Twice is harmless.
+	p2, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, p2.Deleted)
+	require.Len(t, v.stored(), 4)
+}
+
+// TestSweepNeverDeletesARewrittenRecord races passes against holders that
+// re-claim and complete expired keys: whatever the interleaving, each new
+// record survives (the write-count check in SweepChunk; without it, a
+// delete decided on the scan's stale view would remove the new record).
+func TestSweepNeverDeletesARewrittenRecord(t *testing.T) {
+	v := newSweepEnv(t, func(o *Options) { o.Sweep.ChunkSize = 3; o.Shards = 4 })
+	const n = 200
+	for i := range n {
+		v.completeIn("k"+strconv.Itoa(i), "short", fpA, 200)
+	}
+	v.clock.Advance(2 * time.Hour)
+
+	stop := make(chan struct{})
+	swept := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				swept <- nil
+				return
+			default:
+			}
+			if _, err := v.e.Sweep(ctx); err != nil {
+				swept <- err
+				return
+			}
+		}
+	}()
+	var writers sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 4 {
+		writers.Go(func() {
+			for i := w; i < n; i += 4 {
+				c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("k" + strconv.Itoa(i)), Fingerprint: fpB})
+				if err == nil && c.Outcome != idemkv.Acquired {
+					err = fmt.Errorf("k%d: %v", i, c.Outcome)
+				}
+				if err == nil {
+					err = v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	writers.Wait()
+	close(stop)
+	require.NoError(t, <-swept)
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	_, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	left := v.stored()
+	require.Len(t, left, n)
+	for i := range n {
+		rec := left["k"+strconv.Itoa(i)]
+		require.Equal(t, 201, rec.Result.Status, i)
+	}
+}
+
+// TestSweepRechecksAfterScan changes keys between a chunk's scan and its
+// deletes, deterministically: a key re-claimed and completed must keep its
+// new record, and a key with a holder at work must be left alone.
+func TestSweepRechecksAfterScan(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	v.completeIn("rewritten", "short", fpA, 200)
+	v.completeIn("held", "short", fpA, 200)
+	v.completeIn("plain", "short", fpA, 200)
+	v.clock.Advance(2 * time.Hour)
+	var holder idemkv.Claim
+	v.e.testHookSweepScanned = func() {
+		v.e.testHookSweepScanned = nil
+		v.completeIn("rewritten", "", fpB, 201)
+		holder = v.claim(id("held"), fpB, idemkv.ModeLocal)
+	}
+	p, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Deleted, "plain")
+	require.Equal(t, 1, p.Held, "held")
+	left := v.stored()
+	require.Len(t, left, 2)
+	require.Equal(t, 201, left["rewritten"].Result.Status)
+	require.Equal(t, 200, left["held"].Result.Status)
+	require.NoError(t, v.e.Complete(ctx, holder.Lease, idemkv.Result{Status: 202}, nil))
+	require.Equal(t, idemkv.Replay, v.claim(id("held"), fpB, idemkv.ModeLocal).Outcome)
+}
+
+func TestSweepResumesAfterRestart(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	for i := range 50 {
+		v.completeIn(fmt.Sprintf("k%03d", i), "short", fpA, 200)
+	}
+	v.clock.Advance(2 * time.Hour)
+	// Three chunks by hand, as an interrupted pass would leave them.
+	tgt := sweepTarget{v.e}
+	var cursor []byte
+	for range 3 {
+		c, err := tgt.SweepChunk(ctx, cursor, 7, v.clock.Now())
+		require.NoError(t, err)
+		cursor = c.Next
+	}
+	require.Len(t, v.stored(), 50-21)
+	v.reopen()
+	saved, err := sweepTarget{v.e}.SweepCursor()
+	require.NoError(t, err)
+	require.Equal(t, cursor, saved)
+	p, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.True(t, p.Resumed)
+	require.Equal(t, 29, p.Examined, "the resumed pass starts where the first stopped")
+	require.Equal(t, 29, p.Deleted)
+	require.Empty(t, v.stored())
+	saved, err = sweepTarget{v.e}.SweepCursor()
+	require.NoError(t, err)
+	require.Nil(t, saved, "a finished pass leaves no position")
+}
+
+// TestSweepCrashMidPass crashes the filesystem in the middle of a pass, with
+// none, half or all of the unsynced writes lost, and checks that nothing
+// unexpired was lost and no expired record is readable.
+func TestSweepCrashMidPass(t *testing.T) {
+	for _, pct := range []int{0, 50, 100} {
+		t.Run(fmt.Sprintf("unsynced-%d%%", pct), func(t *testing.T) {
+			fs := vfs.NewCrashableMem()
+			clock := fakeclock.New(t0)
+			opts := &Options{FS: fs, Clock: clock, CacheSize: 1 << 20, MemTableSize: 1 << 20,
+				RetentionClasses:  ttl.Classes{"short": time.Hour},
+				NoBackgroundSweep: true, Sweep: ttl.Options{ChunkSize: 5}}
+			e, err := Open("db", opts)
+			require.NoError(t, err)
+			want := map[string]int{}
+			for i := range 60 {
+				key, class := fmt.Sprintf("k%03d", i), "short"
+				if i%3 == 0 {
+					class = "" // 24 h: unexpired when the pass runs
+					want[key] = 200 + i
+				}
+				c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id(key), Fingerprint: fpA, Retention: class})
+				require.NoError(t, err)
+				require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 200 + i}, nil))
+			}
+			clock.Advance(2 * time.Hour)
+			tgt := sweepTarget{e}
+			var cursor []byte
+			for range 6 {
+				c, err := tgt.SweepChunk(ctx, cursor, 5, clock.Now())
+				require.NoError(t, err)
+				cursor = c.Next
+			}
+			crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(uint64(pct), 1))})
+			require.NoError(t, e.Close())
+
+			opts.FS = crashed
+			e, err = Open("db", opts)
+			require.NoError(t, err)
+			defer e.Close()
+			for i := range 60 {
+				key := fmt.Sprintf("k%03d", i)
+				got, err := e.Get(ctx, id(key))
+				if st, ok := want[key]; ok {
+					require.NoError(t, err, key)
+					require.Equal(t, st, got.Result.Status, key)
+				} else {
+					require.ErrorIs(t, err, idemkv.ErrNotFound, key)
+				}
+			}
+			_, err = e.Sweep(ctx)
+			require.NoError(t, err)
+			cen, err := e.Census(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 20, cen.Completed)
+			require.Zero(t, cen.Expired)
+		})
+	}
+}
