@@ -23,7 +23,7 @@ func sample() []idemkv.Record {
 			Created: t0, Expires: t0.Add(time.Hour), Result: idemkv.Result{Status: 204}},
 		{State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 77,
 			Attempt: 3, OperationID: idemkv.OperationID{1}, Created: t0, Expires: t0.Add(time.Hour),
-			Note: "provider timed out"},
+			Note: "provider timed out", Class: "money"},
 	}
 }
 
@@ -99,6 +99,7 @@ func genRecord(t *rapid.T) idemkv.Record {
 	if rapid.Bool().Draw(t, "opid") {
 		r.OperationID[rapid.IntRange(0, 15).Draw(t, "opidx")] = rapid.ByteRange(1, 255).Draw(t, "opb")
 	}
+	r.Class = rapid.SampledFrom([]string{"", "money", "a-32-byte-class-name-0123456789_"}).Draw(t, "class")
 	switch r.State {
 	case idemkv.StateInProgress:
 		r.LeaseExpires = ms("lease")
