@@ -3,6 +3,7 @@
 //	idemkv bench [flags]       measure the engine against a raw-Pebble baseline
 //	idemkv demo [--data DIR]   play the guide's retry failures against a real store
 //	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
+//	idemkv sweep --data DIR    delete a closed store's expired records
 //	idemkv help [COMMAND]      show usage
 //
 // Each subcommand lives in a file of its own and registers itself with
