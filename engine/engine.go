@@ -61,8 +61,9 @@ type Engine struct {
 	// a write in flight (tests use it to order events without sleeping).
 	testHookWait func()
 	// testHookSweepScanned, if set, is called by a sweep chunk between its
-	// scan and its deletes.
-	testHookSweepScanned func()
+	// scan and its deletes; testHookSweepChecked after its checks, just
+	// before it commits.
+	testHookSweepScanned, testHookSweepChecked func()
 }
 
 var _ idemkv.Store = (*Engine)(nil)
@@ -91,9 +92,33 @@ type shard struct {
 		cache  replayCache
 	}
 	// writes counts the record writes that have ended in this shard. It is
-	// bumped under mu when a write's slot is removed (see sweep.go).
+	// bumped under mu when a write's busy slot is cleared or removed (see
+	// sweep.go).
 	writes atomic.Uint64
+	// fence, while set, is a sweeper batch being committed with deletes
+	// of keys in this shard: no write may begin here until it is closed
+	// (see sweep.go).
+	fence atomic.Pointer[chan struct{}]
 }
+
+// beginWriteLocked marks s busy before a write of its key. If a sweeper
+// batch with deletes in this shard is being committed, it first waits for
+// it, holding sh.mu: the batch holds no engine lock and takes microseconds.
+//
+// REQUIRES: sh.mu held; s not busy.
+func (sh *shard) beginWriteLocked(s *slot) {
+	if f := sh.fence.Load(); f != nil {
+		if testHookFenceWait != nil {
+			testHookFenceWait()
+		}
+		<-*f
+	}
+	s.markBusy()
+}
+
+// testHookFenceWait, if set, is called when a write starts waiting at a
+// sweeper's fence.
+var testHookFenceWait func()
 
 // installLocked makes s the slot of k. Every write to k happens under a
 // slot, so this is also where k's replay-cache entry is dropped.
@@ -485,7 +510,7 @@ func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.
 	} else {
 		// The claim precedes a remote call: it must survive a crash, or a
 		// retry after a restart would call downstream again blind.
-		s.markBusy()
+		sh.beginWriteLocked(s)
 		sh.mu.Unlock()
 		b := e.db.NewBatch()
 		_ = b.Set(k, record.Encode(nil, &rec), nil)
@@ -498,6 +523,7 @@ func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.
 		}
 		sh.mu.Lock()
 		s.durable = true
+		sh.writes.Add(1)
 		s.clearBusy()
 		sh.mu.Unlock()
 	}
@@ -524,7 +550,7 @@ func (e *Engine) writeBusyBatchLocked(sh *shard, k []byte, s *slot, cur idemkv.R
 		sh.installLocked(k, s)
 	}
 	if !s.busy {
-		s.markBusy()
+		sh.beginWriteLocked(s)
 	}
 	sh.mu.Unlock()
 	if next == nil {
@@ -643,7 +669,7 @@ func (e *Engine) holdLocked(ctx context.Context, sh *shard, k []byte, l idemkv.L
 	} else if s.rec.Token != l.Token {
 		return nil, e.fenced(l)
 	}
-	s.markBusy()
+	sh.beginWriteLocked(s)
 	return s, nil
 }
 

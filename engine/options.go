@@ -80,8 +80,10 @@ type Options struct {
 	CacheSize int64
 
 	// MemTableSize is the size of one Pebble memtable, in bytes. Default:
-	// 32 MiB. Larger memtables absorb more writes before a flush (and make
-	// WAL replay at open longer).
+	// 8 MiB, measured best of 4, 8, 16 and 32 MiB on the unique and remote
+	// workloads (docs/operations.md): every claim of a new key searches the
+	// memtable's skiplist, which is cheaper while it fits the CPU's caches.
+	// Larger memtables mean fewer flushes and longer WAL replay at open.
 	MemTableSize uint64
 
 	// CompactionConcurrency is the most compactions Pebble runs at once.
@@ -158,7 +160,7 @@ func (o *Options) EnsureDefaults() *Options {
 	c.RetentionClasses = classes
 	c.Sweep.Clock = c.Clock
 	if c.MemTableSize == 0 {
-		c.MemTableSize = 32 << 20
+		c.MemTableSize = 8 << 20
 	}
 	if c.CompactionConcurrency == 0 {
 		c.CompactionConcurrency = max(1, runtime.GOMAXPROCS(0)/2)
@@ -204,7 +206,7 @@ func (o *Options) Validate() error {
 	}
 	if o.Lease > 0 {
 		for _, n := range o.RetentionClasses.Names() {
-			if w := o.RetentionClasses[n]; w > 0 && o.Lease > w {
+			if w := o.RetentionClasses[n]; n != ttl.DefaultClass && w > 0 && o.Lease > w {
 				errs = append(errs, fmt.Errorf("Lease %v exceeds retention class %q (%v)", o.Lease, n, w))
 			}
 		}

@@ -51,8 +51,12 @@ type Stats struct {
 	Sweep ttl.Stats
 
 	// Pebble.
-	DiskBytes        uint64 // all files of the store: sstables, WAL, manifest
-	ReadAmp          int    // sublevels a read may visit
+	DiskBytes uint64 // all files of the store: sstables, WAL, manifest
+	// LiveBytes is the live sstables and WAL: DiskBytes without files
+	// awaiting deletion, recycled WAL files, sstables kept only for open
+	// iterators and the output of compactions in progress.
+	LiveBytes        uint64
+	ReadAmp          int // sublevels a read may visit
 	L0Files          int64
 	CompactionDebt   uint64 // bytes compaction must still rewrite
 	Flushes          int64
@@ -105,6 +109,7 @@ func (e *Engine) Stats() (Stats, error) {
 
 	m := e.db.Metrics()
 	st.DiskBytes = m.DiskSpaceUsage()
+	st.LiveBytes = m.WAL.PhysicalSize + m.Table.Local.LiveSize + m.BlobFiles.Local.LiveSize
 	st.ReadAmp = m.ReadAmp()
 	st.L0Files = m.Levels[0].TablesCount
 	st.CompactionDebt = m.Compact.EstimatedDebt

@@ -25,13 +25,17 @@ import (
 // Pebble's log is ordered.
 //
 // A delete must not remove a record that a write replaced after the scan
-// read it. Every record write ends, still under its shard mutex, by
-// removing the key's busy slot and bumping the shard's write count. So a
-// chunk reads the counts before it creates its iterator, and then, holding
-// the mutexes of the shards its candidates fall in: a key with a slot is
+// read it. Every record write begins by marking its key's slot busy and
+// ends by clearing or removing it and bumping the shard's write count,
+// both under the shard mutex. A chunk reads the counts before it creates
+// its iterator. Then, shard by shard under the mutex: a key with a slot is
 // skipped (a holder or a write is at work on it); a key in a shard whose
 // count has not moved is exactly as the iterator saw it; any other key is
-// read again. The batch commits before the mutexes are released.
+// read again. Before releasing the mutex of a shard with deletes, the
+// chunk sets the shard's fence, and no write may begin in a fenced shard
+// (beginWriteLocked waits) until the batch is committed. So no write of a
+// deleted key can begin between its check and the delete, and yet no
+// engine lock is held while the batch commits.
 
 var (
 	sweepKey    = record.SweepKey
@@ -137,38 +141,52 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	b := e.db.NewBatch()
 	defer b.Close()
 	slices.SortFunc(cands, func(a, b sweepCandidate) int { return a.shard - b.shard })
-	var locked []*shard
+	fence := make(chan struct{})
+	var fenced []*shard
 	defer func() {
-		for _, sh := range locked {
-			sh.mu.Unlock()
+		close(fence)
+		for _, sh := range fenced {
+			sh.fence.CompareAndSwap(&fence, nil)
 		}
 	}()
-	for _, cd := range cands {
-		sh := &e.shards[cd.shard]
-		if len(locked) == 0 || locked[len(locked)-1] != sh {
-			sh.mu.Lock()
-			locked = append(locked, sh)
-		}
-		if sh.mu.slots[string(cd.k)] != nil {
-			c.Held++ // a holder or a write is at work on it
-			continue
-		}
-		if sh.writes.Load() != gens[cd.shard] {
-			rec, found, err := e.readLocked(cd.k)
-			if err != nil {
-				return ttl.Chunk{}, err
+	for i := 0; i < len(cands); {
+		sh := &e.shards[cands[i].shard]
+		sh.mu.Lock()
+		deleted := false
+		for ; i < len(cands) && &e.shards[cands[i].shard] == sh; i++ {
+			cd := cands[i]
+			if sh.mu.slots[string(cd.k)] != nil {
+				c.Held++ // a holder or a write is at work on it
+				continue
 			}
-			if !found || rec.State != idemkv.StateCompleted || now.Before(rec.Expires) {
-				continue // replaced since the scan
+			if sh.writes.Load() != gens[cd.shard] {
+				rec, found, err := e.readLocked(cd.k)
+				if err != nil {
+					sh.mu.Unlock()
+					return ttl.Chunk{}, err
+				}
+				if !found || rec.State != idemkv.StateCompleted || now.Before(rec.Expires) {
+					continue // replaced since the scan
+				}
 			}
+			sh.mu.cache.drop(cd.k)
+			_ = b.DeleteSized(cd.k, uint32(cd.size), nil)
+			c.Deleted++
+			c.DeletedBytes += int64(cd.size)
+			deleted = true
 		}
-		sh.mu.cache.drop(cd.k)
-		_ = b.DeleteSized(cd.k, uint32(cd.size), nil)
-		c.Deleted++
-		c.DeletedBytes += int64(cd.size)
+		if deleted {
+			// No write may begin in this shard until the batch is in.
+			sh.fence.Store(&fence)
+			fenced = append(fenced, sh)
+		}
+		sh.mu.Unlock()
 	}
 	if c.Deleted == 0 && cursor == nil && c.Next == nil {
 		return c, nil // a whole pass in one chunk that changed nothing
+	}
+	if e.testHookSweepChecked != nil {
+		e.testHookSweepChecked()
 	}
 	if c.Next != nil {
 		_ = b.Set(sweepKey, c.Next, nil)

@@ -315,6 +315,38 @@ func TestSweepRechecksAfterScan(t *testing.T) {
 	require.Equal(t, idemkv.Replay, v.claim(id("held"), fpB, idemkv.ModeLocal).Outcome)
 }
 
+// TestSweepFenceHoldsBackWrites starts a rewrite of a key the chunk has
+// decided to delete, after the decision and before the commit: the write
+// must wait at the shard's fence and land after the delete. Without the
+// fence, it lands first and the delete removes it.
+func TestSweepFenceHoldsBackWrites(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	v.completeIn("k", "short", fpA, 200)
+	v.clock.Advance(2 * time.Hour)
+
+	written := make(chan error, 1)
+	blocked := make(chan struct{}, 1)
+	testHookFenceWait = func() { blocked <- struct{}{} }
+	defer func() { testHookFenceWait = nil }()
+	v.e.testHookSweepChecked = func() {
+		v.e.testHookSweepChecked = nil
+		// The old record is expired, so the claim acquires; a local claim
+		// writes nothing, its Complete does.
+		c := v.claim(id("k"), fpB, idemkv.ModeLocal)
+		go func() { written <- v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil) }()
+		select {
+		case <-blocked: // waiting at the fence
+		case err := <-written: // no fence: the write went first
+			written <- err
+		}
+	}
+	p, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Deleted)
+	require.NoError(t, <-written)
+	require.Equal(t, 201, v.stored()["k"].Result.Status, "the rewrite was deleted by the sweeper")
+}
+
 func TestSweepResumesAfterRestart(t *testing.T) {
 	v := newSweepEnv(t, nil)
 	for i := range 50 {

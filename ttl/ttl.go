@@ -176,6 +176,13 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
+// The defaults of Options.
+const (
+	DefaultInterval  = 10 * time.Minute
+	DefaultRate      = 50_000
+	DefaultChunkSize = 256
+)
+
 // Options configure a Sweeper. A nil *Options, and every zero field, means
 // the default documented on the field.
 type Options struct {
@@ -201,19 +208,23 @@ type Options struct {
 	OnPass func(Pass)
 }
 
+// WithDefaults returns a copy of o (which may be nil) with every zero field
+// set to its default.
+func (o *Options) WithDefaults() Options { return o.ensureDefaults() }
+
 func (o *Options) ensureDefaults() Options {
 	var c Options
 	if o != nil {
 		c = *o
 	}
 	if c.Interval == 0 {
-		c.Interval = 10 * time.Minute
+		c.Interval = DefaultInterval
 	}
 	if c.Rate == 0 {
-		c.Rate = 50_000
+		c.Rate = DefaultRate
 	}
 	if c.ChunkSize == 0 {
-		c.ChunkSize = 256
+		c.ChunkSize = DefaultChunkSize
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}

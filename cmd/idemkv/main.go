@@ -1,6 +1,7 @@
 // Command idemkv is the command-line tool of the idemkv idempotency store.
 //
 //	idemkv bench [flags]       measure the engine against a raw-Pebble baseline
+//	idemkv bench ttl [flags]   measure retention: disk over time, sweeper cost
 //	idemkv demo [--data DIR]   play the guide's retry failures against a real store
 //	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
 //	idemkv sweep --data DIR    delete a closed store's expired records
@@ -86,6 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		return help(rest, stdout, stderr)
 	}
+	// A two-word command ("bench ttl") is registered under both words.
+	if len(rest) > 0 && commands[name+" "+rest[0]] != nil {
+		name, rest = name+" "+rest[0], rest[1:]
+	}
 	c := commands[name]
 	if c == nil {
 		fmt.Fprintf(stderr, "idemkv: unknown command %q\n\n", name)
@@ -133,8 +138,8 @@ func help(args []string, stdout, stderr io.Writer) int {
 	case 0:
 		usage(stdout)
 		return exitOK
-	case 1:
-		if c := commands[args[0]]; c != nil {
+	case 1, 2:
+		if c := commands[strings.Join(args, " ")]; c != nil {
 			fs := flag.NewFlagSet("idemkv "+c.name, flag.ContinueOnError)
 			c.flags(fs)
 			commandUsage(stdout, c, fs)

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/idemkv/idemkv/bench"
+)
+
+func init() {
+	register(&command{
+		name:    "bench ttl",
+		args:    "[--profile quick|full] [--retention D] [--periods N] [--rate R] [--no-compare] [--data DIR] [--json FILE] [--plot DIR]",
+		summary: "measure retention: disk usage over several windows with and without the sweeper, and the sweeper's cost (docs/benchmarks.md)",
+		flags:   benchTTLFlags,
+	})
+}
+
+func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+	profile := "quick"
+	var (
+		retention, interval time.Duration
+		periods             int
+		rate, sweepRate     float64
+		noCompare           bool
+		data, jsonOut, plot string
+	)
+	fs.Func("profile", "`quick` (10 s windows, about 2.5 minutes) or full (60 s windows, about 13 minutes) (default quick)", func(s string) error {
+		if _, err := bench.TTLProfile(s); err != nil {
+			return errors.New("want quick or full")
+		}
+		profile = s
+		return nil
+	})
+	fs.DurationVar(&retention, "retention", 0, "the retention window (default: the profile's)")
+	fs.IntVar(&periods, "periods", 0, "how many windows each run lasts (default 6)")
+	fs.Float64Var(&rate, "rate", 0, "constant requests per second (default 5000, the guide's)")
+	fs.DurationVar(&interval, "sweep-interval", 0, "the sweeper's interval (default retention/4)")
+	fs.Float64Var(&sweepRate, "sweep-rate", 0, "the sweeper's records examined per second (default the engine's)")
+	fs.BoolVar(&noCompare, "no-compare", false, "skip the run without the sweeper")
+	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
+	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
+	fs.StringVar(&plot, "plot", "", "write ttl-disk.png into `DIR`")
+	return func(ctx context.Context, stdout io.Writer) error {
+		cfg, err := bench.TTLProfile(profile)
+		if err != nil {
+			return err
+		}
+		if retention != 0 {
+			cfg.Retention = retention
+		}
+		cfg.Periods, cfg.Rate, cfg.SweepInterval, cfg.SweepRate = periods, rate, interval, sweepRate
+		cfg.NoCompare, cfg.Dir = noCompare, data
+		if err := cfg.Validate(); err != nil {
+			return usageError{err}
+		}
+		var jsonFile *os.File
+		if jsonOut != "" {
+			if jsonFile, err = os.Create(jsonOut); err != nil {
+				return err
+			}
+			defer jsonFile.Close()
+		}
+		cfg.Progress = func(p bench.Progress) {
+			fmt.Fprintf(os.Stderr, "\r%s %d/%d ", p.Step, p.Done, p.Total)
+		}
+		rep, err := bench.RunTTL(ctx, cfg)
+		fmt.Fprintln(os.Stderr)
+		if err != nil {
+			return err
+		}
+		if err := rep.WriteTable(stdout); err != nil {
+			return err
+		}
+		if jsonFile != nil {
+			if err := rep.WriteJSON(jsonFile); err != nil {
+				return err
+			}
+			if err := jsonFile.Close(); err != nil {
+				return err
+			}
+		}
+		if plot != "" {
+			if _, err := rep.Plot(plot); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
