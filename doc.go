@@ -58,8 +58,10 @@
 //
 // # Caveats
 //
-// A key protects a request only for the store's retention window; a retry
-// that arrives after its record expired runs as new. Request deduplication
+// A key protects a request only for its retention class's window (chosen
+// by the first claim, ClaimRequest.Retention); a retry that arrives after
+// its record expired runs as new. Unsettled records (in progress,
+// uncertain) never expire. Request deduplication
 // complements business constraints (a unique payment id, a version check) and
 // does not replace them.
 package idemkv

@@ -241,6 +241,12 @@ func TestDocsNameEveryJSONField(t *testing.T) {
 	require.NoError(t, rep.WriteJSON(&js))
 	var v any
 	require.NoError(t, json.Unmarshal(js.Bytes(), &v))
+	ttlRep := TTLReport{Runs: []TTLRun{{Samples: []TTLSample{{}}}}}
+	js.Reset()
+	require.NoError(t, ttlRep.WriteJSON(&js))
+	var tv any
+	require.NoError(t, json.Unmarshal(js.Bytes(), &tv))
+	v = []any{v, tv}
 	names := map[string]bool{}
 	var walk func(any)
 	walk = func(v any) {
@@ -400,4 +406,47 @@ func TestBulkLoadReplays(t *testing.T) {
 		require.Equal(t, idemkv.Replay, c.Outcome)
 		require.Equal(t, resultOf(7, i, nil), c.Record.Result)
 	}
+}
+
+// TestTTLRun runs a tiny retention measurement end to end: both runs, the
+// cost measurement, the extrapolation and the outputs.
+func TestTTLRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for seconds")
+	}
+	cfg := TTLConfig{Retention: 2 * time.Second, Periods: 2, Rate: 400, Clients: 4,
+		SampleEvery: 250 * time.Millisecond, CostKeys: 2000, Tenants: 10, Dir: t.TempDir()}
+	rep, err := RunTTL(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Len(t, rep.Runs, 2)
+	sw, none := rep.Runs[0], rep.Runs[1]
+	require.Equal(t, "sweeper", sw.Name)
+	require.Positive(t, sw.Requests)
+	require.Positive(t, sw.Swept, "records expired during the run must be swept")
+	require.Zero(t, none.Swept)
+	require.NotEmpty(t, sw.Samples)
+	require.Positive(t, sw.TableBytesPerLiveKey)
+	require.Equal(t, 2000, rep.Cost.Keys)
+	require.Positive(t, rep.Cost.CPUPerMillionExamined)
+	require.Positive(t, rep.Cost.CPUPerMillionDeleted)
+	require.Less(t, rep.Cost.TableBytesAfter, rep.Cost.TableBytesBefore/10, "space comes back")
+	require.InDelta(t, 432e6, rep.Guide.KeysPerDay, 1)
+	require.Positive(t, rep.Guide.SweeperCores)
+
+	var out bytes.Buffer
+	require.NoError(t, rep.WriteTable(&out))
+	require.Contains(t, out.String(), "no-sweeper")
+	out.Reset()
+	require.NoError(t, rep.WriteJSON(&out))
+	var back TTLReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &back))
+	require.Equal(t, rep.Runs[0].Requests, back.Runs[0].Requests)
+	f, err := rep.Plot(t.TempDir())
+	require.NoError(t, err)
+	require.FileExists(t, f)
+
+	require.Error(t, TTLConfig{Periods: 1}.Validate())
+	require.Error(t, TTLConfig{Retention: time.Millisecond}.Validate())
+	_, err = TTLProfile("slow")
+	require.Error(t, err)
 }

@@ -603,6 +603,7 @@ func (r *TTLReport) Plot(dir string) (string, error) {
 	if err := plotutil.AddLines(p, lines...); err != nil {
 		return "", fmt.Errorf("bench: plot: %w", err)
 	}
+	p.Legend.Top, p.Legend.Left = true, true
 	f := filepath.Join(dir, "ttl-disk.png")
 	if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, f); err != nil {
 		return "", fmt.Errorf("bench: plot: %w", err)

@@ -50,6 +50,22 @@
 // taken over only by a Resumable claim, which keeps the OperationID so the
 // downstream sees the same operation; otherwise it becomes uncertain.
 //
+// # Retention and the sweeper
+//
+// A claim names a retention class (ClaimRequest.Retention; "" is the
+// default class, Options.Retention; others come from
+// Options.RetentionClasses). The first claim's class is stored with the
+// record and decides its expiry when it completes. Every read treats a
+// completed record at or past its expiry as absent, at once. A background
+// sweeper (package ttl, started by Open and stopped by Close; Options.Sweep)
+// walks the records in rate-limited chunks and deletes completed records
+// past expiry; each chunk's deletes and the position reached are one
+// batch, so a pass resumes after a restart. It never deletes an unsettled
+// record (in progress or uncertain) or a key a holder is working on, and
+// counts those it keeps (Stats.Sweep). Engine.Sweep runs a pass by hand.
+// Sweeper deletes are not synced: a lost delete brings back a record every
+// read treats as absent anyway.
+//
 // # Performance
 //
 // Concurrent synced writes are combined: writers that arrive while a
@@ -69,9 +85,9 @@
 //     nothing and runs again on retry; a remote one is in progress until its
 //     lease runs out, then uncertain (or resumed, if Resumable) — never
 //     re-run blind.
-//   - Retention: a completed record older than Options.Retention is treated
-//     as absent, and a late retry runs as new. Removing expired records from
-//     disk is the TTL sweeper's job.
+//   - Retention: a completed record past its class's window is treated as
+//     absent, and a late retry runs as new. Choose windows from the longest
+//     client retry, queue replay and provider windows (docs/operations.md).
 //   - GetData may observe effects whose Complete is still syncing.
 //   - Effects are blind writes, serialized per idempotency key, not per
 //     business key: guard a read-modify-write of shared business state

@@ -40,6 +40,9 @@ type Engine struct {
 	sweeper   *ttl.Sweeper
 	sweepStop func()
 	sweepDone chan struct{}
+	// sweepUnsaved counts records examined since the sweeper last saved
+	// its position. Only the running pass touches it (passes are serial).
+	sweepUnsaved int
 
 	// gate admits operations and lets Close wait for those in flight
 	// (including their fsyncs) before it closes Pebble. Admission never

@@ -37,6 +37,10 @@ import (
 // deleted key can begin between its check and the delete, and yet no
 // engine lock is held while the batch commits.
 
+// sweepSaveEvery is how many records a pass may read without deleting
+// anything before it saves its position anyway.
+const sweepSaveEvery = 1 << 14
+
 var (
 	sweepKey    = record.SweepKey
 	recordStart = []byte{record.NSRecord}
@@ -111,17 +115,17 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 			_ = it.Close()
 			return ttl.Chunk{}, fmt.Errorf("engine: sweep: %w", err)
 		}
-		rec, err := record.Decode(v)
+		state, expires, err := record.Peek(v)
 		if err != nil {
 			_ = it.Close()
 			return ttl.Chunk{}, fmt.Errorf("engine: sweep: record %q: %w", it.Key(), err)
 		}
 		c.Examined++
 		last = append(last[:0], it.Key()...)
-		if now.Before(rec.Expires) {
+		if now.Before(expires) {
 			continue
 		}
-		if rec.State != idemkv.StateCompleted {
+		if state != idemkv.StateCompleted {
 			c.Held++ // unsettled: kept until it settles
 			continue
 		}
@@ -182,9 +186,13 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 		}
 		sh.mu.Unlock()
 	}
-	if c.Deleted == 0 && cursor == nil && c.Next == nil {
-		return c, nil // a whole pass in one chunk that changed nothing
+	e.sweepUnsaved += c.Examined
+	if c.Deleted == 0 && (c.Next == nil && cursor == nil || c.Next != nil && e.sweepUnsaved < sweepSaveEvery) {
+		// Nothing to delete, and the position need not be saved yet: a
+		// restart at worst re-reads sweepSaveEvery records.
+		return c, nil
 	}
+	e.sweepUnsaved = 0
 	if e.testHookSweepChecked != nil {
 		e.testHookSweepChecked()
 	}

@@ -435,3 +435,38 @@ func TestSweepCrashMidPass(t *testing.T) {
 		})
 	}
 }
+
+// TestBackgroundSweeperDeletesWithinOneInterval runs the sweeper Open
+// starts, with its timer in the test's hands: records that expire after a
+// pass are gone by the end of the next one, which starts one interval
+// later.
+func TestBackgroundSweeperDeletesWithinOneInterval(t *testing.T) {
+	ticks := make(chan time.Time)
+	passes := make(chan ttl.Pass, 1)
+	v := newSweepEnv(t, func(o *Options) {
+		o.NoBackgroundSweep = false
+		o.Sweep.Interval = time.Minute
+		o.Sweep.After = func(d time.Duration) <-chan time.Time {
+			if d > time.Minute {
+				t.Errorf("waits %v, longer than the interval", d)
+			}
+			return ticks
+		}
+		o.Sweep.OnPass = func(p ttl.Pass) { passes <- p }
+	})
+	require.Zero(t, (<-passes).Deleted) // the pass at Open: an empty store
+	for i := range 30 {
+		v.completeIn("k"+strconv.Itoa(i), "short", fpA, 200)
+	}
+	v.completeIn("keep", "", fpA, 200)
+	v.clock.Advance(time.Hour) // every "short" record expires now
+	ticks <- v.clock.Now()
+	p := <-passes
+	require.Equal(t, 30, p.Deleted)
+	require.Len(t, v.stored(), 1)
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.Sweep.Passes)
+	require.NoError(t, v.e.Close()) // stops the loop while it waits
+	v.e = nil
+}

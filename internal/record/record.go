@@ -208,6 +208,34 @@ func Decode(b []byte) (idemkv.Record, error) {
 	return r, nil
 }
 
+// Peek returns the state and expiry of an encoded record without decoding
+// the rest, for scans that only judge expiry (the sweeper). It checks only
+// what it reads: a value Peek accepts may still be one Decode rejects.
+func Peek(b []byte) (idemkv.State, time.Time, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != Version {
+		return 0, time.Time{}, fmt.Errorf("%w: unknown codec version %d", ErrCorrupt, v)
+	}
+	head := d.byte()
+	d.uvarint() // token
+	if head&headAttempt != 0 {
+		d.uvarint()
+	}
+	exp := d.uvarint()
+	if d.err != nil {
+		return 0, time.Time{}, d.err
+	}
+	st := idemkv.State(head & stateMask)
+	if st < idemkv.StateInProgress || head&^knownHead != 0 || exp > maxSeconds {
+		return 0, time.Time{}, fmt.Errorf("%w: bad head %#x or expiry %d", ErrCorrupt, head, exp)
+	}
+	var t time.Time
+	if exp > 0 {
+		t = time.Unix(int64(exp), 0)
+	}
+	return st, t, nil
+}
+
 // maxSeconds keeps decoded times far inside time.Time's range.
 const maxSeconds = 1 << 40
 

@@ -72,11 +72,16 @@ func TestRejectsCorrupt(t *testing.T) {
 func TestRoundTripProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := genRecord(t)
-		got, err := Decode(Encode(nil, &r))
+		b := Encode(nil, &r)
+		got, err := Decode(b)
 		if err != nil {
 			t.Fatalf("decode: %v", err)
 		}
 		require.Equal(t, r, got)
+		st, exp, err := Peek(b)
+		require.NoError(t, err)
+		require.Equal(t, r.State, st)
+		require.True(t, exp.Equal(r.Expires), "peek %v, record %v", exp, r.Expires)
 	})
 }
 
@@ -125,12 +130,20 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1, 3, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
+		st, exp, perr := Peek(b)
+		if perr != nil && !errors.Is(perr, ErrCorrupt) {
+			t.Fatalf("Peek error does not wrap ErrCorrupt: %v", perr)
+		}
 		r, err := Decode(b)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
 			}
 			return
+		}
+		// Whatever Decode accepts, Peek reads alike.
+		if perr != nil || st != r.State || !exp.Equal(r.Expires) {
+			t.Fatalf("Peek %v %v %v, Decode %v %v", st, exp, perr, r.State, r.Expires)
 		}
 		again := Encode(nil, &r)
 		if string(again) != string(b) {
