@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
@@ -53,6 +55,8 @@ type TTLConfig struct {
 	// SweepRate is the sweeper's rate limit, records examined per second.
 	// Default: the engine's default.
 	SweepRate float64
+	// SweepChunk is the sweeper's chunk size. Default: the engine's.
+	SweepChunk int
 	// NoCompare skips the run without the sweeper (which measures what the
 	// sweeper costs the foreground).
 	NoCompare bool
@@ -61,6 +65,13 @@ type TTLConfig struct {
 	CostKeys int
 	// Tenants is the number of tenants keys are spread over. Default: 1,000.
 	Tenants int
+	// MemTableSize is the engine's memtable size, unless Engine sets one.
+	// Default: the engine's default (8 MiB). Keep it well below the
+	// window's live set (rate × retention × about 100 B), so that
+	// records, tombstones and compactions go through the LSM as they do at
+	// full scale, where the live set dwarfs any memtable; both profiles
+	// use 2 MiB (a 5 MB and a 30 MB live set).
+	MemTableSize uint64
 	// Dir is where the run's temporary directory is created; it is removed
 	// at the end. Default: os.TempDir().
 	Dir string
@@ -73,13 +84,13 @@ type TTLConfig struct {
 
 // TTLProfile returns a standard configuration: "quick" (10 s windows, 6 of
 // them, about 2.5 minutes) or "full" (60 s windows, 6 of them, about 13
-// minutes).
+// minutes), both with 2 MiB memtables.
 func TTLProfile(name string) (TTLConfig, error) {
 	switch name {
 	case "quick":
-		return TTLConfig{Profile: name, Retention: 10 * time.Second, CostKeys: 50_000}, nil
+		return TTLConfig{Profile: name, Retention: 10 * time.Second, CostKeys: 50_000, MemTableSize: 2 << 20}, nil
 	case "full":
-		return TTLConfig{Profile: name, Retention: time.Minute, CostKeys: 500_000}, nil
+		return TTLConfig{Profile: name, Retention: time.Minute, CostKeys: 500_000, MemTableSize: 2 << 20}, nil
 	}
 	return TTLConfig{}, fmt.Errorf("bench: unknown profile %q (want quick or full)", name)
 }
@@ -176,8 +187,13 @@ type TTLRun struct {
 	Samples        []TTLSample `json:"samples"`
 	Requests       int64       `json:"requests"`
 	RequestsPerSec float64     `json:"requests_per_sec"`
-	// Latency is over the second half of the run, in µs.
-	Latency Latency `json:"latency_us"`
+	// Latency is over the second half of the run, in µs. In the sweeper
+	// run, LatencySweeping and LatencyPaused split it by whether a pass was
+	// under way when the request started (alternating slices, sweepSlice
+	// long).
+	Latency         Latency `json:"latency_us"`
+	LatencySweeping Latency `json:"latency_sweeping_us"`
+	LatencyPaused   Latency `json:"latency_paused_us"`
 	// Steady is the second half of the run: the mean of the live bytes
 	// (live sstables and WAL) and of the sstable bytes, the largest
 	// deviation of a live-bytes sample from its mean, relative, and the
@@ -257,10 +273,7 @@ func RunTTL(ctx context.Context, c TTLConfig) (*TTLReport, error) {
 		base = *c.Engine
 	}
 	if base.MemTableSize == 0 {
-		// Keep the memtable small beside the compressed window's live set,
-		// so that records, tombstones and compactions go through the LSM
-		// as they do at full scale, where the live set dwarfs any memtable.
-		base.MemTableSize = 2 << 20
+		base.MemTableSize = c.MemTableSize
 	}
 	rep := &TTLReport{Meta: TTLMeta{
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUModel: cpuModel(),
@@ -280,9 +293,11 @@ func RunTTL(ctx context.Context, c TTLConfig) (*TTLReport, error) {
 		if o.Lease == 0 || o.Lease > c.Retention {
 			o.Lease = min(30*time.Second, c.Retention/2)
 		}
-		o.NoBackgroundSweep = name == "no-sweeper"
-		o.Sweep = ttl.Options{Interval: c.SweepInterval, Rate: c.SweepRate}
-		run, err := steadyRun(ctx, c, filepath.Join(dir, name), &o, func() {
+		// The bench drives the sweeper run's passes itself, alternating
+		// slices with and without a pass under way (see steadyRun).
+		o.NoBackgroundSweep = true
+		o.Sweep = ttl.Options{Interval: c.SweepInterval, Rate: c.SweepRate, ChunkSize: c.SweepChunk}
+		run, err := steadyRun(ctx, c, filepath.Join(dir, name), &o, name == "sweeper", func() {
 			done++
 			if c.Progress != nil {
 				c.Progress(Progress{Done: done, Total: total, Step: "ttl " + names[i]})
@@ -302,9 +317,15 @@ func RunTTL(ctx context.Context, c TTLConfig) (*TTLReport, error) {
 	return rep, nil
 }
 
+// sweepSlice is the length of the alternating slices of the sweeper run:
+// passes run back to back during one slice and not at all during the
+// next, so that latency with and without the sweeper at work is measured
+// on the same store over the same stretch of time.
+const sweepSlice = 5 * time.Second
+
 // steadyRun drives Rate new keys per second for Periods windows and samples
-// the disk.
-func steadyRun(ctx context.Context, c TTLConfig, dir string, o *engine.Options, tick func()) (TTLRun, error) {
+// the disk. If sweep, it runs the store's sweeper in alternating slices.
+func steadyRun(ctx context.Context, c TTLConfig, dir string, o *engine.Options, sweep bool, tick func()) (TTLRun, error) {
 	e, err := engine.Open(dir, o)
 	if err != nil {
 		return TTLRun{}, err
@@ -321,21 +342,47 @@ func steadyRun(ctx context.Context, c TTLConfig, dir string, o *engine.Options, 
 		steady   atomic.Bool
 		mu       sync.Mutex
 		hist     = newHist()
+		hists    = [2]*hdrhistogram.Histogram{newHist(), newHist()} // paused, sweeping
+		sweeping atomic.Bool
 		runErr   error
 		errOnce  sync.Once
 	)
+	if sweep {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				slice, cancel := context.WithTimeout(ctx, sweepSlice)
+				sweeping.Store(true)
+				for slice.Err() == nil {
+					if _, err := e.Sweep(slice); err != nil && slice.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+						errOnce.Do(func() { runErr = err })
+					}
+				}
+				cancel()
+				sweeping.Store(false)
+				// The off slice is part of the workload's schedule.
+				select {
+				case <-ctx.Done():
+				case <-time.After(sweepSlice):
+				}
+			}
+		})
+	}
 	stream := uint64(time.Now().UnixNano())
 	cpu0 := cpuTime()
 	for range c.Clients {
 		wg.Go(func() {
 			h := newHist()
+			hs := [2]*hdrhistogram.Histogram{newHist(), newHist()}
 			defer func() {
 				mu.Lock()
 				hist.Merge(h)
+				hists[0].Merge(hs[0])
+				hists[1].Merge(hs[1])
 				mu.Unlock()
 			}()
 			for lim.Wait(ctx) == nil {
 				i := next.Add(1)
+				during := sweeping.Load()
 				t0 := time.Now()
 				err := ttlRequest(ctx, e, stream, i, c.Tenants)
 				if ctx.Err() != nil {
@@ -346,7 +393,11 @@ func steadyRun(ctx context.Context, c TTLConfig, dir string, o *engine.Options, 
 					return
 				}
 				if steady.Load() {
-					recordLatency(h, time.Since(t0))
+					d := time.Since(t0)
+					recordLatency(h, d)
+					if sweep {
+						recordLatency(hs[b2i(during)], d)
+					}
 				}
 				requests.Add(1)
 			}
@@ -386,6 +437,9 @@ sample:
 	run.RequestsPerSec = float64(run.Requests) / el.Seconds()
 	run.CPUSecondsPerRequest = (cpuTime() - cpu0).Seconds() / float64(max(1, run.Requests))
 	run.Latency = latencyOf(hist)
+	if sweep {
+		run.LatencyPaused, run.LatencySweeping = latencyOf(hists[0]), latencyOf(hists[1])
+	}
 	run.WriteAmp = st.WriteAmp
 	run.Swept = st.Sweep.Deleted
 	run.Passes = st.Sweep.Passes
@@ -565,8 +619,10 @@ func (r *TTLReport) WriteTable(w io.Writer) error {
 			byteSize(run.SteadyLiveBytes), 100*run.SteadySpread, byteSize(float64(run.PeakDiskBytes)), byteSize(run.SteadyTableBytes), run.TableBytesPerLiveKey,
 			us(run.Latency.P50), us(run.Latency.P99), run.WriteAmp, run.Swept, run.HeldPastExpiry)
 	}
-	if len(r.Runs) == 2 && r.Runs[1].Latency.P99 > 0 {
-		fmt.Fprintf(&b, "\nforeground p99 with the sweeper / without: %.2f×\n", r.Runs[0].Latency.P99/r.Runs[1].Latency.P99)
+	if sw := r.Runs[0]; sw.LatencyPaused.P99 > 0 {
+		fmt.Fprintf(&b, "\nforeground latency while a pass runs: p50 %s, p99 %s; while none does: p50 %s, p99 %s; p99 ratio %.2f×\n",
+			us(sw.LatencySweeping.P50), us(sw.LatencySweeping.P99), us(sw.LatencyPaused.P50), us(sw.LatencyPaused.P99),
+			sw.LatencySweeping.P99/sw.LatencyPaused.P99)
 	}
 	cst := r.Cost
 	fmt.Fprintf(&b, "\nsweeper cost (%d records, no rate limit): %.2f CPU s per million examined (%s/s), %.2f per million deleted (%s/s)\n",
@@ -609,4 +665,11 @@ func (r *TTLReport) Plot(dir string) (string, error) {
 		return "", fmt.Errorf("bench: plot: %w", err)
 	}
 	return f, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

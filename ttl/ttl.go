@@ -180,7 +180,7 @@ func (systemClock) Now() time.Time { return time.Now() }
 const (
 	DefaultInterval  = 10 * time.Minute
 	DefaultRate      = 50_000
-	DefaultChunkSize = 256
+	DefaultChunkSize = 64
 )
 
 // Options configure a Sweeper. A nil *Options, and every zero field, means
@@ -195,7 +195,8 @@ type Options struct {
 	// Default: 50,000. Negative: no limit. A pass over N live records
 	// takes at least N/Rate seconds; see docs/operations.md for sizing.
 	Rate float64
-	// ChunkSize is the number of records per SweepChunk. Default: 256.
+	// ChunkSize is the number of records per SweepChunk. Default: 64.
+	// Smaller chunks hold a shard fence and a CPU for less time at once.
 	ChunkSize int
 	// Clock decides expiry. Default: the system clock. The engine passes
 	// its own.
@@ -321,6 +322,11 @@ func (s *Sweeper) Pass(ctx context.Context) (Pass, error) {
 	}()
 	for {
 		if err := s.limiter.WaitN(ctx, s.opts.ChunkSize); err != nil {
+			if _, ok := ctx.Deadline(); ok && ctx.Err() == nil {
+				// The wait would outlast ctx's deadline: the pass stops here,
+				// as it would at the deadline.
+				return p, context.DeadlineExceeded
+			}
 			return p, err
 		}
 		c, err := s.t.SweepChunk(ctx, cursor, s.opts.ChunkSize, s.opts.Clock.Now())

@@ -23,6 +23,7 @@ func init() {
 
 func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	profile := "quick"
+	var cfg0 bench.TTLConfig
 	var (
 		retention, interval time.Duration
 		periods             int
@@ -43,6 +44,9 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&interval, "sweep-interval", 0, "the sweeper's interval (default retention/4)")
 	fs.Float64Var(&sweepRate, "sweep-rate", 0, "the sweeper's records examined per second (default the engine's)")
 	fs.BoolVar(&noCompare, "no-compare", false, "skip the run without the sweeper")
+	var memtable uint64
+	fs.IntVar(&cfg0.SweepChunk, "sweep-chunk", 0, "the sweeper's records per chunk (default the engine's)")
+	fs.Uint64Var(&memtable, "memtable", 0, "the engine's memtable size in bytes (default: the profile's)")
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
 	fs.StringVar(&plot, "plot", "", "write ttl-disk.png into `DIR`")
@@ -56,6 +60,10 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		}
 		cfg.Periods, cfg.Rate, cfg.SweepInterval, cfg.SweepRate = periods, rate, interval, sweepRate
 		cfg.NoCompare, cfg.Dir = noCompare, data
+		cfg.SweepChunk = cfg0.SweepChunk
+		if memtable != 0 {
+			cfg.MemTableSize = memtable
+		}
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}
