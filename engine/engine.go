@@ -41,12 +41,8 @@ type Engine struct {
 	sweepStop func()
 	sweepDone chan struct{}
 	// sweepUnsaved counts records examined since the sweeper last saved
-	// its position; sweepPend holds expired records scanned but not yet
-	// deleted; sweepBatch is how many it gathers (sweep.go). Only the
-	// running pass touches them (passes are serial).
+	// its position. Only the running pass touches it (passes are serial).
 	sweepUnsaved int
-	sweepPend    *sweepPending
-	sweepBatch   int
 
 	// gate admits operations and lets Close wait for those in flight
 	// (including their fsyncs) before it closes Pebble. Admission never
@@ -206,8 +202,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		c.Unref()
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
-	e := &Engine{opts: o, clock: o.Clock, db: db, cache: c, commits: newCommitter(db), shards: make([]shard, o.Shards),
-		sweepBatch: defaultSweepBatch}
+	e := &Engine{opts: o, clock: o.Clock, db: db, cache: c, commits: newCommitter(db), shards: make([]shard, o.Shards)}
 	e.gate.drained.L = &e.gate.Mutex
 	for i := range e.shards {
 		e.shards[i].mu.slots = make(map[string]*slot)

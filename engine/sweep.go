@@ -41,10 +41,6 @@ import (
 // anything before it saves its position anyway.
 const sweepSaveEvery = 1 << 14
 
-// defaultSweepBatch is how many expired records a pass gathers before it
-// deletes them in one batch (Engine.sweepBatch; tests lower it).
-const defaultSweepBatch = 256
-
 var (
 	sweepKey    = record.SweepKey
 	recordStart = []byte{record.NSRecord}
@@ -84,19 +80,8 @@ func (t sweepTarget) SweepCursor() ([]byte, error) {
 
 type sweepCandidate struct {
 	k     []byte
-	vlen  int // the value's length
+	size  int // key and value bytes
 	shard int
-}
-
-// sweepPending is what a pass has scanned but not yet deleted: deletes are
-// gathered over several chunks so that a pass commits one batch per
-// sweepBatch candidates rather than one per chunk (each commit is a trip
-// through Pebble's commit pipeline, shared with the foreground's).
-type sweepPending struct {
-	gens  []uint64 // the shards' write counts before the first scan
-	cands []sweepCandidate
-	next  []byte // where the scan stopped; nil at the end of the pass
-	held  int
 }
 
 func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now time.Time) (ttl.Chunk, error) {
@@ -106,18 +91,10 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	}
 	defer e.exit()
 
-	// Pending candidates carry over only to the chunk that continues
-	// exactly where they were scanned; anything else (a new or resumed
-	// pass) starts afresh from the saved position.
-	p := e.sweepPend
-	if p == nil || !bytes.Equal(p.next, cursor) || p.next == nil {
-		p = &sweepPending{gens: make([]uint64, len(e.shards))}
-		for i := range e.shards {
-			p.gens[i] = e.shards[i].writes.Load()
-		}
-		e.sweepUnsaved = 0
+	gens := make([]uint64, len(e.shards))
+	for i := range e.shards {
+		gens[i] = e.shards[i].writes.Load()
 	}
-	e.sweepPend = nil
 	lower := recordStart
 	if cursor != nil {
 		lower = append(bytes.Clone(cursor), 0) // the first key after cursor
@@ -128,6 +105,7 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	}
 	var (
 		c     ttl.Chunk
+		cands []sweepCandidate
 		last  []byte
 		valid = it.First()
 	)
@@ -152,43 +130,20 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 			continue
 		}
 		k := bytes.Clone(it.Key())
-		p.cands = append(p.cands, sweepCandidate{k: k, vlen: len(v), shard: e.shardIndex(k)})
+		cands = append(cands, sweepCandidate{k: k, size: len(k) + len(v), shard: e.shardIndex(k)})
 	}
 	if err := it.Close(); err != nil {
 		return ttl.Chunk{}, fmt.Errorf("engine: sweep: %w", err)
 	}
-	p.next = nil
 	if valid { // stopped at n with records left
-		p.next = bytes.Clone(last)
+		c.Next = bytes.Clone(last)
 	}
-	c.Next = p.next
-	e.sweepUnsaved += c.Examined
-	switch {
-	case p.next == nil && cursor == nil && len(p.cands) == 0:
-		return c, nil // a whole pass in one chunk that found nothing
-	case p.next != nil && len(p.cands) < e.sweepBatch && e.sweepUnsaved < sweepSaveEvery:
-		// Keep gathering; a restart at worst re-reads sweepSaveEvery
-		// records.
-		e.sweepPend = p
-		return c, nil
-	}
-	e.sweepUnsaved = 0
-	del, err := e.sweepDelete(p, now)
-	c.Deleted, c.DeletedBytes, c.Held = del.Deleted, del.DeletedBytes, c.Held+del.Held
-	return c, err
-}
 
-// sweepDelete checks p's candidates again under their shards' mutexes
-// and deletes those still expired, saving the position p.next in the
-// same batch.
-func (e *Engine) sweepDelete(p *sweepPending, now time.Time) (ttl.Chunk, error) {
-	var c ttl.Chunk
 	if e.testHookSweepScanned != nil {
 		e.testHookSweepScanned()
 	}
 	b := e.db.NewBatch()
 	defer b.Close()
-	cands := p.cands
 	slices.SortFunc(cands, func(a, b sweepCandidate) int { return a.shard - b.shard })
 	fence := make(chan struct{})
 	var fenced []*shard
@@ -208,20 +163,20 @@ func (e *Engine) sweepDelete(p *sweepPending, now time.Time) (ttl.Chunk, error) 
 				c.Held++ // a holder or a write is at work on it
 				continue
 			}
-			if sh.writes.Load() != p.gens[cd.shard] {
+			if sh.writes.Load() != gens[cd.shard] {
 				rec, found, err := e.readLocked(cd.k)
 				if err != nil {
 					sh.mu.Unlock()
-					return c, err
+					return ttl.Chunk{}, err
 				}
 				if !found || rec.State != idemkv.StateCompleted || now.Before(rec.Expires) {
 					continue // replaced since the scan
 				}
 			}
 			sh.mu.cache.drop(cd.k)
-			_ = b.DeleteSized(cd.k, uint32(cd.vlen), nil)
+			_ = b.DeleteSized(cd.k, uint32(cd.size), nil)
 			c.Deleted++
-			c.DeletedBytes += int64(len(cd.k) + cd.vlen)
+			c.DeletedBytes += int64(cd.size)
 			deleted = true
 		}
 		if deleted {
@@ -231,11 +186,18 @@ func (e *Engine) sweepDelete(p *sweepPending, now time.Time) (ttl.Chunk, error) 
 		}
 		sh.mu.Unlock()
 	}
+	e.sweepUnsaved += c.Examined
+	if c.Deleted == 0 && (c.Next == nil && cursor == nil || c.Next != nil && e.sweepUnsaved < sweepSaveEvery) {
+		// Nothing to delete, and the position need not be saved yet: a
+		// restart at worst re-reads sweepSaveEvery records.
+		return c, nil
+	}
+	e.sweepUnsaved = 0
 	if e.testHookSweepChecked != nil {
 		e.testHookSweepChecked()
 	}
-	if p.next != nil {
-		_ = b.Set(sweepKey, p.next, nil)
+	if c.Next != nil {
+		_ = b.Set(sweepKey, c.Next, nil)
 	} else {
 		_ = b.Delete(sweepKey, nil)
 	}

@@ -353,7 +353,6 @@ func TestSweepResumesAfterRestart(t *testing.T) {
 		v.completeIn(fmt.Sprintf("k%03d", i), "short", fpA, 200)
 	}
 	v.clock.Advance(2 * time.Hour)
-	v.e.sweepBatch = 1 // delete with every chunk, not once per 256 records
 	// Three chunks by hand, as an interrupted pass would leave them.
 	tgt := sweepTarget{v.e}
 	var cursor []byte
