@@ -174,6 +174,8 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 				}
 			}
 			sh.mu.cache.drop(cd.k)
+			// The size is a hint for Pebble's compaction picker; key and
+			// value together are what the delete frees.
 			_ = b.DeleteSized(cd.k, uint32(cd.size), nil)
 			c.Deleted++
 			c.DeletedBytes += int64(cd.size)
