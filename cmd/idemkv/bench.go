@@ -141,27 +141,50 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 		}
 		defer jsonFile.Close()
 	}
-	if term.IsTerminal(int(stderr.Fd())) {
-		bar := progressbar.NewOptions(1,
-			progressbar.OptionSetWriter(stderr),
-			progressbar.OptionSetDescription("bench"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionClearOnFinish(),
-		)
-		cfg.Progress = func(p bench.Progress) {
-			bar.ChangeMax(p.Total)
-			bar.Describe(p.Step)
-			_ = bar.Set(p.Done)
-		}
-		defer bar.Finish()
-	}
+	progress, done := progressBar(stderr, "bench")
+	cfg.Progress = progress
+	defer done()
 
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	return writeReport(stdout, rep, jsonFile, func() error {
+		if f.plot == "" {
+			return nil
+		}
+		_, err := rep.Plot(f.plot)
+		return err
+	})
+}
+
+// progressBar returns a Progress callback drawing a bar on stderr if it is
+// a terminal (and doing nothing otherwise), and the function that ends it.
+func progressBar(stderr *os.File, name string) (func(bench.Progress), func()) {
+	if !term.IsTerminal(int(stderr.Fd())) {
+		return nil, func() {}
+	}
+	bar := progressbar.NewOptions(1,
+		progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetDescription(name),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionClearOnFinish(),
+	)
+	return func(p bench.Progress) {
+		bar.ChangeMax(p.Total)
+		bar.Describe(p.Step)
+		_ = bar.Set(p.Done)
+	}, func() { _ = bar.Finish() }
+}
+
+// writeReport prints rep's table on stdout, writes its JSON to jsonFile
+// (if not nil) and closes it, then runs plot.
+func writeReport(stdout io.Writer, rep interface {
+	WriteTable(io.Writer) error
+	WriteJSON(io.Writer) error
+}, jsonFile *os.File, plot func() error) error {
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
@@ -173,10 +196,5 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 			return err
 		}
 	}
-	if f.plot != "" {
-		if _, err := rep.Plot(f.plot); err != nil {
-			return err
-		}
-	}
-	return nil
+	return plot()
 }

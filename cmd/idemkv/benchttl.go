@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"time"
@@ -23,10 +22,9 @@ func init() {
 
 func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	profile := "quick"
-	var cfg0 bench.TTLConfig
 	var (
 		retention, interval time.Duration
-		periods             int
+		periods, chunk      int
 		rate, sweepRate     float64
 		noCompare           bool
 		data, jsonOut, plot string
@@ -41,11 +39,11 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&retention, "retention", 0, "the retention window (default: the profile's)")
 	fs.IntVar(&periods, "periods", 0, "how many windows each run lasts (default 6)")
 	fs.Float64Var(&rate, "rate", 0, "constant requests per second (default 5000, the guide's)")
-	fs.DurationVar(&interval, "sweep-interval", 0, "the sweeper's interval (default retention/4)")
+	fs.DurationVar(&interval, "sweep-interval", 0, "the sweeper's interval (default retention/144, the engine's 10 minutes against 24 hours)")
 	fs.Float64Var(&sweepRate, "sweep-rate", 0, "the sweeper's records examined per second (default the engine's)")
 	fs.BoolVar(&noCompare, "no-compare", false, "skip the run without the sweeper")
 	var memtable uint64
-	fs.IntVar(&cfg0.SweepChunk, "sweep-chunk", 0, "the sweeper's records per chunk (default the engine's)")
+	fs.IntVar(&chunk, "sweep-chunk", 0, "the sweeper's records per chunk (default the engine's)")
 	fs.Uint64Var(&memtable, "memtable", 0, "the engine's memtable size in bytes (default: the profile's)")
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
@@ -60,7 +58,7 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		}
 		cfg.Periods, cfg.Rate, cfg.SweepInterval, cfg.SweepRate = periods, rate, interval, sweepRate
 		cfg.NoCompare, cfg.Dir = noCompare, data
-		cfg.SweepChunk = cfg0.SweepChunk
+		cfg.SweepChunk = chunk
 		if memtable != 0 {
 			cfg.MemTableSize = memtable
 		}
@@ -74,30 +72,19 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			}
 			defer jsonFile.Close()
 		}
-		cfg.Progress = func(p bench.Progress) {
-			fmt.Fprintf(os.Stderr, "\r%s %d/%d ", p.Step, p.Done, p.Total)
-		}
+		progress, done := progressBar(os.Stderr, "bench ttl")
+		cfg.Progress = progress
 		rep, err := bench.RunTTL(ctx, cfg)
-		fmt.Fprintln(os.Stderr)
+		done()
 		if err != nil {
 			return err
 		}
-		if err := rep.WriteTable(stdout); err != nil {
+		return writeReport(stdout, rep, jsonFile, func() error {
+			if plot == "" {
+				return nil
+			}
+			_, err := rep.Plot(plot)
 			return err
-		}
-		if jsonFile != nil {
-			if err := rep.WriteJSON(jsonFile); err != nil {
-				return err
-			}
-			if err := jsonFile.Close(); err != nil {
-				return err
-			}
-		}
-		if plot != "" {
-			if _, err := rep.Plot(plot); err != nil {
-				return err
-			}
-		}
-		return nil
+		})
 	}
 }
