@@ -972,3 +972,62 @@ func (w effects) Delete(key []byte) error {
 	}
 	return w.b.Delete(dataKey(key), nil)
 }
+
+// ScanData calls fn for each value written through Effects whose key starts
+// with prefix, in key order, until fn returns false. The key and value
+// passed to fn are valid only during the call. Like GetData, it may
+// observe effects whose Complete is still syncing.
+func (e *Engine) ScanData(prefix []byte, fn func(key, value []byte) bool) error {
+	if len(prefix) > MaxEffectKeyLen {
+		return fmt.Errorf("%w: prefix is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(prefix), MaxEffectKeyLen)
+	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.exit()
+	lower := dataKey(prefix)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return fmt.Errorf("engine: scan data: %w", err)
+	}
+	n := len(lower) - len(prefix)
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("engine: scan data: %w", err)
+		}
+		if !fn(it.Key()[n:], v) {
+			break
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("engine: scan data: %w", err)
+	}
+	return nil
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p,
+// or nil if there is none (p is all 0xff).
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// Retention returns how long a record of the retention class named class
+// ("" or ttl.DefaultClass: the default class) is kept after it completes.
+// It fails with an error wrapping idemkv.ErrInvalidArgument for a class
+// the engine is not configured with.
+func (e *Engine) Retention(class string) (time.Duration, error) {
+	c, err := e.claimClass(class)
+	if err != nil {
+		return 0, err
+	}
+	return e.window(c), nil
+}

@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/ttl"
+	"github.com/stretchr/testify/require"
+)
+
+func TestScanData(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("k"), fpA, idemkv.ModeLocal)
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		for _, k := range []string{"a/2", "a/1", "a/3", "a", "b/1", "a\xff", "a\xff\xff"} {
+			if err := fx.Set([]byte(k), []byte("v"+k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	scan := func(prefix string, limit int) (keys []string) {
+		require.NoError(t, v.e.ScanData([]byte(prefix), func(k, val []byte) bool {
+			require.Equal(t, "v"+string(k), string(val))
+			keys = append(keys, string(k))
+			return len(keys) < limit
+		}))
+		return keys
+	}
+	require.Equal(t, []string{"a/1", "a/2", "a/3"}, scan("a/", 10))
+	require.Equal(t, []string{"a/1", "a/2"}, scan("a/", 2), "stops when fn says so")
+	require.Equal(t, []string{"a", "a/1", "a/2", "a/3", "a\xff", "a\xff\xff"}, scan("a", 10))
+	require.Equal(t, []string{"a\xff", "a\xff\xff"}, scan("a\xff", 10))
+	require.Empty(t, scan("c", 10))
+	require.Len(t, scan("", 100), 7, "the empty prefix scans every effect and no record")
+
+	v.reopen()
+	require.Equal(t, []string{"a/1", "a/2", "a/3"}, scan("a/", 10), "effects are durable")
+	require.NoError(t, v.e.Close())
+	require.ErrorIs(t, v.e.ScanData(nil, func(_, _ []byte) bool { return true }), idemkv.ErrClosed)
+	v.e = nil
+}
+
+func TestRetentionOfClass(t *testing.T) {
+	v := newEnv(t)
+	v.opts.Retention = 2 * time.Hour
+	v.opts.RetentionClasses = ttl.Classes{"money": 30 * 24 * time.Hour}
+	v.reopen()
+	for class, want := range map[string]time.Duration{"": 2 * time.Hour, ttl.DefaultClass: 2 * time.Hour, "money": 30 * 24 * time.Hour} {
+		got, err := v.e.Retention(class)
+		require.NoError(t, err)
+		require.Equal(t, want, got, class)
+	}
+	_, err := v.e.Retention("nope")
+	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
+}
