@@ -1,0 +1,59 @@
+// Package httpidem protects net/http handlers with the Idempotency-Key
+// header field (IETF draft-ietf-httpapi-idempotency-key-header) on any
+// idemkv.Store: the first request with a key runs, its retries get the
+// stored response back, and the same key with a different request is
+// refused. docs/http.md describes the protocol in full.
+//
+// What is guaranteed, per route:
+//
+//   - Scoped and payload-bound. A key is scoped to the principal that
+//     Options.Tenant returns and to the method and route pattern; it is
+//     bound to the request's fingerprint (package fingerprint). A request
+//     that reuses a key with a different payload gets 422, never someone
+//     else's response.
+//   - Stored before sent. The handler's response is buffered, its outcome
+//     (and, for a local route, the writes the handler registered with
+//     Op.Apply, in the same atomic commit) is stored, and only then is
+//     the response sent: no client sees an answer a crash could take
+//     back. A response too large to buffer is stored without its body at
+//     the moment it starts to stream.
+//   - Replays are byte-identical: the stored status, the route's
+//     replayable headers and body, plus "Idempotent-Replayed: true".
+//   - Never stuck. Transient answers (5xx, 408, 425, 429), panics and
+//     failed commits release the key (a remote route that cannot tell
+//     whether the downstream acted marks it uncertain instead); a client
+//     that disconnects still has its outcome recorded. Only a failing
+//     store can hold a key, and only until its lease runs out.
+//   - Fail closed. When the store fails, requests get 503 with
+//     Retry-After and the handler does not run, unless the route is
+//     marked FailOpen.
+//   - Bad input never reaches the store or the handler: a malformed key
+//     (400), a missing principal (401), a body that cannot be
+//     fingerprinted (400) or is too large (413). Every error the
+//     middleware writes is application/problem+json (RFC 9457) with a
+//     stable type URI.
+//
+// # Basics
+//
+//	m, err := httpidem.New(httpidem.Options{Store: eng, Tenant: accountOf})
+//	h, err := m.Wrap(http.HandlerFunc(create), httpidem.Route{Require: true})
+//	mux.Handle("POST /v1/orders", h)
+//
+//	func create(w http.ResponseWriter, r *http.Request) {
+//		op := httpidem.FromContext(r.Context())
+//		op.Apply(func(fx idemkv.Effects) error { return fx.Set(key, row) })
+//		w.WriteHeader(http.StatusCreated)
+//	}
+//
+// # Caveats
+//
+//   - Waiting (Route.Wait) works only for duplicates within one process;
+//     a key held by another process is answered 409 at once.
+//   - Fingerprint diagnostics (the field names of a 422) are kept with
+//     completed outcomes only: a mismatch against a request still running
+//     names no fields.
+//   - Informational (1xx) responses written by a handler are not relayed.
+//   - The stored-body cap (Route.MaxStoredBody) must stay below the
+//     store's own bound on result bodies; a body the store refuses is
+//     stored without its body, like a streamed response.
+package httpidem

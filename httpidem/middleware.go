@@ -1,0 +1,703 @@
+package httpidem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/fingerprint"
+)
+
+// Defaults of a Route.
+const (
+	// DefaultMaxStoredBody is the largest response body stored for
+	// byte-exact replay. It must stay below the store's own bound
+	// (engine.Options.MaxBodySize, 64 KiB by default) with room for the
+	// replayable headers.
+	DefaultMaxStoredBody = 32 << 10
+	// ReconcilingRetryAfter is the Retry-After of a 409 reconciling answer.
+	ReconcilingRetryAfter = 5 * time.Second
+	// StoreRetryAfter is the Retry-After of a 503 store-unavailable answer.
+	StoreRetryAfter = 1 * time.Second
+)
+
+// DefaultReplayHeaders are the response headers replayed when a route
+// names none.
+var DefaultReplayHeaders = []string{"Content-Type", "Location"}
+
+// Options configure a Middleware.
+type Options struct {
+	// Store keeps the keys and outcomes. Required.
+	Store idemkv.Store
+
+	// Tenant returns the authenticated principal a request acts for: the
+	// scope of its keys, so that two callers never share one. Required:
+	// New refuses to build a middleware without it. A request for which it
+	// returns "" or an error is answered 401 and never reaches the store
+	// or the handler.
+	Tenant func(r *http.Request) (string, error)
+
+	// Observer, if set, receives a Report for every request the
+	// middleware protects or rejects. Passed-through requests (methods the
+	// route does not protect) are not reported.
+	Observer Observer
+
+	// Logger receives store errors and handler panics. Default:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Route configures how one handler is protected. The zero Route protects
+// POST and PATCH, lets a request without a key run unprotected, answers a
+// concurrent duplicate 409 at once, and fails closed when the store is
+// down.
+type Route struct {
+	// Pattern is the route pattern that scopes keys and is fingerprinted,
+	// for example "/v1/payments/{id}"; its {wildcards} are the path
+	// parameters fingerprinted. Default: the pattern the request matched
+	// in an http.ServeMux (Request.Pattern), without its method and host.
+	// A request with neither is answered 500 (a configuration error).
+	Pattern string
+
+	// Methods are the methods protected. Default: POST and PATCH. Other
+	// methods pass through untouched.
+	Methods []string
+
+	// Require makes the Idempotency-Key header mandatory: a request
+	// without it is answered 400. Without Require such a request runs
+	// unprotected.
+	Require bool
+
+	// Mode is where the handler's effect lives. idemkv.ModeLocal (the
+	// default): the effect is writes committed through Op.Apply, together
+	// with the outcome; the claim need not be durable. idemkv.ModeRemote:
+	// the handler calls something outside the store; the claim is durable
+	// before the handler runs and carries an OperationID to send
+	// downstream (Op.Lease).
+	Mode idemkv.Mode
+
+	// Resumable declares that the downstream deduplicates on the
+	// OperationID, so a remote claim whose holder died may be taken over
+	// and re-sent (idemkv.ClaimRequest.Resumable).
+	Resumable bool
+
+	// Lease bounds how long the handler may run before another request
+	// may take the key over. Default: the store's.
+	Lease time.Duration
+
+	// Retention names the store's retention class for this route's
+	// outcomes. Default: the store's default class.
+	Retention string
+
+	// Fingerprint says which parts of the request bind the key
+	// (fingerprint.Options); its MaxBodySize also bounds the request body
+	// read (413 above it). Set Diagnostics to name, in a 422, the fields
+	// of a mismatching retry that differ.
+	Fingerprint *fingerprint.Options
+
+	// ReplayHeaders are the response headers stored and replayed with
+	// the status and body. Default: DefaultReplayHeaders. Others (Date,
+	// per-attempt trace ids) are not replayed.
+	ReplayHeaders []string
+
+	// MaxStoredBody is the largest response body buffered and stored for
+	// a byte-exact replay. Default: DefaultMaxStoredBody. A response that
+	// grows past it, or that the handler flushes, has its outcome stored
+	// without the body (status, replayable headers and pointer) at that
+	// moment, and streams; its replays are rebuilt by Rebuild.
+	MaxStoredBody int
+
+	// Wait, if positive, makes a request whose key is held by a request
+	// of this process wait for it, up to Wait, and then answer with its
+	// outcome (or run, if it released the key). Waiting is in-process and
+	// does not poll. A key held by another process, or still held after
+	// Wait, is answered 409 with Retry-After.
+	Wait time.Duration
+
+	// FailOpen runs the handler unprotected when the store fails, instead
+	// of answering 503. Only for handlers that are harmless to run twice:
+	// money must not run unprotected.
+	FailOpen bool
+
+	// Storable decides from the response status whether the outcome is
+	// final: stored and replayed to retries, or released so that a retry
+	// runs anew. Default: DefaultStorable.
+	Storable func(status int) bool
+
+	// Rebuild answers a replay of an outcome stored without its body (a
+	// response larger than MaxStoredBody, or streamed). The status and
+	// replayable headers are already in w's header map but not written;
+	// Rebuild writes the rest, typically from res.Pointer. Default: the
+	// stored status, the replayable headers, Location set to the pointer,
+	// and an empty body.
+	Rebuild func(w http.ResponseWriter, r *http.Request, res idemkv.Result)
+}
+
+// DefaultStorable is the default Route.Storable: 2xx, 3xx and 4xx
+// responses are final, except 408, 425 and 429, which like every 5xx say
+// "try again" rather than "this is the answer". A released key lets a
+// retry run anew, so in a remote route the handler must call Op.Uncertain
+// whenever it cannot tell whether the downstream effect happened.
+func DefaultStorable(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 200 && status < 500
+}
+
+// Middleware protects HTTP handlers with idempotency keys. It is safe for
+// concurrent use.
+type Middleware struct {
+	store    idemkv.Store
+	tenant   func(*http.Request) (string, error)
+	observer Observer
+	log      *slog.Logger
+	flights  flights
+}
+
+// New returns a Middleware. It fails if Store or Tenant is missing.
+func New(opts Options) (*Middleware, error) {
+	if opts.Store == nil {
+		return nil, errors.New("httpidem: Options.Store is required")
+	}
+	if opts.Tenant == nil {
+		return nil, errors.New("httpidem: Options.Tenant is required: keys must be scoped to an authenticated principal")
+	}
+	m := &Middleware{store: opts.Store, tenant: opts.Tenant, observer: opts.Observer, log: opts.Logger}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	return m, nil
+}
+
+// retentionReporter is implemented by stores that can say how long a
+// retention class keeps outcomes (the Pebble engine does).
+type retentionReporter interface {
+	Retention(class string) (time.Duration, error)
+}
+
+// Wrap returns h protected as route says. It reports a route the
+// middleware cannot run (an unknown mode, bad fingerprint options, a
+// retention class the store does not know) as an error, at start-up.
+func (m *Middleware) Wrap(h http.Handler, route Route) (http.Handler, error) {
+	rt := route
+	if len(rt.Methods) == 0 {
+		rt.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	for _, meth := range rt.Methods {
+		if meth == "" || strings.ToUpper(meth) != meth {
+			return nil, fmt.Errorf("httpidem: method %q: methods are upper case", meth)
+		}
+	}
+	if rt.Mode != idemkv.ModeLocal && rt.Mode != idemkv.ModeRemote {
+		return nil, fmt.Errorf("httpidem: unknown mode %d", rt.Mode)
+	}
+	if rt.Lease < 0 || rt.Wait < 0 || rt.MaxStoredBody < 0 {
+		return nil, errors.New("httpidem: Lease, Wait and MaxStoredBody may not be negative")
+	}
+	if rt.MaxStoredBody == 0 {
+		rt.MaxStoredBody = DefaultMaxStoredBody
+	}
+	fp := rt.Fingerprint.EnsureDefaults()
+	if err := fp.Validate(); err != nil {
+		return nil, err
+	}
+	rt.Fingerprint = fp
+	if rt.ReplayHeaders == nil {
+		rt.ReplayHeaders = DefaultReplayHeaders
+	}
+	rt.ReplayHeaders = slices.Clone(rt.ReplayHeaders)
+	for i, name := range rt.ReplayHeaders {
+		rt.ReplayHeaders[i] = http.CanonicalHeaderKey(name)
+	}
+	if rt.Storable == nil {
+		rt.Storable = DefaultStorable
+	}
+	if len(rt.Retention) > idemkv.MaxClassLen {
+		return nil, fmt.Errorf("httpidem: retention class name %q is too long", rt.Retention)
+	}
+	ph := &protected{m: m, next: h, route: rt}
+	if rr, ok := m.store.(retentionReporter); ok {
+		d, err := rr.Retention(rt.Retention)
+		if err != nil {
+			return nil, fmt.Errorf("httpidem: route retention: %w", err)
+		}
+		ph.retention = strconv.FormatInt(int64(d/time.Second), 10)
+	}
+	return ph, nil
+}
+
+// testHookWaiting, if set, runs when a request starts waiting for an
+// in-process holder.
+var testHookWaiting func()
+
+// protected is one wrapped handler.
+type protected struct {
+	m         *Middleware
+	next      http.Handler
+	route     Route
+	retention string // HeaderRetention value; "" if the store cannot say
+}
+
+// request is one protected request on its way through.
+type request struct {
+	start    time.Time
+	id       idemkv.ID
+	fpReq    fingerprint.Request
+	diag     []byte
+	report   Report
+	reported bool
+}
+
+func (p *protected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !slices.Contains(p.route.Methods, r.Method) {
+		p.next.ServeHTTP(w, r)
+		return
+	}
+	q := &request{start: time.Now()}
+	defer p.observe(q)
+
+	key, err := ParseKey(r.Header.Values(HeaderKey))
+	switch {
+	case errors.Is(err, ErrMissingKey) && !p.route.Require:
+		q.report.Disposition = Unprotected
+		p.next.ServeHTTP(w, r)
+		return
+	case errors.Is(err, ErrMissingKey):
+		p.reject(w, q, ProblemMissingKey, http.StatusBadRequest, "this endpoint requires an Idempotency-Key header")
+		return
+	case err != nil:
+		p.reject(w, q, ProblemInvalidKey, http.StatusBadRequest, err.Error())
+		return
+	}
+	tenant, err := p.m.tenant(r)
+	if err != nil || tenant == "" {
+		detail := "no authenticated principal"
+		if err != nil {
+			detail = err.Error()
+		}
+		p.reject(w, q, ProblemUnauthenticated, http.StatusUnauthorized, detail)
+		return
+	}
+	pattern := p.route.Pattern
+	if pattern == "" {
+		pattern = patternPath(r.Pattern)
+	}
+	if pattern == "" {
+		p.m.log.Error("httpidem: no route pattern: set Route.Pattern or serve through http.ServeMux", "path", r.URL.Path)
+		p.reject(w, q, ProblemMisconfigured, http.StatusInternalServerError, "")
+		return
+	}
+	q.id = idemkv.ID{Tenant: tenant, Endpoint: r.Method + " " + pattern, Key: key}
+	q.report.Endpoint = q.id.Endpoint
+
+	limit := p.route.Fingerprint.MaxBodySize
+	var body []byte
+	if r.Body != nil {
+		body, err = io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+	}
+	if err != nil {
+		p.reject(w, q, ProblemInvalidBody, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return
+	}
+	if len(body) > limit {
+		p.reject(w, q, ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body exceeds %d bytes", limit))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	q.fpReq = fingerprint.Request{
+		Tenant: tenant, Method: r.Method, Route: pattern, Params: pathParams(r, pattern),
+		Query: r.URL.Query(), Header: r.Header, Body: body,
+	}
+	fp, err := fingerprint.Compute(q.fpReq, p.route.Fingerprint)
+	if err != nil {
+		p.reject(w, q, ProblemInvalidBody, http.StatusBadRequest, err.Error())
+		return
+	}
+	q.diag = fp.Diagnostics
+	p.claim(w, r, q, idemkv.ClaimRequest{
+		ID: q.id, Fingerprint: fp.Bytes, Mode: p.route.Mode, Lease: p.route.Lease,
+		Resumable: p.route.Resumable, Retention: p.route.Retention,
+	})
+}
+
+// claim claims the key and acts on the outcome. On a route that waits,
+// requests of this process for one key claim one at a time: the first
+// (the flight's owner) claims, the others wait for it to finish before
+// they claim in turn, so a duplicate of an in-process request waits for
+// its outcome instead of polling.
+func (p *protected) claim(w http.ResponseWriter, r *http.Request, q *request, req idemkv.ClaimRequest) {
+	ctx := r.Context()
+	fk := q.id.Tenant + "\x00" + q.id.Endpoint + "\x00" + q.id.Key
+	for waited := false; ; {
+		var done chan struct{}
+		owner := false
+		if p.route.Wait > 0 && !waited {
+			done, owner = p.m.flights.join(fk)
+			if !owner {
+				waited = !p.await(ctx, done, q.start.Add(p.route.Wait))
+				if ctx.Err() != nil {
+					q.report.Disposition = Conflict // the client left while waiting
+					return
+				}
+				continue
+			}
+		}
+		c, err := p.claimOnce(w, r, q, req, fk, done, owner)
+		if err != nil {
+			p.storeFailed(w, r, q, err)
+			return
+		}
+		switch c.Outcome {
+		case idemkv.Acquired:
+		case idemkv.Replay:
+			p.replay(w, r, q, c.Record.Result)
+		case idemkv.Mismatch:
+			p.mismatch(w, r, q)
+		case idemkv.Reconciling:
+			q.report.Disposition = Reconciling
+			p.problem(w, q, ProblemReconciling, http.StatusConflict,
+				"an earlier attempt's outcome is unknown and is being reconciled; it will not be run again", ReconcilingRetryAfter)
+		default: // InProgress: held by another process, or past our wait
+			q.report.Disposition = Conflict
+			p.problem(w, q, ProblemInProgress, http.StatusConflict,
+				"a request with this key is still running; retry with the same key to get its outcome", max(c.RetryAfter, time.Second))
+		}
+		return
+	}
+}
+
+// claimOnce claims req and, if it acquires the key, runs the handler. The
+// owner of a flight ends it however the handler returns.
+func (p *protected) claimOnce(w http.ResponseWriter, r *http.Request, q *request, req idemkv.ClaimRequest,
+	fk string, done chan struct{}, owner bool) (idemkv.Claim, error) {
+	if owner {
+		defer p.m.flights.end(fk, done)
+	}
+	c, err := p.m.store.Claim(r.Context(), req)
+	if err == nil && c.Outcome == idemkv.Acquired {
+		p.execute(w, r, q, c.Lease)
+	}
+	return c, err
+}
+
+// await waits until done is closed (true), or until deadline or the
+// client's departure (false).
+func (p *protected) await(ctx context.Context, done chan struct{}, deadline time.Time) bool {
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return false
+	}
+	if testHookWaiting != nil {
+		testHookWaiting()
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// execute runs the handler under lease l and stores its outcome.
+func (p *protected) execute(w http.ResponseWriter, r *http.Request, q *request, l idemkv.Lease) {
+	op := &Op{lease: l}
+	sctx := context.WithoutCancel(r.Context()) // a gone client must not leave the key stuck
+	c := &capture{w: w, header: make(http.Header), limit: p.route.MaxStoredBody}
+	var settleErr error
+	c.spill = func(c *capture) error {
+		settleErr = p.settle(sctx, q, op, c, false)
+		return settleErr
+	}
+	panicked, stack := p.run(c, r.WithContext(context.WithValue(r.Context(), opKey{}, op)))
+	switch {
+	case panicked != nil:
+		if !c.streaming {
+			p.abandon(sctx, q, op, fmt.Sprintf("handler panicked: %v", panicked))
+		}
+		q.report.Disposition = Panicked
+		if panicked == http.ErrAbortHandler { //nolint:errorlint // sentinel value, as net/http compares it
+			q.report.Status = 0
+			p.observe(q)
+			panic(panicked)
+		}
+		p.m.log.Error("httpidem: handler panicked", "endpoint", q.id.Endpoint, "panic", panicked, "stack", string(stack))
+		if !c.streaming {
+			p.problem(w, q, ProblemHandlerPanic, http.StatusInternalServerError, "", 0)
+		}
+	case c.streaming:
+		q.report.Status = c.status
+	case c.dropped:
+		p.settleFailed(w, q, settleErr)
+	default:
+		if err := p.settle(sctx, q, op, c, true); err != nil {
+			p.settleFailed(w, q, err)
+			return
+		}
+		var extra http.Header
+		if q.report.Disposition == Stored && p.retention != "" {
+			extra = http.Header{HeaderRetention: {p.retention}}
+		}
+		q.report.Status = c.status
+		c.send(extra)
+	}
+}
+
+// run calls the handler, turning a panic into a value.
+func (p *protected) run(w http.ResponseWriter, r *http.Request) (panicked any, stack []byte) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked, stack = v, debug.Stack()
+		}
+	}()
+	p.next.ServeHTTP(w, r)
+	return nil, nil
+}
+
+// settle commits the outcome of the response in c: stored, released or
+// uncertain. final says the handler has returned and the whole body is in
+// the buffer; otherwise the response is about to stream and its body is
+// not stored.
+func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, final bool) error {
+	pointer, uncertain, note := op.settle()
+	status := c.status
+	if status == 0 {
+		status = http.StatusOK
+		c.status = status
+	}
+	store := p.m.store
+	switch {
+	case uncertain:
+		q.report.Disposition = Uncertain
+		return store.MarkUncertain(ctx, op.lease, clip(note, idemkv.MaxNoteLen))
+	case !p.route.Storable(status):
+		q.report.Disposition = Released
+		return store.Release(ctx, op.lease)
+	}
+	q.report.Disposition = Stored
+	if pointer == "" {
+		pointer = c.header.Get("Location")
+	}
+	if len(pointer) > idemkv.MaxPointerLen {
+		p.m.log.Warn("httpidem: pointer too long to store; dropped", "endpoint", q.id.Endpoint, "bytes", len(pointer))
+		pointer = ""
+	}
+	env := envelope{header: replayableHeaders(c.header, p.route.ReplayHeaders), diag: q.diag}
+	if final {
+		env.haveBody, env.body = true, c.buf.Bytes()
+	}
+	var apply func(idemkv.Effects) error
+	var applyErr error
+	if len(op.applies) > 0 {
+		apply = func(fx idemkv.Effects) error {
+			applyErr = op.apply(fx)
+			return applyErr
+		}
+	}
+	res := idemkv.Result{Status: status, Pointer: pointer, Body: env.encode()}
+	err := store.Complete(ctx, op.lease, res, apply)
+	if errors.Is(err, idemkv.ErrInvalidResult) && env.haveBody {
+		// The store bounds bodies more tightly than MaxStoredBody: keep
+		// the outcome without the body rather than lose it.
+		p.m.log.Warn("httpidem: response body refused by the store; stored without it", "endpoint", q.id.Endpoint, "err", err)
+		env.haveBody, env.body = false, nil
+		res.Body = env.encode()
+		err = store.Complete(ctx, op.lease, res, apply)
+	}
+	if err != nil && applyErr != nil {
+		// Apply failed: nothing was written and the lease is still ours.
+		p.abandon(ctx, q, op, "storing the outcome failed: "+err.Error())
+	}
+	return err
+}
+
+// abandon gives up a held key after a panic or a failed commit: a local
+// operation's effects were not committed, so its key is released; a
+// remote one may have reached the downstream, so its key becomes
+// uncertain.
+func (p *protected) abandon(ctx context.Context, q *request, op *Op, why string) {
+	op.settle()
+	var err error
+	if op.lease.Mode == idemkv.ModeRemote {
+		err = p.m.store.MarkUncertain(ctx, op.lease, clip(why, idemkv.MaxNoteLen))
+	} else {
+		err = p.m.store.Release(ctx, op.lease)
+	}
+	if err != nil {
+		p.m.log.Error("httpidem: could not give up the key; its lease bounds the wait", "endpoint", q.id.Endpoint, "err", err)
+	}
+}
+
+func (p *protected) settleFailed(w http.ResponseWriter, q *request, err error) {
+	q.report.Err = err
+	if errors.Is(err, idemkv.ErrFenced) {
+		q.report.Disposition = LeaseLost
+		p.problem(w, q, ProblemLeaseLost, http.StatusConflict,
+			"the request outlived its lease and another attempt took the key over; retry with the same key to get the outcome", time.Second)
+		return
+	}
+	q.report.Disposition = StoreError
+	p.m.log.Error("httpidem: storing the outcome failed", "endpoint", q.id.Endpoint, "err", err)
+	p.problem(w, q, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+		"the outcome could not be stored; retry with the same key", StoreRetryAfter)
+}
+
+func (p *protected) storeFailed(w http.ResponseWriter, r *http.Request, q *request, err error) {
+	if r.Context().Err() != nil {
+		q.report.Disposition = Rejected // the client left before its claim
+		return
+	}
+	q.report.Err = err
+	for _, bad := range []error{idemkv.ErrInvalidScope, idemkv.ErrInvalidKey, idemkv.ErrInvalidFingerprint, idemkv.ErrInvalidArgument} {
+		if errors.Is(err, bad) {
+			p.reject(w, q, ProblemInvalidKey, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	p.m.log.Error("httpidem: claim failed", "endpoint", q.id.Endpoint, "err", err, "fail_open", p.route.FailOpen)
+	if p.route.FailOpen {
+		q.report.Disposition = Unprotected
+		p.next.ServeHTTP(w, r)
+		return
+	}
+	q.report.Disposition = StoreError
+	p.problem(w, q, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+		"the idempotency store is unavailable; the request was not run", StoreRetryAfter)
+}
+
+// replay answers with a stored outcome.
+func (p *protected) replay(w http.ResponseWriter, r *http.Request, q *request, res idemkv.Result) {
+	q.report.Disposition = Replayed
+	env, err := decodeEnvelope(res.Body)
+	if err == nil && (res.Status < 100 || res.Status > 999) {
+		err = fmt.Errorf("%w: status %d", errEnvelope, res.Status)
+	}
+	if err != nil {
+		q.report.Err = err
+		p.m.log.Error("httpidem: stored outcome unreadable", "endpoint", q.id.Endpoint, "err", err)
+		p.problem(w, q, ProblemStoredResponse, http.StatusInternalServerError, "", 0)
+		return
+	}
+	h := w.Header()
+	for _, kv := range env.header {
+		h.Add(kv[0], kv[1])
+	}
+	h.Set(HeaderReplayed, "true")
+	q.report.Status = res.Status
+	switch {
+	case env.haveBody:
+		h.Set("Content-Length", strconv.Itoa(len(env.body)))
+		w.WriteHeader(res.Status)
+		w.Write(env.body)
+	case p.route.Rebuild != nil:
+		p.route.Rebuild(w, r, res)
+	default:
+		if res.Pointer != "" && h.Get("Location") == "" {
+			h.Set("Location", res.Pointer)
+		}
+		h.Set("Content-Length", "0")
+		w.WriteHeader(res.Status)
+	}
+}
+
+// mismatch answers 422, naming the parts that differ when the stored
+// outcome carries fingerprint diagnostics.
+func (p *protected) mismatch(w http.ResponseWriter, r *http.Request, q *request) {
+	q.report.Disposition = Mismatch
+	pr := Problem{
+		Type: ProblemBase + ProblemKeyMismatch, Title: titleOf(ProblemKeyMismatch), Status: http.StatusUnprocessableEntity,
+		Detail: "this idempotency key was first used with a different request; use a new key for a new request",
+	}
+	if q.diag != nil {
+		if rec, err := p.m.store.Get(r.Context(), q.id); err == nil && rec.State == idemkv.StateCompleted {
+			if env, err := decodeEnvelope(rec.Result.Body); err == nil && env.diag != nil {
+				if diffs, err := fingerprint.Explain(env.diag, q.fpReq, p.route.Fingerprint); err == nil {
+					for _, d := range diffs {
+						pr.Fields = append(pr.Fields, d.Part)
+					}
+				}
+			}
+		}
+	}
+	q.report.Status = pr.Status
+	writeProblem(w, pr, 0)
+}
+
+func (p *protected) reject(w http.ResponseWriter, q *request, kind string, status int, detail string) {
+	if q.report.Disposition == "" {
+		q.report.Disposition = Rejected
+	}
+	p.problem(w, q, kind, status, detail, 0)
+}
+
+func (p *protected) problem(w http.ResponseWriter, q *request, kind string, status int, detail string, retryAfter time.Duration) {
+	q.report.Status = status
+	writeProblem(w, Problem{Type: ProblemBase + kind, Title: titleOf(kind), Status: status, Detail: detail}, retryAfter)
+}
+
+func (p *protected) observe(q *request) {
+	if p.m.observer == nil || q.reported {
+		return
+	}
+	q.reported = true
+	q.report.Duration = time.Since(q.start)
+	p.m.observer.Observe(q.report)
+}
+
+// clip shortens s to at most n bytes without splitting a UTF-8 sequence.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// patternPath returns the path part of an http.ServeMux pattern
+// ("POST example.com/v1/{id}" -> "/v1/{id}").
+func patternPath(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		pattern = strings.TrimLeft(pattern[i:], " \t")
+	}
+	if i := strings.IndexByte(pattern, '/'); i >= 0 {
+		return pattern[i:]
+	}
+	return ""
+}
+
+// pathParams returns the values of pattern's wildcards in r.
+func pathParams(r *http.Request, pattern string) map[string]string {
+	var params map[string]string
+	for rest := pattern; ; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			return params
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return params
+		}
+		name := strings.TrimSuffix(rest[i+1:i+j], "...")
+		rest = rest[i+j+1:]
+		if name == "" || name == "$" {
+			continue
+		}
+		if params == nil {
+			params = make(map[string]string)
+		}
+		params[name] = r.PathValue(name)
+	}
+}

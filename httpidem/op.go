@@ -1,0 +1,99 @@
+package httpidem
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/idemkv/idemkv"
+)
+
+// ErrSettled is returned by Op.Apply once the outcome has been committed:
+// when the response outgrew the stored-body cap or was flushed, its
+// outcome was committed before the first byte went out.
+var ErrSettled = errors.New("httpidem: outcome already committed")
+
+// Op is the protected operation a handler runs under. The middleware puts
+// it in the request's context; FromContext returns it.
+type Op struct {
+	lease idemkv.Lease
+
+	mu        sync.Mutex
+	applies   []func(idemkv.Effects) error
+	pointer   string
+	uncertain bool
+	note      string
+	settled   bool
+}
+
+type opKey struct{}
+
+// FromContext returns the operation the request runs under, or nil when
+// the request is not protected (a method or route the middleware passes
+// through, a request without a key on a route where it is optional, or a
+// fail-open route whose store is down).
+func FromContext(ctx context.Context) *Op {
+	op, _ := ctx.Value(opKey{}).(*Op)
+	return op
+}
+
+// Lease returns the lease the request holds: its fencing token and, for a
+// remote route, the OperationID to send downstream as the downstream
+// idempotency key. Every attempt of one logical operation that resumes an
+// earlier one (a takeover) carries the same OperationID.
+func (op *Op) Lease() idemkv.Lease { return op.lease }
+
+// Apply adds business writes that commit atomically with the operation's
+// outcome: they are durable exactly when a retry can replay the response,
+// and discarded if the outcome is not stored (a 5xx, a panic). f runs at
+// commit time; an error from it stores nothing, and the client gets a 503.
+// Apply fails with ErrSettled after the outcome is committed.
+func (op *Op) Apply(f func(idemkv.Effects) error) error {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.settled {
+		return ErrSettled
+	}
+	op.applies = append(op.applies, f)
+	return nil
+}
+
+// SetPointer sets the stored result's pointer: where the created object
+// lives, for example "/v1/payments/pay_42". By default it is the response's
+// Location header. A replay of a response too large to store is rebuilt
+// from it (see Route.Rebuild).
+func (op *Op) SetPointer(p string) {
+	op.mu.Lock()
+	op.pointer = p
+	op.mu.Unlock()
+}
+
+// Uncertain says the operation's effect may or may not have happened (a
+// downstream call timed out). Instead of storing the response, the
+// middleware records the key as uncertain with note: retries are answered
+// 409 reconciling, never re-run, until the record is resolved
+// (idemkv.Store.Resolve). The handler's own response still goes to this
+// client.
+func (op *Op) Uncertain(note string) {
+	op.mu.Lock()
+	op.uncertain, op.note = true, note
+	op.mu.Unlock()
+}
+
+// apply is the Complete callback running every registered Apply in order.
+func (op *Op) apply(fx idemkv.Effects) error {
+	for _, f := range op.applies {
+		if err := f(fx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle marks the outcome committed and returns what the handler set.
+func (op *Op) settle() (pointer string, uncertain bool, note string) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.settled = true
+	return op.pointer, op.uncertain, op.note
+}
