@@ -2,8 +2,10 @@
 //
 //	idemkv bench [flags]       measure the engine against a raw-Pebble baseline
 //	idemkv bench ttl [flags]   measure retention: disk over time, sweeper cost
+//	idemkv bench http [flags]  measure the HTTP middleware's latency overhead
 //	idemkv demo [--data DIR]   play the guide's retry failures against a real store
 //	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
+//	idemkv serve [flags]       run the payments service on loopback HTTP
 //	idemkv sweep --data DIR    delete a closed store's expired records
 //	idemkv help [COMMAND]      show usage
 //

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/payments"
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		args:    "[--addr ADDR] [--data DIR] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F]",
+		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
+		flags:   serveFlags,
+	})
+}
+
+// serveConfig is what the serve flags set.
+type serveConfig struct {
+	addr     string
+	dir      string
+	wait     time.Duration
+	provider payments.ProviderOptions
+}
+
+func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+	var c serveConfig
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `ADDR`")
+	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR`")
+	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running waits for its outcome before a 409 (0: answer 409 at once)")
+	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor takes")
+	fs.Float64Var(&c.provider.FailRate, "provider-fail-rate", 0, "fraction of processor calls refused before charging (the client gets 503 and may retry)")
+	fs.Float64Var(&c.provider.TimeoutRate, "provider-timeout-rate", 0, "fraction of processor calls that charge and then time out (the payment stays uncertain; retries get 409)")
+	return func(ctx context.Context, stdout io.Writer) error {
+		for _, r := range []float64{c.provider.FailRate, c.provider.TimeoutRate, c.provider.FailRate + c.provider.TimeoutRate} {
+			if r < 0 || r > 1 {
+				return usageError{errors.New("--provider-fail-rate and --provider-timeout-rate are fractions, and together at most 1")}
+			}
+		}
+		if c.provider.Latency < 0 || c.wait < 0 {
+			return usageError{errors.New("durations may not be negative")}
+		}
+		ln, err := net.Listen("tcp", c.addr)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, ln, c, stdout)
+	}
+}
+
+// serve runs the payments service on ln until ctx is done, then shuts
+// down gracefully: requests in flight finish and their outcomes are
+// stored before the store closes.
+func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	e, err := engine.Open(c.dir, nil)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	svc, err := payments.New(payments.Config{
+		Store: e, Provider: payments.NewProvider(c.provider), Wait: c.wait, Logger: log,
+	})
+	if err != nil {
+		ln.Close()
+		e.Close()
+		return err
+	}
+	srv := &http.Server{
+		Handler:           svc.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s)\n", ln.Addr(), c.dir)
+	fmt.Fprintf(stdout, "try: curl -si -X POST http://%s/v1/payments -H 'Authorization: Bearer acct_1' -H 'Idempotency-Key: order-1' -d '{\"amount\":5000,\"currency\":\"USD\",\"card\":\"tok_123\"}'\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = srv.Shutdown(sctx)
+		cancel()
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return errors.Join(err, e.Close())
+}

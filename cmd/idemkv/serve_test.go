@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// syncBuffer is a bytes.Buffer safe to read while serve writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServeOverLoopback runs the command's server on a loopback port,
+// pays twice with one key, restarts it on the same store and checks that
+// the retry still replays.
+func TestServeOverLoopback(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (url string, stop func() error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		var out syncBuffer
+		done := make(chan error, 1)
+		go func() { done <- serve(ctx, ln, serveConfig{dir: dir}, &out) }()
+		return "http://" + ln.Addr().String(), func() error {
+			cancel()
+			err := <-done
+			assert.Contains(t, out.String(), "payments service on http://"+ln.Addr().String())
+			return err
+		}
+	}
+	pay := func(url string) (int, string, string) {
+		req, _ := http.NewRequest("POST", url+"/v1/payments", strings.NewReader(`{"amount":5000,"currency":"USD","card":"tok_123"}`))
+		req.Header.Set("Authorization", "Bearer acct_1")
+		req.Header.Set("Idempotency-Key", `"order-1"`)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), string(b)
+	}
+
+	url, stop := start()
+	status, replayed, first := pay(url)
+	assert.Equal(t, http.StatusCreated, status, first)
+	assert.Empty(t, replayed)
+	require.NoError(t, stop(), "a graceful shutdown")
+
+	url, stop = start()
+	status, replayed, again := pay(url)
+	assert.Equal(t, http.StatusCreated, status)
+	assert.Equal(t, "true", replayed)
+	assert.Equal(t, first, again, "the replay after a restart is byte-identical")
+	require.NoError(t, stop())
+}
+
+func TestServeRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--provider-fail-rate", "1.5"},
+		{"serve", "--provider-fail-rate", "0.6", "--provider-timeout-rate", "0.6"},
+		{"serve", "--provider-latency", "-1s"},
+	} {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, exitUsage, run(context.Background(), args, &out, &errOut), "%v", args)
+	}
+}

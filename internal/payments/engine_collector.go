@@ -1,0 +1,56 @@
+package payments
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemkv/idemkv/engine"
+)
+
+// engineCollector exports a few of engine.Stats at scrape time.
+type engineCollector struct {
+	e     *engine.Engine
+	descs map[string]*prometheus.Desc
+}
+
+var engineMetrics = []struct {
+	name, help string
+	counter    bool
+	value      func(engine.Stats) float64
+}{
+	{"idemkv_engine_claims_total", "Claims that passed validation.", true, func(s engine.Stats) float64 { return float64(s.Claims) }},
+	{"idemkv_engine_takeovers_total", "Acquisitions that took over an expired lease.", true, func(s engine.Stats) float64 { return float64(s.Takeovers) }},
+	{"idemkv_engine_fenced_total", "Operations refused because their lease was no longer current.", true, func(s engine.Stats) float64 { return float64(s.Fenced) }},
+	{"idemkv_engine_held_leases", "Leases held in this process.", false, func(s engine.Stats) float64 { return float64(s.HeldLocal + s.HeldRemote) }},
+	{"idemkv_engine_swept_total", "Expired records deleted by the sweeper.", true, func(s engine.Stats) float64 { return float64(s.Sweep.Deleted) }},
+	{"idemkv_engine_held_past_expiry", "Records past their expiry the sweeper had to keep (unsettled or held).", false, func(s engine.Stats) float64 { return float64(s.Sweep.HeldPastExpiry()) }},
+	{"idemkv_engine_disk_bytes", "Bytes of every file of the store.", false, func(s engine.Stats) float64 { return float64(s.DiskBytes) }},
+	{"idemkv_engine_read_amp", "Sublevels a read may visit.", false, func(s engine.Stats) float64 { return float64(s.ReadAmp) }},
+}
+
+func newEngineCollector(e *engine.Engine) *engineCollector {
+	c := &engineCollector{e: e, descs: make(map[string]*prometheus.Desc)}
+	for _, m := range engineMetrics {
+		c.descs[m.name] = prometheus.NewDesc(m.name, m.help, nil, nil)
+	}
+	return c
+}
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	s, err := c.e.Stats()
+	if err != nil {
+		return // a closed store exports nothing
+	}
+	for _, m := range engineMetrics {
+		t := prometheus.GaugeValue
+		if m.counter {
+			t = prometheus.CounterValue
+		}
+		ch <- prometheus.MustNewConstMetric(c.descs[m.name], t, m.value(s))
+	}
+}

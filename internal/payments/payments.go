@@ -1,0 +1,382 @@
+// Package payments is the payments service that "idemkv serve" runs: a
+// small card-payments API protected by package httpidem on the Pebble
+// engine, with a simulated card processor, so that a user can watch
+// retries replay, a reused key be refused, and a timed-out charge stay
+// uncertain instead of being charged twice.
+//
+// POST /v1/payments requires an Idempotency-Key. Its claim is durable
+// before the processor is called (remote mode) and the processor is sent
+// the claim's OperationID as its own idempotency key, so a crash between
+// the charge and the answer cannot lead to a second charge: the retry
+// resumes the same operation and the processor deduplicates it. The
+// payment row commits in the same atomic batch as the stored response.
+package payments
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/fingerprint"
+	"github.com/idemkv/idemkv/httpidem"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Store is the engine holding keys, outcomes and payments. Required.
+	Store *engine.Engine
+	// Provider is the card processor. Default: one that always succeeds
+	// at once.
+	Provider *Provider
+	// Wait is how long a duplicate of a payment still being processed in
+	// this process waits for its outcome before a 409 (httpidem.Route.Wait).
+	// Default: 0, answer 409 at once.
+	Wait time.Duration
+	// Now tells the time of payments. Default: time.Now.
+	Now func() time.Time
+	// Logger. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Service is the payments API.
+type Service struct {
+	cfg      Config
+	handler  http.Handler
+	registry *prometheus.Registry
+	created  prometheus.Counter
+	provider *prometheus.CounterVec
+}
+
+// Payment is the API's payment object.
+type Payment struct {
+	ID       string    `json:"id"`
+	Amount   int64     `json:"amount"`
+	Currency string    `json:"currency"`
+	Status   string    `json:"status"`
+	Charge   string    `json:"charge"`
+	Created  time.Time `json:"created"`
+}
+
+// stored is a payment as kept in the store.
+type stored struct {
+	Payment
+	Tenant string `json:"tenant"`
+}
+
+// Data keys (engine effects namespace): "pay/" + id holds the payment;
+// "idx/" + len(tenant) + tenant + (MaxUint64 - created ns) + id lists a
+// tenant's payments newest first.
+func paymentKey(id string) []byte { return []byte("pay/" + id) }
+
+func indexPrefix(tenant string) []byte {
+	k := make([]byte, 0, 5+len(tenant)+8+32)
+	k = append(k, "idx/"...)
+	k = append(k, byte(len(tenant)))
+	return append(k, tenant...)
+}
+
+func indexKey(tenant string, created time.Time, id string) []byte {
+	k := indexPrefix(tenant)
+	k = binary.BigEndian.AppendUint64(k, math.MaxUint64-uint64(created.UnixNano()))
+	return append(k, id...)
+}
+
+// New builds the service and its routes.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("payments: Config.Store is required")
+	}
+	if cfg.Provider == nil {
+		cfg.Provider = NewProvider(ProviderOptions{})
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Service{cfg: cfg, registry: prometheus.NewRegistry()}
+	obs := s.metrics()
+	m, err := httpidem.New(httpidem.Options{Store: cfg.Store, Tenant: tenantOf, Observer: obs, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	create, err := m.Wrap(http.HandlerFunc(s.create), httpidem.Route{
+		Require:   true,
+		Mode:      idemkv.ModeRemote,
+		Resumable: true, // the processor deduplicates on the OperationID
+		Wait:      cfg.Wait,
+		Fingerprint: &fingerprint.Options{
+			Mode: fingerprint.ModeJSON, MaxBodySize: 16 << 10, Diagnostics: true,
+		},
+		Rebuild: s.rebuild,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/payments", create)
+	mux.HandleFunc("GET /v1/payments/{id}", s.get)
+	mux.HandleFunc("GET /v1/payments", s.list)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpidem.WriteProblem(w, "not-found", http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, 0)
+	})
+	s.handler = mux
+	return s, nil
+}
+
+// Handler returns the service's HTTP handler.
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Registry returns the service's Prometheus registry, for tests and for
+// adding collectors.
+func (s *Service) Registry() *prometheus.Registry { return s.registry }
+
+// tenantOf is the principal: the bearer token's account.
+func tenantOf(r *http.Request) (string, error) {
+	auth := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	tok = strings.TrimSpace(tok)
+	switch {
+	case auth == "":
+		return "", errors.New("send Authorization: Bearer <account>")
+	case !ok || tok == "":
+		return "", errors.New("the Authorization header must be Bearer <account>")
+	case len(tok) > idemkv.MaxScopeLen:
+		return "", fmt.Errorf("the account is longer than %d bytes", idemkv.MaxScopeLen)
+	}
+	return tok, nil
+}
+
+// paymentRequest is the body of POST /v1/payments. Pointers tell an absent
+// field from a zero one.
+type paymentRequest struct {
+	Amount   *json.Number `json:"amount"`
+	Currency *string      `json:"currency"`
+	Card     *string      `json:"card"`
+}
+
+func (s *Service) create(w http.ResponseWriter, r *http.Request) {
+	op := httpidem.FromContext(r.Context())
+	tenant, _ := tenantOf(r) // the middleware has checked it
+	var req paymentRequest
+	dec := json.NewDecoder(r.Body)
+	dec.UseNumber()
+	if err := dec.Decode(&req); err != nil {
+		httpidem.WriteProblem(w, "invalid-payment", http.StatusBadRequest, "the body must be a JSON object: "+err.Error(), 0)
+		return
+	}
+	amount, problems := validate(req)
+	if len(problems) > 0 {
+		httpidem.WriteProblem(w, "invalid-payment", http.StatusUnprocessableEntity, strings.Join(problems, "; "), 0)
+		return
+	}
+	key := op.Lease().OperationID.String()
+	ch, err := s.cfg.Provider.Charge(r.Context(), key, amount, *req.Currency)
+	switch {
+	case errors.Is(err, ErrProviderTimeout):
+		s.provider.WithLabelValues("timeout").Inc()
+		op.Uncertain("card processor timed out; downstream key " + key)
+		httpidem.WriteProblem(w, "payment-outcome-unknown", http.StatusGatewayTimeout,
+			"the card processor did not answer; the payment is being reconciled and will not be charged twice. Retries with the same key answer 409 until it is settled.", 0)
+		return
+	case errors.Is(err, ErrProviderUnavailable):
+		s.provider.WithLabelValues("unavailable").Inc()
+		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
+			"the card processor is unavailable; nothing was charged. Retry with the same key.", time.Second)
+		return
+	case err != nil: // the client went away before the call: nothing charged
+		s.provider.WithLabelValues("cancelled").Inc()
+		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable, err.Error(), time.Second)
+		return
+	}
+	s.provider.WithLabelValues("charged").Inc()
+	now := s.cfg.Now().UTC()
+	p := stored{Tenant: tenant, Payment: Payment{
+		ID: "pay_" + randomHex(12), Amount: amount, Currency: *req.Currency,
+		Status: "succeeded", Charge: ch.ID, Created: now,
+	}}
+	row, _ := json.Marshal(p)
+	err = op.Apply(func(fx idemkv.Effects) error {
+		if err := fx.Set(paymentKey(p.ID), row); err != nil {
+			return err
+		}
+		return fx.Set(indexKey(tenant, now, p.ID), []byte(p.ID))
+	})
+	if err != nil {
+		httpidem.WriteProblem(w, "internal", http.StatusInternalServerError, err.Error(), 0)
+		return
+	}
+	s.created.Inc()
+	w.Header().Set("Location", "/v1/payments/"+p.ID)
+	writeJSON(w, http.StatusCreated, p.Payment)
+}
+
+// validate checks a payment request and returns its amount in minor units.
+func validate(req paymentRequest) (int64, []string) {
+	var problems []string
+	var amount int64
+	if req.Amount == nil {
+		problems = append(problems, "amount is required")
+	} else if n, err := strconv.ParseInt(req.Amount.String(), 10, 64); err != nil {
+		problems = append(problems, "amount must be a whole number of minor units (cents)")
+	} else if n <= 0 {
+		problems = append(problems, "amount must be positive")
+	} else {
+		amount = n
+	}
+	switch {
+	case req.Currency == nil:
+		problems = append(problems, "currency is required")
+	case !isCurrency(*req.Currency):
+		problems = append(problems, "currency must be a three-letter upper-case ISO 4217 code")
+	}
+	if req.Card == nil || *req.Card == "" {
+		problems = append(problems, "card is required")
+	}
+	return amount, problems
+}
+
+func isCurrency(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// rebuild answers the replay of a payment whose response was stored
+// without its body (never, at the sizes this service writes; kept for
+// completeness): the payment as it is now.
+func (s *Service) rebuild(w http.ResponseWriter, r *http.Request, res idemkv.Result) {
+	id, _ := strings.CutPrefix(res.Pointer, "/v1/payments/")
+	p, err := s.load(id)
+	if err != nil {
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(res.Status)
+		return
+	}
+	writeJSON(w, res.Status, p.Payment)
+}
+
+func (s *Service) load(id string) (stored, error) {
+	var p stored
+	if id == "" || len(id) > 64 {
+		return p, idemkv.ErrNotFound
+	}
+	v, err := s.cfg.Store.GetData(paymentKey(id))
+	if err != nil {
+		return p, err
+	}
+	err = json.Unmarshal(v, &p)
+	return p, err
+}
+
+func (s *Service) get(w http.ResponseWriter, r *http.Request) {
+	tenant, err := tenantOf(r)
+	if err != nil {
+		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
+		return
+	}
+	p, err := s.load(r.PathValue("id"))
+	switch {
+	case errors.Is(err, idemkv.ErrNotFound) || (err == nil && p.Tenant != tenant):
+		httpidem.WriteProblem(w, "not-found", http.StatusNotFound, "no such payment", 0)
+	case err != nil:
+		s.storeError(w, err)
+	default:
+		writeJSON(w, http.StatusOK, p.Payment)
+	}
+}
+
+// List limits.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+func (s *Service) list(w http.ResponseWriter, r *http.Request) {
+	tenant, err := tenantOf(r)
+	if err != nil {
+		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
+		return
+	}
+	limit := defaultListLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			httpidem.WriteProblem(w, "invalid-query", http.StatusBadRequest, fmt.Sprintf("limit must be 1 to %d", maxListLimit), 0)
+			return
+		}
+		limit = n
+	}
+	var ids []string
+	more := false
+	err = s.cfg.Store.ScanData(indexPrefix(tenant), func(_, v []byte) bool {
+		if len(ids) == limit {
+			more = true
+			return false
+		}
+		ids = append(ids, string(v))
+		return true
+	})
+	if err != nil {
+		s.storeError(w, err)
+		return
+	}
+	out := struct {
+		Data    []Payment `json:"data"`
+		HasMore bool      `json:"has_more"`
+	}{Data: make([]Payment, 0, len(ids)), HasMore: more}
+	for _, id := range ids {
+		p, err := s.load(id)
+		if err != nil {
+			s.storeError(w, err)
+			return
+		}
+		out.Data = append(out.Data, p.Payment)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
+	_, err := s.cfg.Store.Get(r.Context(), idemkv.ID{Tenant: "healthz", Endpoint: "healthz", Key: "healthz"})
+	if err != nil && !errors.Is(err, idemkv.ErrNotFound) {
+		s.storeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+}
+
+func (s *Service) storeError(w http.ResponseWriter, err error) {
+	s.cfg.Logger.Error("payments: store error", "err", err)
+	httpidem.WriteProblem(w, httpidem.ProblemStoreUnavailable, http.StatusServiceUnavailable, "the store is unavailable", httpidem.StoreRetryAfter)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}

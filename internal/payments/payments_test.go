@@ -1,0 +1,220 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/httpidem"
+)
+
+type svcFixture struct {
+	t   *testing.T
+	eng *engine.Engine
+	srv *httptest.Server
+	p   *Provider
+}
+
+// newService runs the service on a real engine behind loopback HTTP.
+func newService(t *testing.T, po ProviderOptions) *svcFixture {
+	t.Helper()
+	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	po.Rand = rand.New(rand.NewPCG(1, 2))
+	p := NewProvider(po)
+	svc, err := New(Config{Store: eng, Provider: p, Now: func() time.Time {
+		now = now.Add(time.Second)
+		return now
+	}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		eng.Close()
+	})
+	return &svcFixture{t: t, eng: eng, srv: srv, p: p}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (f *svcFixture) send(method, path, account, key, body string) reply {
+	f.t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	require.NoError(f.t, err)
+	if account != "" {
+		req.Header.Set("Authorization", "Bearer "+account)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := f.srv.Client().Do(req)
+	require.NoError(f.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(f.t, err)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+func (f *svcFixture) pay(account, key, body string) reply {
+	return f.send("POST", "/v1/payments", account, key, body)
+}
+
+func decode[T any](t *testing.T, r reply) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(r.body, &v), "body: %s", r.body)
+	return v
+}
+
+func problemOf(t *testing.T, r reply, status int, kind string) httpidem.Problem {
+	t.Helper()
+	require.Equal(t, status, r.status, "body: %s", r.body)
+	require.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
+	p := decode[httpidem.Problem](t, r)
+	require.Equal(t, httpidem.ProblemBase+kind, p.Type)
+	return p
+}
+
+const order = `{"amount": 5000, "currency": "USD", "card": "tok_123"}`
+
+func TestPaymentRunsOnceAndReplays(t *testing.T) {
+	f := newService(t, ProviderOptions{})
+	first := f.pay("acct_1", "order-1", order)
+	require.Equal(t, http.StatusCreated, first.status, "%s", first.body)
+	p := decode[Payment](t, first)
+	assert.Equal(t, int64(5000), p.Amount)
+	assert.Equal(t, "USD", p.Currency)
+	assert.Equal(t, "succeeded", p.Status)
+	assert.Equal(t, "/v1/payments/"+p.ID, first.header.Get("Location"))
+
+	// A retry, even formatted differently, replays the same payment.
+	retry := f.pay("acct_1", "order-1", `{"card":"tok_123","currency":"USD","amount":5000}`)
+	assert.Equal(t, http.StatusCreated, retry.status)
+	assert.Equal(t, first.body, retry.body)
+	assert.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, 1, f.p.Stats().Calls)
+
+	second := decode[Payment](t, f.pay("acct_1", "order-2", order))
+	got := decode[Payment](t, f.send("GET", "/v1/payments/"+p.ID, "acct_1", "", ""))
+	assert.Equal(t, p, got)
+
+	list := decode[struct {
+		Data    []Payment `json:"data"`
+		HasMore bool      `json:"has_more"`
+	}](t, f.send("GET", "/v1/payments", "acct_1", "", ""))
+	require.Len(t, list.Data, 2)
+	assert.Equal(t, second.ID, list.Data[0].ID, "newest first")
+	assert.Equal(t, p.ID, list.Data[1].ID)
+	limited := decode[struct {
+		Data    []Payment `json:"data"`
+		HasMore bool      `json:"has_more"`
+	}](t, f.send("GET", "/v1/payments?limit=1", "acct_1", "", ""))
+	assert.Len(t, limited.Data, 1)
+	assert.True(t, limited.HasMore)
+
+	// Another account sees none of it, and its keys are its own.
+	problemOf(t, f.send("GET", "/v1/payments/"+p.ID, "acct_2", "", ""), http.StatusNotFound, "not-found")
+	assert.Contains(t, string(f.send("GET", "/v1/payments", "acct_2", "", "").body), `"data":[]`)
+	other := f.pay("acct_2", "order-1", order)
+	assert.Equal(t, http.StatusCreated, other.status)
+	assert.Empty(t, other.header.Get("Idempotent-Replayed"))
+}
+
+func TestBadRequests(t *testing.T) {
+	f := newService(t, ProviderOptions{})
+	problemOf(t, f.pay("", "k", order), http.StatusUnauthorized, httpidem.ProblemUnauthenticated)
+	problemOf(t, f.send("GET", "/v1/payments", "", "", ""), http.StatusUnauthorized, httpidem.ProblemUnauthenticated)
+	problemOf(t, f.pay("acct_1", "", order), http.StatusBadRequest, httpidem.ProblemMissingKey)
+	problemOf(t, f.pay("acct_1", "k1", `{"amount":`), http.StatusBadRequest, httpidem.ProblemInvalidBody)
+	problemOf(t, f.pay("acct_1", "k1", `[1]`), http.StatusBadRequest, "invalid-payment")
+	p := problemOf(t, f.pay("acct_1", "k2", `{}`), http.StatusUnprocessableEntity, "invalid-payment")
+	assert.Contains(t, p.Detail, "amount is required")
+	assert.Contains(t, p.Detail, "currency is required")
+	assert.Contains(t, p.Detail, "card is required")
+	p = problemOf(t, f.pay("acct_1", "k3", `{"amount":-5,"currency":"usd","card":"tok"}`), http.StatusUnprocessableEntity, "invalid-payment")
+	assert.Contains(t, p.Detail, "amount must be positive")
+	assert.Contains(t, p.Detail, "currency must be")
+	problemOf(t, f.pay("acct_1", "k4", `{"amount":1.5,"currency":"USD","card":"tok"}`), http.StatusUnprocessableEntity, "invalid-payment")
+	problemOf(t, f.send("GET", "/v1/payments?limit=0", "acct_1", "", ""), http.StatusBadRequest, "invalid-query")
+	problemOf(t, f.send("DELETE", "/v1/payments", "acct_1", "", ""), http.StatusNotFound, "not-found")
+	// A validation error is a final answer: its retry is replayed.
+	again := f.pay("acct_1", "k2", `{}`)
+	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	assert.Zero(t, f.p.Stats().Calls, "no bad request reached the card processor")
+}
+
+func TestReusedKeyNamesTheChangedFields(t *testing.T) {
+	f := newService(t, ProviderOptions{})
+	f.pay("acct_1", "order-1", order)
+	p := problemOf(t, f.pay("acct_1", "order-1", `{"amount": 6000, "currency": "USD", "card": "tok_123"}`),
+		http.StatusUnprocessableEntity, httpidem.ProblemKeyMismatch)
+	assert.Equal(t, []string{"body /amount"}, p.Fields)
+	assert.Equal(t, 1, f.p.Stats().Calls)
+}
+
+func TestTimeoutStaysUncertainAndNeverChargesTwice(t *testing.T) {
+	f := newService(t, ProviderOptions{TimeoutRate: 1})
+	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
+	for range 3 {
+		r := f.pay("acct_1", "order-1", order)
+		problemOf(t, r, http.StatusConflict, httpidem.ProblemReconciling)
+		assert.NotEmpty(t, r.header.Get("Retry-After"))
+	}
+	assert.Equal(t, ProviderStats{Calls: 1, Charges: 1}, f.p.Stats())
+	rec, err := f.eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"})
+	require.NoError(t, err)
+	assert.Equal(t, idemkv.StateUncertain, rec.State)
+	ch, ok := f.p.Lookup(rec.OperationID.String())
+	assert.True(t, ok, "the processor was sent the record's OperationID as its key")
+	assert.Equal(t, int64(5000), ch.Amount)
+}
+
+func TestProcessorUnavailableReleasesTheKey(t *testing.T) {
+	f := newService(t, ProviderOptions{FailRate: 1})
+	r := f.pay("acct_1", "order-1", order)
+	problemOf(t, r, http.StatusServiceUnavailable, "provider-unavailable")
+	_, err := f.eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"})
+	assert.ErrorIs(t, err, idemkv.ErrNotFound, "nothing was charged, so a retry may run anew")
+	assert.Zero(t, f.p.Stats().Charges)
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	f := newService(t, ProviderOptions{})
+	h := f.send("GET", "/healthz", "", "", "")
+	assert.Equal(t, http.StatusOK, h.status)
+	f.pay("acct_1", "order-1", order)
+	f.pay("acct_1", "order-1", order)
+	f.pay("acct_1", "order-1", `{"amount":1,"currency":"USD","card":"x"}`)
+	m := string(f.send("GET", "/metrics", "", "", "").body)
+	for _, want := range []string{
+		`idemkv_http_requests_total{disposition="stored",endpoint="POST /v1/payments"} 1`,
+		`idemkv_http_requests_total{disposition="replayed",endpoint="POST /v1/payments"} 1`,
+		`idemkv_http_requests_total{disposition="mismatch",endpoint="POST /v1/payments"} 1`,
+		`idemkv_payments_created_total 1`,
+		`idemkv_provider_calls_total{result="charged"} 1`,
+		`idemkv_http_request_duration_seconds_count{disposition="stored"} 1`,
+		`idemkv_engine_claims_total 3`,
+	} {
+		assert.Contains(t, m, want)
+	}
+	require.NoError(t, f.eng.Close())
+	problemOf(t, f.send("GET", "/healthz", "", "", ""), http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	problemOf(t, f.pay("acct_1", "order-9", order), http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	assert.Contains(t, string(f.send("GET", "/metrics", "", "", "").body), `idemkv_http_store_errors_total 1`)
+}

@@ -1,0 +1,128 @@
+package payments
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Errors of Provider.Charge.
+var (
+	// ErrProviderUnavailable: the provider refused the call before doing
+	// anything (its 503): nothing was charged, a retry may run anew.
+	ErrProviderUnavailable = errors.New("payments: card processor unavailable; nothing was charged")
+	// ErrProviderTimeout: the call timed out; the charge may or may not
+	// have happened.
+	ErrProviderTimeout = errors.New("payments: card processor timed out; the charge may have happened")
+)
+
+// ProviderOptions shape the simulated card processor.
+type ProviderOptions struct {
+	// Latency is how long each call takes.
+	Latency time.Duration
+	// FailRate is the fraction of calls refused before charging.
+	FailRate float64
+	// TimeoutRate is the fraction of calls that charge and then time out,
+	// the case that double-charges a client that retries without a key.
+	TimeoutRate float64
+	// Rand decides failures and timeouts. Default: a random seed.
+	Rand *rand.Rand
+}
+
+// Provider is a simulated card processor that honours a downstream
+// idempotency key, as real ones do: a second charge under a key returns
+// the first charge instead of charging again. Its ledger lives in memory;
+// it stands for a remote system and does not survive a restart of the
+// process.
+type Provider struct {
+	opts ProviderOptions
+
+	mu      sync.Mutex
+	rnd     *rand.Rand
+	charges map[string]Charge // by downstream key
+	calls   int
+	dedups  int
+}
+
+// Charge is one charge the provider made.
+type Charge struct {
+	ID       string
+	Amount   int64
+	Currency string
+}
+
+// NewProvider returns a provider with the given behaviour.
+func NewProvider(opts ProviderOptions) *Provider {
+	r := opts.Rand
+	if r == nil {
+		r = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return &Provider{opts: opts, rnd: r, charges: make(map[string]Charge)}
+}
+
+// Charge charges amount under the downstream key, or returns the charge
+// already made under it. It fails with ErrProviderUnavailable (nothing
+// charged), ErrProviderTimeout (charged, answer lost) or ctx's error
+// (nothing charged).
+func (p *Provider) Charge(ctx context.Context, key string, amount int64, currency string) (Charge, error) {
+	if p.opts.Latency > 0 {
+		t := time.NewTimer(p.opts.Latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return Charge{}, ctx.Err()
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	roll := p.rnd.Float64()
+	if roll < p.opts.FailRate {
+		return Charge{}, ErrProviderUnavailable
+	}
+	c, dup := p.charges[key]
+	if dup {
+		p.dedups++
+	} else {
+		c = Charge{ID: "ch_" + randomHex(8), Amount: amount, Currency: currency}
+		p.charges[key] = c
+	}
+	if roll < p.opts.FailRate+p.opts.TimeoutRate {
+		return Charge{}, ErrProviderTimeout
+	}
+	return c, nil
+}
+
+// Lookup returns the charge made under key, if any: the status query a
+// reconciler asks.
+func (p *Provider) Lookup(key string) (Charge, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.charges[key]
+	return c, ok
+}
+
+// ProviderStats counts the provider's work.
+type ProviderStats struct {
+	Calls   int // calls that reached the provider
+	Charges int // distinct charges made
+	Dedups  int // calls answered with an earlier charge under the same key
+}
+
+// Stats returns the provider's counts.
+func (p *Provider) Stats() ProviderStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return ProviderStats{Calls: p.calls, Charges: len(p.charges), Dedups: p.dedups}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	crand.Read(b)
+	return hex.EncodeToString(b)
+}
