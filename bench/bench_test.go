@@ -246,7 +246,12 @@ func TestDocsNameEveryJSONField(t *testing.T) {
 	require.NoError(t, ttlRep.WriteJSON(&js))
 	var tv any
 	require.NoError(t, json.Unmarshal(js.Bytes(), &tv))
-	v = []any{v, tv}
+	httpRep := HTTPReport{Targets: []HTTPTarget{{}}}
+	js.Reset()
+	require.NoError(t, httpRep.WriteJSON(&js))
+	var hv any
+	require.NoError(t, json.Unmarshal(js.Bytes(), &hv))
+	v = []any{v, tv, hv}
 	names := map[string]bool{}
 	var walk func(any)
 	walk = func(v any) {

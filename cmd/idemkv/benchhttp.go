@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"time"
+
+	"github.com/idemkv/idemkv/bench"
+)
+
+func init() {
+	register(&command{
+		name:    "bench http",
+		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--data DIR] [--json FILE]",
+		summary: "measure the HTTP middleware's latency overhead over a bare handler on loopback (docs/benchmarks.md)",
+		flags:   benchHTTPFlags,
+	})
+}
+
+func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+	profile := "quick"
+	var (
+		rate          float64
+		clients, n    int
+		slice         time.Duration
+		data, jsonOut string
+	)
+	fs.Func("profile", "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)", func(s string) error {
+		if _, err := bench.HTTPProfile(s); err != nil {
+			return errors.New("want quick or full")
+		}
+		profile = s
+		return nil
+	})
+	fs.Float64Var(&rate, "rate", 0, "requests per second (default 5000, the guide's)")
+	fs.IntVar(&clients, "clients", 0, "concurrent clients (default 64)")
+	fs.DurationVar(&slice, "slice", 0, "how long each handler is driven at a time (default: the profile's)")
+	fs.IntVar(&n, "slices", 0, "measured slices per handler (default: the profile's)")
+	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
+	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
+	return func(ctx context.Context, stdout io.Writer) error {
+		cfg, err := bench.HTTPProfile(profile)
+		if err != nil {
+			return err
+		}
+		cfg.Rate, cfg.Clients, cfg.Dir = rate, clients, data
+		if slice != 0 {
+			cfg.Slice = slice
+		}
+		if n != 0 {
+			cfg.Slices = n
+		}
+		if err := cfg.Validate(); err != nil {
+			return usageError{err}
+		}
+		var jsonFile *os.File
+		if jsonOut != "" {
+			if jsonFile, err = os.Create(jsonOut); err != nil {
+				return err
+			}
+			defer jsonFile.Close()
+		}
+		progress, done := progressBar(os.Stderr, "bench http")
+		cfg.Progress = progress
+		rep, err := bench.RunHTTP(ctx, cfg)
+		done()
+		if err != nil {
+			return err
+		}
+		return writeReport(stdout, rep, jsonFile, func() error { return nil })
+	}
+}
