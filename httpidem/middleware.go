@@ -278,7 +278,7 @@ func (p *protected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.reject(w, q, ProblemMissingKey, http.StatusBadRequest, "this endpoint requires an Idempotency-Key header")
 		return
 	case err != nil:
-		p.reject(w, q, ProblemInvalidKey, http.StatusBadRequest, err.Error())
+		p.reject(w, q, ProblemInvalidKey, http.StatusBadRequest, strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": "))
 		return
 	}
 	tenant, err := p.m.tenant(r)
@@ -421,6 +421,9 @@ func (p *protected) execute(w http.ResponseWriter, r *http.Request, q *request, 
 	var settleErr error
 	c.spill = func(c *capture) error {
 		settleErr = p.settle(sctx, q, op, c, false)
+		if settleErr == nil && q.report.Disposition == Stored && p.retention != "" {
+			c.header.Set(HeaderRetention, p.retention)
+		}
 		return settleErr
 	}
 	panicked, stack := p.run(c, r.WithContext(context.WithValue(r.Context(), opKey{}, op)))

@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // A command is one subcommand of idemkv.
@@ -71,7 +72,7 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

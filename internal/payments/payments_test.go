@@ -3,11 +3,13 @@ package payments
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,13 +30,17 @@ type svcFixture struct {
 
 // newService runs the service on a real engine behind loopback HTTP.
 func newService(t *testing.T, po ProviderOptions) *svcFixture {
+	return newServiceWait(t, po, 0)
+}
+
+func newServiceWait(t *testing.T, po ProviderOptions, wait time.Duration) *svcFixture {
 	t.Helper()
 	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(t, err)
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	po.Rand = rand.New(rand.NewPCG(1, 2))
 	p := NewProvider(po)
-	svc, err := New(Config{Store: eng, Provider: p, Now: func() time.Time {
+	svc, err := New(Config{Store: eng, Provider: p, Wait: wait, Now: func() time.Time {
 		now = now.Add(time.Second)
 		return now
 	}})
@@ -217,4 +223,45 @@ func TestHealthAndMetrics(t *testing.T) {
 	problemOf(t, f.send("GET", "/healthz", "", "", ""), http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
 	problemOf(t, f.pay("acct_1", "order-9", order), http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
 	assert.Contains(t, string(f.send("GET", "/metrics", "", "", "").body), `idemkv_http_store_errors_total 1`)
+}
+
+// TestConcurrentDuplicatesCreateOnePayment sends 50 requests with one key
+// at once, with and without waiting: exactly one payment is created and
+// charged, and every answer is that payment (or a 409 to retry).
+func TestConcurrentDuplicatesCreateOnePayment(t *testing.T) {
+	for _, wait := range []time.Duration{0, time.Minute} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			f := newServiceWait(t, ProviderOptions{Latency: time.Millisecond}, wait)
+			replies := make([]reply, 50)
+			var wg sync.WaitGroup
+			for i := range replies {
+				wg.Go(func() { replies[i] = f.pay("acct_1", "order-1", order) })
+			}
+			wg.Wait()
+			var created []byte
+			conflicts := 0
+			for _, r := range replies {
+				switch r.status {
+				case http.StatusCreated:
+					if created == nil {
+						created = r.body
+					}
+					assert.Equal(t, created, r.body, "every 201 is the same payment")
+				case http.StatusConflict:
+					conflicts++
+				default:
+					t.Fatalf("unexpected %d: %s", r.status, r.body)
+				}
+			}
+			if wait > 0 {
+				assert.Zero(t, conflicts, "waiting duplicates get the outcome")
+			}
+			list := decode[struct {
+				Data []Payment `json:"data"`
+			}](t, f.send("GET", "/v1/payments", "acct_1", "", ""))
+			assert.Len(t, list.Data, 1)
+			assert.Equal(t, 1, f.p.Stats().Charges)
+			assert.Equal(t, 1, f.p.Stats().Calls)
+		})
+	}
 }
