@@ -133,29 +133,59 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	cfg.RetryFraction = f.retryFraction
 	cfg.RemoteLatency = f.remoteLatency
 	cfg.Dir = f.data
-	// Fail on an unwritable output before spending minutes measuring.
-	var jsonFile *os.File
-	if f.json != "" {
-		if jsonFile, err = os.Create(f.json); err != nil {
-			return err
-		}
-		defer jsonFile.Close()
-	}
-	progress, done := progressBar(stderr, "bench")
-	cfg.Progress = progress
-	defer done()
-
-	rep, err := bench.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	return writeReport(stdout, rep, jsonFile, func() error {
+	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {
+		cfg.Progress = progress
+		return bench.Run(ctx, cfg)
+	}, func(rep *bench.Report) error {
 		if f.plot == "" {
 			return nil
 		}
 		_, err := rep.Plot(f.plot)
 		return err
 	})
+}
+
+// report is what every bench command prints.
+type report interface {
+	WriteTable(io.Writer) error
+	WriteJSON(io.Writer) error
+}
+
+// measureAndReport creates the JSON output first (an unwritable path fails
+// before minutes of measuring), runs measure with a progress bar on stderr
+// if it is a terminal, and then prints the report's table on stdout,
+// writes its JSON, and calls plot if it is not nil.
+func measureAndReport[R report](stdout io.Writer, stderr *os.File, name, jsonPath string,
+	measure func(progress func(bench.Progress)) (R, error), plot func(R) error) error {
+	var jsonFile *os.File
+	if jsonPath != "" {
+		var err error
+		if jsonFile, err = os.Create(jsonPath); err != nil {
+			return err
+		}
+		defer jsonFile.Close()
+	}
+	progress, done := progressBar(stderr, name)
+	rep, err := measure(progress)
+	done()
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if jsonFile != nil {
+		if err := rep.WriteJSON(jsonFile); err != nil {
+			return err
+		}
+		if err := jsonFile.Close(); err != nil {
+			return err
+		}
+	}
+	if plot != nil {
+		return plot(rep)
+	}
+	return nil
 }
 
 // progressBar returns a Progress callback drawing a bar on stderr if it is
@@ -177,24 +207,4 @@ func progressBar(stderr *os.File, name string) (func(bench.Progress), func()) {
 		bar.Describe(p.Step)
 		_ = bar.Set(p.Done)
 	}, func() { _ = bar.Finish() }
-}
-
-// writeReport prints rep's table on stdout, writes its JSON to jsonFile
-// (if not nil) and closes it, then runs plot.
-func writeReport(stdout io.Writer, rep interface {
-	WriteTable(io.Writer) error
-	WriteJSON(io.Writer) error
-}, jsonFile *os.File, plot func() error) error {
-	if err := rep.WriteTable(stdout); err != nil {
-		return err
-	}
-	if jsonFile != nil {
-		if err := rep.WriteJSON(jsonFile); err != nil {
-			return err
-		}
-		if err := jsonFile.Close(); err != nil {
-			return err
-		}
-	}
-	return plot()
 }

@@ -56,20 +56,9 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}
-		var jsonFile *os.File
-		if jsonOut != "" {
-			if jsonFile, err = os.Create(jsonOut); err != nil {
-				return err
-			}
-			defer jsonFile.Close()
-		}
-		progress, done := progressBar(os.Stderr, "bench http")
-		cfg.Progress = progress
-		rep, err := bench.RunHTTP(ctx, cfg)
-		done()
-		if err != nil {
-			return err
-		}
-		return writeReport(stdout, rep, jsonFile, func() error { return nil })
+		return measureAndReport(stdout, os.Stderr, "bench http", jsonOut, func(progress func(bench.Progress)) (*bench.HTTPReport, error) {
+			cfg.Progress = progress
+			return bench.RunHTTP(ctx, cfg)
+		}, nil)
 	}
 }

@@ -65,21 +65,10 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}
-		var jsonFile *os.File
-		if jsonOut != "" {
-			if jsonFile, err = os.Create(jsonOut); err != nil {
-				return err
-			}
-			defer jsonFile.Close()
-		}
-		progress, done := progressBar(os.Stderr, "bench ttl")
-		cfg.Progress = progress
-		rep, err := bench.RunTTL(ctx, cfg)
-		done()
-		if err != nil {
-			return err
-		}
-		return writeReport(stdout, rep, jsonFile, func() error {
+		return measureAndReport(stdout, os.Stderr, "bench ttl", jsonOut, func(progress func(bench.Progress)) (*bench.TTLReport, error) {
+			cfg.Progress = progress
+			return bench.RunTTL(ctx, cfg)
+		}, func(rep *bench.TTLReport) error {
 			if plot == "" {
 				return nil
 			}
