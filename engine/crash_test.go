@@ -254,6 +254,9 @@ func verifyKill9Dir(t *testing.T, dir string, acked map[string]uint64) Census {
 			require.False(t, hasEff, "%q: effect %q without an outcome (record found %v: %+v)", key, eff, found, rec)
 		}
 	}
+	chk, err := e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, chk.ProblemCount, "check after SIGKILL: %v", chk.Problems)
 	cen, err := e.Census(ctx)
 	require.NoError(t, err)
 	return cen
@@ -928,6 +931,13 @@ func checkClone(steps []wlStep, cl crashClone, opts Options, now time.Time) (err
 			err = fmt.Errorf("close: %w", cerr)
 		}
 	}()
+	chk, err := e.Check(ctx)
+	if err != nil {
+		return fmt.Errorf("check: %w (%s)", err, where())
+	}
+	if chk.ProblemCount > 0 {
+		return fmt.Errorf("check: %v (%s)", chk.Problems, where())
+	}
 
 	for _, key := range crashKeys {
 		got := durState{}

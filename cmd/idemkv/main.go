@@ -3,6 +3,7 @@
 //	idemkv bench [flags]       measure the engine against a raw-Pebble baseline
 //	idemkv bench ttl [flags]   measure retention: disk over time, sweeper cost
 //	idemkv bench http [flags]  measure the HTTP middleware's latency overhead
+//	idemkv check --data DIR    verify a closed store's invariants, read-only
 //	idemkv demo [--data DIR]   play the guide's retry failures against a real store
 //	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
 //	idemkv serve [flags]       run the payments service on loopback HTTP

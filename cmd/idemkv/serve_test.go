@@ -74,6 +74,9 @@ func TestServeOverLoopback(t *testing.T) {
 	assert.Equal(t, "true", replayed)
 	assert.Equal(t, first, again, "the replay after a restart is byte-identical")
 	require.NoError(t, stop())
+
+	var out, errOut bytes.Buffer
+	assert.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &out, &errOut), "%s%s", out.String(), errOut.String())
 }
 
 func TestServeRejectsBadFlags(t *testing.T) {

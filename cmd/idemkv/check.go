@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/idemkv/idemkv/engine"
+)
+
+func init() {
+	register(&command{
+		name:    "check",
+		args:    "--data DIR [--json]",
+		summary: "verify, read-only, the invariants of a store that no process has open; exit 1 if any is broken",
+		flags:   checkFlags,
+	})
+}
+
+func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+	var (
+		dir    string
+		asJSON bool
+	)
+	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return func(ctx context.Context, stdout io.Writer) error {
+		if dir == "" {
+			return usageError{errors.New("--data is required")}
+		}
+		if _, err := os.Stat(dir); err != nil {
+			return err // do not create a store where none is
+		}
+		e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
+		if err != nil {
+			return err
+		}
+		rep, err := e.Check(ctx)
+		if cerr := e.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				return err
+			}
+		} else {
+			var b strings.Builder
+			fmt.Fprintf(&b, "records  %d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)\n",
+				rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired)
+			fmt.Fprintf(&b, "effects  %d\nepoch    %d\n", rep.Effects, rep.Epoch)
+			if rep.SweepCursor {
+				b.WriteString("sweeper  a pass is under way\n")
+			}
+			for _, p := range rep.Problems {
+				fmt.Fprintf(&b, "problem  %s\n", p)
+			}
+			if more := rep.ProblemCount - len(rep.Problems); more > 0 {
+				fmt.Fprintf(&b, "problem  ... and %d more\n", more)
+			}
+			if rep.ProblemCount == 0 {
+				b.WriteString("ok: every invariant holds\n")
+			}
+			if _, err := io.WriteString(stdout, b.String()); err != nil {
+				return err
+			}
+		}
+		if rep.ProblemCount > 0 {
+			return fmt.Errorf("%d broken invariants", rep.ProblemCount)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,208 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// MaxCheckProblems bounds the problems a CheckReport lists; the rest are
+// only counted.
+const MaxCheckProblems = 1000
+
+// CheckProblem is one broken invariant found by Check.
+type CheckProblem struct {
+	// Key names the entry: "tenant/endpoint/key" for a record, the hex
+	// of the raw key otherwise.
+	Key string `json:"key"`
+	// What says which invariant it breaks.
+	What string `json:"what"`
+}
+
+func (p CheckProblem) String() string { return p.Key + ": " + p.What }
+
+// CheckReport is what Check found.
+type CheckReport struct {
+	// Epoch is the stored epoch: every token was issued in it or before.
+	Epoch uint64 `json:"epoch"`
+	// Records counts the stored records, by state; Expired counts the
+	// completed ones past their expiry that the sweeper has not yet
+	// deleted.
+	Records    int `json:"records"`
+	InProgress int `json:"in_progress"`
+	Uncertain  int `json:"uncertain"`
+	Completed  int `json:"completed"`
+	Expired    int `json:"expired"`
+	// Effects counts the entries written through Effects.
+	Effects int `json:"effects"`
+	// SweepCursor says whether a sweep pass is under way (its position is
+	// stored).
+	SweepCursor bool `json:"sweep_cursor"`
+	// Problems lists the first MaxCheckProblems broken invariants;
+	// ProblemCount counts them all. A store is sound when it is zero.
+	Problems     []CheckProblem `json:"problems"`
+	ProblemCount int            `json:"problem_count"`
+}
+
+func (r *CheckReport) add(key, format string, args ...any) {
+	r.ProblemCount++
+	if len(r.Problems) < MaxCheckProblems {
+		r.Problems = append(r.Problems, CheckProblem{Key: key, What: fmt.Sprintf(format, args...)})
+	}
+}
+
+// Check reads the whole store and verifies the invariants the engine keeps
+// on disk:
+//
+//   - every key is in a known namespace; the metadata holds only the
+//     epoch (8 bytes) and the sweeper's position (a record key);
+//   - every record key decodes to a valid ID and encodes back to itself;
+//   - every record decodes (the codec itself refuses unknown states and
+//     flags, results on records that are not completed, and fields beyond
+//     the contract's limits), with a token issued in the stored epoch or
+//     before, an attempt of at least 1 and a valid fingerprint;
+//   - a record in progress on disk is a remote claim (local claims are
+//     never written) with an operation id, as is every remote record.
+//
+// It does not tell a local effect from a stray write: effects are the
+// caller's keys, and the layout does not link them to their outcome. A
+// store that fails an invariant is reported, not repaired. Check reads
+// through the same Pebble snapshot from start to end; open the store
+// read-only (Options.ReadOnly) to inspect one that no process is using.
+// It fails only if the store cannot be read.
+func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
+	if err := e.enter(); err != nil {
+		return CheckReport{}, err
+	}
+	defer e.exit()
+	snap := e.db.NewSnapshot()
+	defer snap.Close()
+	var r CheckReport
+	now := e.clock.Now()
+
+	epochKnown := false
+	v, closer, err := snap.Get(epochKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return CheckReport{}, fmt.Errorf("engine: check: %w", err)
+	default:
+		if len(v) != 8 {
+			r.add(hex.EncodeToString(epochKey), "epoch is %d bytes, want 8", len(v))
+		} else {
+			r.Epoch, epochKnown = binary.BigEndian.Uint64(v), true
+		}
+		closer.Close()
+	}
+
+	it, err := snap.NewIter(nil)
+	if err != nil {
+		return CheckReport{}, fmt.Errorf("engine: check: %w", err)
+	}
+	defer it.Close()
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return CheckReport{}, err
+			}
+		}
+		k := it.Key()
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return CheckReport{}, fmt.Errorf("engine: check: %w", err)
+		}
+		switch {
+		case len(k) == 0:
+			r.add("", "empty key")
+		case k[0] == nsMeta:
+			e.checkMeta(&r, k, val)
+		case k[0] == nsRecord:
+			e.checkRecord(&r, k, val, now, epochKnown)
+		case k[0] == nsData:
+			r.Effects++
+		default:
+			r.add(hex.EncodeToString(k), "key in unknown namespace %#x", k[0])
+		}
+	}
+	if err := it.Error(); err != nil {
+		return CheckReport{}, fmt.Errorf("engine: check: %w", err)
+	}
+	if r.Records > 0 && !epochKnown && r.ProblemCount == 0 {
+		r.add(hex.EncodeToString(epochKey), "records but no epoch")
+	}
+	return r, nil
+}
+
+func (e *Engine) checkMeta(r *CheckReport, k, v []byte) {
+	switch {
+	case bytes.Equal(k, epochKey):
+		// Read above.
+	case bytes.Equal(k, sweepKey):
+		r.SweepCursor = true
+		if _, err := decodeRecordKey(v); err != nil {
+			r.add(hex.EncodeToString(k), "sweeper position is not a record key: %v", err)
+		}
+	default:
+		r.add(hex.EncodeToString(k), "unknown metadata key")
+	}
+}
+
+func (e *Engine) checkRecord(r *CheckReport, k, v []byte, now time.Time, epochKnown bool) {
+	r.Records++
+	id, err := decodeRecordKey(k)
+	name := hex.EncodeToString(k)
+	if err != nil {
+		r.add(name, "record key does not decode: %v", err)
+		return
+	}
+	name = id.Tenant + "/" + id.Endpoint + "/" + id.Key
+	if err := id.Validate(); err != nil {
+		r.add(name, "record key names an invalid ID: %v", err)
+	}
+	if !bytes.Equal(appendRecordKey(nil, id), k) {
+		r.add(name, "record key does not encode back to itself")
+	}
+	rec, err := record.Decode(v)
+	if err != nil {
+		r.add(name, "record does not decode: %v", err)
+		return
+	}
+	switch rec.State {
+	case idemkv.StateInProgress:
+		r.InProgress++
+		if rec.Mode != idemkv.ModeRemote {
+			r.add(name, "a local claim is in progress on disk (local claims are never written)")
+		}
+	case idemkv.StateUncertain:
+		r.Uncertain++
+	case idemkv.StateCompleted:
+		r.Completed++
+		if !now.Before(rec.Expires) {
+			r.Expired++
+		}
+	}
+	if rec.Token == 0 {
+		r.add(name, "token is zero")
+	} else if epochKnown && rec.Token>>tokenSeqBits > r.Epoch {
+		r.add(name, "token %d is from epoch %d, after the stored epoch %d", rec.Token, rec.Token>>tokenSeqBits, r.Epoch)
+	}
+	if rec.Attempt < 1 {
+		r.add(name, "attempt is %d", rec.Attempt)
+	}
+	if err := idemkv.ValidateFingerprint(rec.Fingerprint); err != nil {
+		r.add(name, "%v", err)
+	}
+	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
+		r.add(name, "remote record without an operation id")
+	}
+}
