@@ -30,6 +30,7 @@ type serveConfig struct {
 	addr     string
 	dir      string
 	wait     time.Duration
+	lease    time.Duration
 	provider payments.ProviderOptions
 }
 
@@ -38,6 +39,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `ADDR`")
 	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR`")
 	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running waits for its outcome before a 409 (0: answer 409 at once)")
+	fs.DurationVar(&c.lease, "lease", 0, "how long a payment may run before a retry may take it over and resume the same charge (default: the store's, 30s)")
 	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor takes")
 	fs.Float64Var(&c.provider.FailRate, "provider-fail-rate", 0, "fraction of processor calls refused before charging (the client gets 503 and may retry)")
 	fs.Float64Var(&c.provider.TimeoutRate, "provider-timeout-rate", 0, "fraction of processor calls that charge and then time out (the payment stays uncertain; retries get 409)")
@@ -47,7 +49,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 				return usageError{errors.New("--provider-fail-rate and --provider-timeout-rate are fractions, and together at most 1")}
 			}
 		}
-		if c.provider.Latency < 0 || c.wait < 0 {
+		if c.provider.Latency < 0 || c.wait < 0 || c.lease < 0 {
 			return usageError{errors.New("durations may not be negative")}
 		}
 		ln, err := net.Listen("tcp", c.addr)
@@ -69,7 +71,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		return err
 	}
 	svc, err := payments.New(payments.Config{
-		Store: e, Provider: payments.NewProvider(c.provider), Wait: c.wait, Logger: log,
+		Store: e, Provider: payments.NewProvider(c.provider), Wait: c.wait, Lease: c.lease, Logger: log,
 	})
 	if err != nil {
 		ln.Close()

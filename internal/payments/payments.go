@@ -44,6 +44,9 @@ type Config struct {
 	// this process waits for its outcome before a 409 (httpidem.Route.Wait).
 	// Default: 0, answer 409 at once.
 	Wait time.Duration
+	// Lease bounds how long a payment may take before a retry may take it
+	// over (resuming the same charge). Default: the store's (30 s).
+	Lease time.Duration
 	// Now tells the time of payments. Default: time.Now.
 	Now func() time.Time
 	// Logger. Default: slog.Default().
@@ -61,12 +64,15 @@ type Service struct {
 
 // Payment is the API's payment object.
 type Payment struct {
-	ID       string    `json:"id"`
-	Amount   int64     `json:"amount"`
-	Currency string    `json:"currency"`
-	Status   string    `json:"status"`
-	Charge   string    `json:"charge"`
-	Created  time.Time `json:"created"`
+	ID       string `json:"id"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	Status   string `json:"status"`
+	Charge   string `json:"charge"`
+	// Description is the client's own text, kept as sent (at most
+	// maxDescription bytes): an order reference, say.
+	Description string    `json:"description,omitempty"`
+	Created     time.Time `json:"created"`
 }
 
 // stored is a payment as kept in the store.
@@ -118,6 +124,7 @@ func New(cfg Config) (*Service, error) {
 		Mode:      idemkv.ModeRemote,
 		Resumable: true, // the processor deduplicates on the OperationID
 		Wait:      cfg.Wait,
+		Lease:     cfg.Lease,
 		Fingerprint: &fingerprint.Options{
 			Mode: fingerprint.ModeJSON, MaxBodySize: 16 << 10, Diagnostics: true,
 		},
@@ -168,6 +175,8 @@ type paymentRequest struct {
 	Amount   *json.Number `json:"amount"`
 	Currency *string      `json:"currency"`
 	Card     *string      `json:"card"`
+	// Description is optional.
+	Description string `json:"description"`
 }
 
 func (s *Service) create(w http.ResponseWriter, r *http.Request) {
@@ -207,7 +216,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	s.provider.WithLabelValues("charged").Inc()
 	now := s.cfg.Now().UTC()
 	p := stored{Tenant: tenant, Payment: Payment{
-		ID: "pay_" + randomHex(12), Amount: amount, Currency: *req.Currency,
+		ID: "pay_" + randomHex(12), Amount: amount, Currency: *req.Currency, Description: req.Description,
 		Status: "succeeded", Charge: ch.ID, Created: now,
 	}}
 	row, _ := json.Marshal(p)
@@ -225,6 +234,9 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
 	writeJSON(w, http.StatusCreated, p.Payment)
 }
+
+// maxDescription bounds Payment.Description, in bytes.
+const maxDescription = 500
 
 // validate checks a payment request and returns its amount in minor units.
 func validate(req paymentRequest) (int64, []string) {
@@ -247,6 +259,9 @@ func validate(req paymentRequest) (int64, []string) {
 	}
 	if req.Card == nil || *req.Card == "" {
 		problems = append(problems, "card is required")
+	}
+	if len(req.Description) > maxDescription {
+		problems = append(problems, fmt.Sprintf("description must be at most %d bytes", maxDescription))
 	}
 	return amount, problems
 }
