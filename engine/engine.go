@@ -197,7 +197,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	po := o.PebbleOptions()
 	c := pebble.NewCache(o.CacheSize)
 	po.Cache = c
-	db, err := pebble.Open(dir, po)
+	db, err := openPebble(dir, po)
 	if err != nil {
 		c.Unref()
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
@@ -221,6 +221,20 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	}
 	e.startSweeper()
 	return e, nil
+}
+
+// openPebble opens the Pebble store, turning a panic inside pebble.Open
+// into an error. Pebble panics there on some filesystem errors (a failed
+// rename of a format marker while a new store is created, for one) after
+// cleaning up; the caller gets an error it can report, and a later Open
+// finds the directory as the atomic markers left it.
+func openPebble(dir string, po *pebble.Options) (db *pebble.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("engine: open: pebble failed: %v", r)
+		}
+	}()
+	return pebble.Open(dir, po)
 }
 
 // advanceEpoch reads the stored epoch and, unless read-only, durably
