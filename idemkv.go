@@ -55,6 +55,11 @@ var (
 	ErrWrongState = errors.New("idemkv: record in wrong state")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("idemkv: store closed")
+	// ErrNoSpace: the store's disk is nearly full, so it refuses to start
+	// new work (a claim that would acquire). Replays, reads and the work
+	// already in progress continue; new claims succeed again once space
+	// is freed. Answer it like an unavailable store (HTTP 503).
+	ErrNoSpace = errors.New("idemkv: store is low on disk space; not starting new work")
 	// ErrFailed: a durable write failed in a way that leaves its outcome
 	// unknown. The store refuses all further work until it is reopened,
 	// because it can no longer tell which results are durable.
@@ -387,7 +392,8 @@ type Store interface {
 	// expired lease), and otherwise reports why not. Two concurrent claims
 	// of one ID never both acquire it. Errors: ErrInvalidKey,
 	// ErrInvalidScope, ErrInvalidFingerprint, ErrInvalidArgument,
-	// ErrClosed, ErrFailed, or an I/O error.
+	// ErrNoSpace (a claim that would acquire, while the store is low on
+	// disk), ErrClosed, ErrFailed, or an I/O error.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 
 	// Complete stores r as the final outcome of the lease's operation, and

@@ -23,6 +23,13 @@ import (
 type Engine struct {
 	opts  *Options
 	clock Clock
+	dir   string
+	// disk caches whether free space is below Options.MinFreeDisk.
+	disk struct {
+		mu   sync.Mutex
+		next atomic.Int64 // UnixNano of the next look at the filesystem
+		low  atomic.Bool
+	}
 	db    *pebble.DB
 	cache interface{ Unref() }
 	// commits combines concurrent synced writes (see committer).
@@ -202,7 +209,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		c.Unref()
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
-	e := &Engine{opts: o, clock: o.Clock, db: db, cache: c, commits: newCommitter(db), shards: make([]shard, o.Shards)}
+	e := &Engine{opts: o, clock: o.Clock, dir: dir, db: db, cache: c, commits: newCommitter(db), shards: make([]shard, o.Shards)}
 	e.gate.drained.L = &e.gate.Mutex
 	for i := range e.shards {
 		e.shards[i].mu.slots = make(map[string]*slot)
@@ -221,6 +228,23 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	}
 	e.startSweeper()
 	return e, nil
+}
+
+// lowOnDisk reports whether the store's filesystem has less free space
+// than Options.MinFreeDisk, looking at it at most once a second.
+func (e *Engine) lowOnDisk(now time.Time) bool {
+	if e.opts.MinFreeDisk < 0 {
+		return false
+	}
+	if now.UnixNano() < e.disk.next.Load() || !e.disk.mu.TryLock() {
+		return e.disk.low.Load()
+	}
+	defer e.disk.mu.Unlock()
+	if u, err := e.opts.FS.GetDiskUsage(e.dir); err == nil {
+		e.disk.low.Store(u.AvailBytes < uint64(e.opts.MinFreeDisk))
+	}
+	e.disk.next.Store(now.Add(time.Second).UnixNano())
+	return e.disk.low.Load()
 }
 
 // openPebble opens the Pebble store, turning a panic inside pebble.Open
@@ -486,7 +510,6 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 		// Taking over is safe; the new attempt is in effect a fresh one.
 		next.Mode = req.Mode
 		next.OperationID = opID
-		e.counters.takeovers.Add(1)
 		return e.acquireLocked(sh, k, next, now)
 	}
 	// A durable remote claim: the stale attempt's downstream call may have
@@ -497,7 +520,6 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 		if next.OperationID.IsZero() {
 			next.OperationID = opID
 		}
-		e.counters.takeovers.Add(1)
 		return e.acquireLocked(sh, k, next, now)
 	}
 	unc := cur
@@ -513,10 +535,19 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 }
 
 // acquireLocked installs rec as k's in-progress slot and, for a remote
-// claim, makes it durable before returning. It unlocks sh.mu.
+// claim, makes it durable before returning; while the disk is low on
+// space it refuses with ErrNoSpace instead. It unlocks sh.mu.
 //
 // REQUIRES: sh.mu held.
 func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.Time) (idemkv.Claim, error) {
+	if e.lowOnDisk(now) {
+		// New work, or resumed work, would need space the disk lacks.
+		sh.mu.Unlock()
+		return idemkv.Claim{}, fmt.Errorf("%w (less than %d bytes free)", idemkv.ErrNoSpace, e.opts.MinFreeDisk)
+	}
+	if rec.Attempt > 1 {
+		e.counters.takeovers.Add(1)
+	}
 	s := &slot{rec: rec}
 	sh.installLocked(k, s)
 	if len(sh.mu.slots) >= sh.mu.reapAt {

@@ -71,6 +71,15 @@ type Options struct {
 	// command). Storage grows without bound unless something calls it.
 	NoBackgroundSweep bool
 
+	// MinFreeDisk is the free space, in bytes, below which the store stops
+	// starting new work: a claim that would acquire fails with
+	// idemkv.ErrNoSpace, while replays, reads and the completion of work
+	// in progress go on. Pebble ends the process when a write fails for
+	// lack of space, so refusing new work first keeps the service up and
+	// answering. Free space is read from the filesystem at most once per
+	// second. Default: 256 MiB. Negative: never refuse.
+	MinFreeDisk int64
+
 	// MaxBodySize bounds Result.Body, in bytes. Default: 64 KiB. Larger
 	// responses should be stored as a Result.Pointer instead.
 	MaxBodySize int
@@ -143,6 +152,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if c.Retention == 0 {
 		c.Retention = 24 * time.Hour
+	}
+	if c.MinFreeDisk == 0 {
+		c.MinFreeDisk = 256 << 20
 	}
 	if c.MaxBodySize == 0 {
 		c.MaxBodySize = 64 << 10

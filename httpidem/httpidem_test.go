@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -40,11 +41,21 @@ const route = "/v1/things"
 // newFixture serves h, protected by route rt, at POST (and GET) /v1/things.
 func newFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc) *fixture {
 	t.Helper()
+	return newFixtureWith(t, rt, h, nil)
+}
+
+// newFixtureWith is newFixture with the engine options adjusted by opt.
+func newFixtureWith(t *testing.T, rt httpidem.Route, h http.HandlerFunc, opt func(*engine.Options)) *fixture {
+	t.Helper()
 	f := &fixture{t: t, clock: fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), reports: make(chan httpidem.Report, 100)}
-	eng, err := engine.Open(t.TempDir(), &engine.Options{
+	eo := &engine.Options{
 		Clock: f.clock, NoBackgroundSweep: true,
 		RetentionClasses: ttl.Classes{"money": 30 * 24 * time.Hour},
-	})
+	}
+	if opt != nil {
+		opt(eo)
+	}
+	eng, err := engine.Open(t.TempDir(), eo)
 	require.NoError(t, err)
 	f.eng = eng
 	m, err := httpidem.New(httpidem.Options{
@@ -528,6 +539,45 @@ func TestStoreDown(t *testing.T) {
 		assert.Equal(t, httpidem.Unprotected, f.report().Disposition)
 		assert.EqualValues(t, 1, calls.Load())
 	})
+}
+
+// toggleDisk reports no free space while full is set.
+type toggleDisk struct {
+	vfs.FS
+	full atomic.Bool
+}
+
+func (d *toggleDisk) GetDiskUsage(path string) (vfs.DiskUsage, error) {
+	u, err := d.FS.GetDiskUsage(path)
+	if d.full.Load() {
+		u.AvailBytes = 0
+	}
+	return u, err
+}
+
+// TestDiskFullAnswers503: a store low on disk refuses new requests with
+// 503 and Retry-After, keeps replaying what it stored, and takes new
+// requests again once space returns.
+func TestDiskFullAnswers503(t *testing.T) {
+	h, calls := counting()
+	disk := &toggleDisk{FS: vfs.Default}
+	f := newFixtureWith(t, httpidem.Route{}, h, func(o *engine.Options) { o.FS = disk })
+	first := f.do("POST", route, `{}`, "k1")
+	require.Equal(t, http.StatusCreated, first.status)
+
+	disk.full.Store(true)
+	f.clock.Advance(time.Second)
+	r := f.do("POST", route, `{}`, "k2")
+	problem(t, r, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+	again := f.do("POST", route, `{}`, "k1")
+	assert.Equal(t, first.body, again.body, "stored outcomes still replay")
+	assert.Equal(t, "true", again.header.Get(httpidem.HeaderReplayed))
+
+	disk.full.Store(false)
+	f.clock.Advance(time.Second)
+	assert.Equal(t, http.StatusCreated, f.do("POST", route, `{}`, "k2").status)
+	assert.EqualValues(t, 2, calls.Load())
 }
 
 func TestEffectsCommitWithTheOutcome(t *testing.T) {
