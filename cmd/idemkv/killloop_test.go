@@ -151,10 +151,12 @@ type served struct {
 }
 
 // startServe starts the test binary as "idemkv serve" on a free loopback
-// port over dir, and waits for it to say where it listens.
-func startServe(t *testing.T, dir string) served {
+// port over dir, with a 1 s lease and flags, and waits for it to say where
+// it listens.
+func startServe(t *testing.T, dir string, flags ...string) served {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "--addr", "127.0.0.1:0", "--data", dir, "--lease", "1s")
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--lease", "1s"}, flags...)
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "IDEMKV_TEST_AS_MAIN=1")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package payments
+package main
 
 import (
 	"context"
@@ -7,18 +7,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
-
-	"github.com/idemkv/idemkv/engine"
 )
 
 // httpIn is one POST /v1/payments: its idempotency key.
@@ -94,21 +92,16 @@ var httpModel = porcupine.Model{
 	},
 }
 
-// TestHTTPLinearizability records concurrent histories of payments over
-// loopback, with hot keys, a slow card processor and clients that give up
-// on some requests early, and checks them against httpModel with
-// porcupine.
+// TestHTTPLinearizability records concurrent histories of payments against
+// "idemkv serve" running as a child process on loopback, with hot keys, a
+// slow card processor and clients that give up on some requests early, and
+// checks them against httpModel with porcupine.
 func TestHTTPLinearizability(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for a few seconds")
 	}
 	for round := range 3 {
-		eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
-		require.NoError(t, err)
-		svc, err := New(Config{Store: eng, Provider: NewProvider(ProviderOptions{Latency: 2 * time.Millisecond})})
-		require.NoError(t, err)
-		srv := httptest.NewServer(svc.Handler())
-
+		srv := startServe(t, t.TempDir(), "--provider-latency", "2ms")
 		var (
 			clock atomic.Int64 // logical time: call and return order
 			mu    sync.Mutex
@@ -125,7 +118,7 @@ func TestHTTPLinearizability(t *testing.T) {
 						ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(3000))*time.Microsecond)
 					}
 					call := clock.Add(1)
-					out := httpPay(ctx, srv, key)
+					out := httpPay(ctx, srv.url, key)
 					ret := clock.Add(1)
 					cancel()
 					if out.Status != 0 && out.Status != http.StatusCreated && out.Status != http.StatusConflict && out.Status != http.StatusServiceUnavailable {
@@ -138,8 +131,8 @@ func TestHTTPLinearizability(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		srv.Close()
-		require.NoError(t, eng.Close())
+		require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, srv.cmd.Wait())
 
 		res := porcupine.CheckOperationsTimeout(httpModel, ops, 30*time.Second)
 		require.Equal(t, porcupine.Ok, res, "round %d: %d operations are not linearizable", round, len(ops))
@@ -151,12 +144,12 @@ func TestHTTPLinearizability(t *testing.T) {
 	}
 }
 
-func httpPay(ctx context.Context, srv *httptest.Server, key string) httpOut {
-	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/payments",
+func httpPay(ctx context.Context, url, key string) httpOut {
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/payments",
 		strings.NewReader(`{"amount":700,"currency":"USD","card":"tok_lin"}`))
 	req.Header.Set("Authorization", "Bearer acct_lin")
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := srv.Client().Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return httpOut{}
 	}
@@ -167,7 +160,9 @@ func httpPay(ctx context.Context, srv *httptest.Server, key string) httpOut {
 	}
 	out := httpOut{Status: resp.StatusCode}
 	if resp.StatusCode == http.StatusCreated {
-		var p Payment
+		var p struct {
+			ID string `json:"id"`
+		}
 		if json.Unmarshal(b, &p) == nil {
 			out.ID = p.ID
 		}
