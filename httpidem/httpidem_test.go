@@ -640,6 +640,51 @@ func TestLargeResponseStoresPointer(t *testing.T) {
 	})
 }
 
+// TestPointerOnly stores the compact record (status, headers, pointer)
+// and rebuilds replays from the object the pointer names.
+func TestPointerOnly(t *testing.T) {
+	var objects sync.Map // pointer -> body
+	var calls atomic.Int64
+	h := func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		loc := fmt.Sprintf("/v1/things/t_%d", n)
+		body := fmt.Sprintf(`{"id":"t_%d","padding":%q}`, n, strings.Repeat("p", 300))
+		objects.Store(loc, body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", loc)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, body)
+	}
+	rebuild := func(w http.ResponseWriter, r *http.Request, res idemkv.Result) {
+		body, _ := objects.Load(res.Pointer)
+		w.WriteHeader(res.Status)
+		io.WriteString(w, body.(string))
+	}
+	f := newFixture(t, httpidem.Route{PointerOnly: true, Rebuild: rebuild}, h)
+	first := f.do("POST", route, `{}`, "k")
+	require.Equal(t, http.StatusCreated, first.status)
+	again := f.do("POST", route, `{}`, "k")
+	assert.Equal(t, first.body, again.body, "rebuilt byte for byte")
+	assert.Equal(t, "true", again.header.Get(httpidem.HeaderReplayed))
+	assert.Equal(t, "/v1/things/t_1", again.header.Get("Location"))
+	assert.EqualValues(t, 1, calls.Load())
+
+	rec, err := f.eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST " + route, Key: "k"})
+	require.NoError(t, err)
+	assert.Equal(t, "/v1/things/t_1", rec.Result.Pointer)
+	assert.Less(t, len(rec.Result.Body), 64, "only the headers are stored, not the %d-byte body", len(first.body))
+
+	// An outcome without a pointer keeps its body: there is nothing to
+	// rebuild it from.
+	f2 := newFixture(t, httpidem.Route{PointerOnly: true, Rebuild: rebuild}, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "declined: card expired", http.StatusPaymentRequired)
+	})
+	declined := f2.do("POST", route, `{}`, "k")
+	replayed := f2.do("POST", route, `{}`, "k")
+	assert.Equal(t, "true", replayed.header.Get(httpidem.HeaderReplayed))
+	assert.Equal(t, declined.body, replayed.body)
+}
+
 func TestExpiredKeyRunsAsNew(t *testing.T) {
 	h, calls := counting()
 	f := newFixture(t, httpidem.Route{Retention: "money"}, h)
@@ -685,11 +730,12 @@ func TestConfigurationErrors(t *testing.T) {
 	require.NoError(t, err)
 	h := http.NotFoundHandler()
 	for name, rt := range map[string]httpidem.Route{
-		"unknown class":  {Retention: "nope"},
-		"lower method":   {Methods: []string{"post"}},
-		"bad mode":       {Mode: 7},
-		"bad fp options": {Fingerprint: &fingerprint.Options{Mode: fingerprint.ModeFields}},
-		"negative wait":  {Wait: -1},
+		"unknown class":                {Retention: "nope"},
+		"lower method":                 {Methods: []string{"post"}},
+		"bad mode":                     {Mode: 7},
+		"bad fp options":               {Fingerprint: &fingerprint.Options{Mode: fingerprint.ModeFields}},
+		"negative wait":                {Wait: -1},
+		"pointer-only without rebuild": {PointerOnly: true},
 	} {
 		_, err := m.Wrap(h, rt)
 		assert.Error(t, err, name)

@@ -117,6 +117,17 @@ type Route struct {
 	// moment, and streams; its replays are rebuilt by Rebuild.
 	MaxStoredBody int
 
+	// PointerOnly stores the outcomes that have a pointer without their
+	// bodies: the status, the replayable headers and the pointer, the
+	// compact record the guide sizes its store by (tens of bytes instead
+	// of the body's hundreds). Their replays are rebuilt by Rebuild, which
+	// PointerOnly requires: use it when the created object can be served
+	// again exactly as it was first returned (an immutable payment, say).
+	// Outcomes without a pointer (a 422, say) keep their bodies. Responses
+	// are still buffered (up to MaxStoredBody) and sent only once the
+	// outcome is stored.
+	PointerOnly bool
+
 	// Wait, if positive, makes a request whose key is held by a request
 	// of this process wait for it, up to Wait, and then answer with its
 	// outcome (or run, if it released the key). Waiting is in-process and
@@ -208,6 +219,9 @@ func (m *Middleware) Wrap(h http.Handler, route Route) (http.Handler, error) {
 	}
 	if rt.MaxStoredBody == 0 {
 		rt.MaxStoredBody = DefaultMaxStoredBody
+	}
+	if rt.PointerOnly && rt.Rebuild == nil {
+		return nil, errors.New("httpidem: a PointerOnly route needs Rebuild to answer its replays")
 	}
 	fp := rt.Fingerprint.EnsureDefaults()
 	if err := fp.Validate(); err != nil {
@@ -500,7 +514,7 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 		pointer = ""
 	}
 	env := envelope{header: replayableHeaders(c.header, p.route.ReplayHeaders), diag: q.diag}
-	if final {
+	if final && (!p.route.PointerOnly || pointer == "") {
 		env.haveBody, env.body = true, c.buf.Bytes()
 	}
 	var apply func(idemkv.Effects) error

@@ -159,9 +159,13 @@ func TestBadRequests(t *testing.T) {
 	problemOf(t, f.pay("acct_1", "k4", `{"amount":1.5,"currency":"USD","card":"tok"}`), http.StatusUnprocessableEntity, "invalid-payment")
 	problemOf(t, f.send("GET", "/v1/payments?limit=0", "acct_1", "", ""), http.StatusBadRequest, "invalid-query")
 	problemOf(t, f.send("DELETE", "/v1/payments", "acct_1", "", ""), http.StatusNotFound, "not-found")
-	// A validation error is a final answer: its retry is replayed.
-	again := f.pay("acct_1", "k2", `{}`)
+	// A validation error is a final answer: its retry is replayed, body
+	// and all (it has no pointer to rebuild it from).
+	first := f.pay("acct_1", "k5", `{"amount":0,"currency":"USD","card":"tok"}`)
+	again := f.pay("acct_1", "k5", `{"amount":0,"currency":"USD","card":"tok"}`)
 	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, http.StatusUnprocessableEntity, again.status)
+	assert.Equal(t, first.body, again.body)
 	assert.Zero(t, f.p.Stats().Calls, "no bad request reached the card processor")
 }
 
