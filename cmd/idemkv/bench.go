@@ -23,13 +23,8 @@ func init() {
 		summary: "measure the engine against a hand-written raw-Pebble baseline, side by side (docs/benchmarks.md)",
 		flags: func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			f := benchFlags{profile: "quick"}
-			fs.Func("profile", "`quick` (about a minute) or full (10 to 15 minutes): durations, preload and sizing sizes (default quick)", func(s string) error {
-				if _, err := bench.Profile(s); err != nil {
-					return errors.New("want quick or full")
-				}
-				f.profile = s
-				return nil
-			})
+			profileFlag(fs, &f.profile, "`quick` (about a minute) or full (10 to 15 minutes): durations, preload and sizing sizes (default quick)",
+				func(s string) error { _, err := bench.Profile(s); return err })
 			fs.Func("workloads", "comma-separated `list` of workloads to run: "+strings.Join(bench.Workloads(), ",")+" (default all)", func(s string) error {
 				names := strings.Split(s, ",")
 				for _, n := range names {
@@ -142,6 +137,18 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 		}
 		_, err := rep.Plot(f.plot)
 		return err
+	})
+}
+
+// profileFlag defines the --profile flag of a bench command: a name that
+// known accepts, stored in *p.
+func profileFlag(fs *flag.FlagSet, p *string, usage string, known func(string) error) {
+	fs.Func("profile", usage, func(s string) error {
+		if known(s) != nil {
+			return errors.New("want quick or full")
+		}
+		*p = s
+		return nil
 	})
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"os"
@@ -28,13 +27,8 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		slice         time.Duration
 		data, jsonOut string
 	)
-	fs.Func("profile", "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)", func(s string) error {
-		if _, err := bench.HTTPProfile(s); err != nil {
-			return errors.New("want quick or full")
-		}
-		profile = s
-		return nil
-	})
+	profileFlag(fs, &profile, "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)",
+		func(s string) error { _, err := bench.HTTPProfile(s); return err })
 	fs.Float64Var(&rate, "rate", 0, "requests per second (default 5000, the guide's)")
 	fs.IntVar(&clients, "clients", 0, "concurrent clients (default 64)")
 	fs.DurationVar(&slice, "slice", 0, "how long each handler is driven at a time (default: the profile's)")

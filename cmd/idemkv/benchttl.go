@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"os"
@@ -29,13 +28,8 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		noCompare           bool
 		data, jsonOut, plot string
 	)
-	fs.Func("profile", "`quick` (10 s windows, about 2.5 minutes) or full (60 s windows, about 13 minutes) (default quick)", func(s string) error {
-		if _, err := bench.TTLProfile(s); err != nil {
-			return errors.New("want quick or full")
-		}
-		profile = s
-		return nil
-	})
+	profileFlag(fs, &profile, "`quick` (10 s windows, about 2.5 minutes) or full (60 s windows, about 13 minutes) (default quick)",
+		func(s string) error { _, err := bench.TTLProfile(s); return err })
 	fs.DurationVar(&retention, "retention", 0, "the retention window (default: the profile's)")
 	fs.IntVar(&periods, "periods", 0, "how many windows each run lasts (default 6)")
 	fs.Float64Var(&rate, "rate", 0, "constant requests per second (default 5000, the guide's)")
