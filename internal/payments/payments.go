@@ -185,7 +185,7 @@ type paymentRequest struct {
 
 func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	op := httpidem.FromContext(r.Context())
-	tenant, _ := tenantOf(r) // the middleware has checked it
+	tenant := op.Lease().ID.Tenant // the principal the middleware scoped the key to
 	var req paymentRequest
 	dec := json.NewDecoder(r.Body)
 	dec.UseNumber()
