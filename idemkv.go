@@ -264,6 +264,11 @@ type Record struct {
 	Class string
 	// Result is the final outcome (StateCompleted).
 	Result Result
+	// Effects counts the values the completion wrote through Effects: the
+	// distinct keys whose last write in its apply was a Set (StateCompleted
+	// only; 0 if it wrote none). Check uses it to pair an outcome with its
+	// effects.
+	Effects int
 	// Note says why the record is uncertain (StateUncertain).
 	Note string
 }

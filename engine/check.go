@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -42,8 +43,18 @@ type CheckReport struct {
 	Uncertain  int `json:"uncertain"`
 	Completed  int `json:"completed"`
 	Expired    int `json:"expired"`
-	// Effects counts the entries written through Effects.
-	Effects int `json:"effects"`
+	// Effects counts the values written through Effects. EffectsPaired
+	// counts those whose outcome is still stored and counts them;
+	// EffectsExpired those whose outcome has expired (and may have been
+	// swept). Every other value is a problem.
+	Effects        int `json:"effects"`
+	EffectsPaired  int `json:"effects_paired"`
+	EffectsExpired int `json:"effects_expired"`
+	// Superseded counts completed records some of whose effects are no
+	// longer stored under their stamp: a later operation overwrote or
+	// deleted them. Check cannot tell those from effects that were lost;
+	// a record with more effects stored than it counts is a problem.
+	Superseded int `json:"superseded"`
 	// SweepCursor says whether a sweep pass is under way (its position is
 	// stored).
 	SweepCursor bool `json:"sweep_cursor"`
@@ -71,11 +82,20 @@ func (r *CheckReport) add(key, format string, args ...any) {
 //     the contract's limits), with a token issued in the stored epoch or
 //     before, an attempt of at least 1 and a valid fingerprint;
 //   - a record in progress on disk is a remote claim (local claims are
-//     never written) with an operation id, as is every remote record.
+//     never written) with an operation id, as is every remote record;
+//   - every effect value carries a stamp (the token of the operation that
+//     wrote it and its outcome's expiry) naming a completed record with
+//     that expiry which counts effects, or an outcome that has expired;
+//     no record holds more effects than it counts, and no two records
+//     that effects can name share a token.
 //
-// It does not tell a local effect from a stray write: effects are the
-// caller's keys, and the layout does not link them to their outcome. A
-// store that fails an invariant is reported, not repaired. Check reads
+// An effect is paired with its outcome while the outcome is retained;
+// after that, the stamp's expiry is all that vouches for it. A record some
+// of whose effects a later operation overwrote or deleted cannot be told
+// from one whose effects were lost: it is counted as Superseded, not
+// reported. Deletes leave nothing to check. Pairing holds in memory about
+// 100 bytes for each unsettled record and each completed one that wrote
+// effects. A store that fails an invariant is reported, not repaired. Check reads
 // through the same Pebble snapshot from start to end; open the store
 // read-only (Options.ReadOnly) to inspect one that no process is using.
 // It fails only if the store cannot be read.
@@ -109,6 +129,7 @@ func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
 		return CheckReport{}, fmt.Errorf("engine: check: %w", err)
 	}
 	defer it.Close()
+	pairs := make(map[uint64]*pairing)
 	n := 0
 	for valid := it.First(); valid; valid = it.Next() {
 		if n++; n%4096 == 0 {
@@ -127,15 +148,23 @@ func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
 		case k[0] == nsMeta:
 			e.checkMeta(&r, k, val)
 		case k[0] == nsRecord:
-			e.checkRecord(&r, k, val, now, epochKnown)
+			e.checkRecord(&r, k, val, now, epochKnown, pairs)
 		case k[0] == nsData:
-			r.Effects++
+			checkEffect(&r, k, val, now, pairs)
 		default:
 			r.add(hex.EncodeToString(k), "key in unknown namespace %#x", k[0])
 		}
 	}
 	if err := it.Error(); err != nil {
 		return CheckReport{}, fmt.Errorf("engine: check: %w", err)
+	}
+	for _, p := range pairs {
+		switch {
+		case p.found > p.want:
+			r.add(p.name, "%d effects carry its token %d, but it counts %d", p.found, p.token, p.want)
+		case p.found < p.want:
+			r.Superseded++
+		}
 	}
 	if r.Records > 0 && !epochKnown && r.ProblemCount == 0 {
 		r.add(hex.EncodeToString(epochKey), "records but no epoch")
@@ -157,7 +186,45 @@ func (e *Engine) checkMeta(r *CheckReport, k, v []byte) {
 	}
 }
 
-func (e *Engine) checkRecord(r *CheckReport, k, v []byte, now time.Time, epochKnown bool) {
+// pairing is what Check knows of a record that effects may name by its
+// token: every unsettled record and every completed one that counts
+// effects.
+type pairing struct {
+	name        string
+	token       uint64
+	state       idemkv.State
+	expires     time.Time
+	want, found int
+}
+
+// checkEffect checks one value in the data namespace against the records
+// read before it (the record namespace sorts first): its stamp must name a
+// completed record that counts it, or an outcome that has expired.
+func checkEffect(r *CheckReport, k, v []byte, now time.Time, pairs map[uint64]*pairing) {
+	r.Effects++
+	name := "data " + strconv.Quote(string(k[1:]))
+	tok, exp, _, err := record.SplitStamp(v)
+	if err != nil {
+		r.add(name, "%v", err)
+		return
+	}
+	p := pairs[tok]
+	switch {
+	case p == nil && now.Before(exp):
+		r.add(name, "written by token %d, whose outcome (retained until %s) is not stored", tok, exp.UTC().Format(time.RFC3339))
+	case p == nil:
+		r.EffectsExpired++
+	case p.state != idemkv.StateCompleted:
+		r.add(name, "written by token %d, whose record %s is %s", tok, p.name, p.state)
+	case !p.expires.Equal(exp):
+		r.add(name, "stamped with expiry %s, but its record %s expires %s", exp.UTC().Format(time.RFC3339), p.name, p.expires.UTC().Format(time.RFC3339))
+	default:
+		p.found++
+		r.EffectsPaired++
+	}
+}
+
+func (e *Engine) checkRecord(r *CheckReport, k, v []byte, now time.Time, epochKnown bool, pairs map[uint64]*pairing) {
 	r.Records++
 	id, err := decodeRecordKey(k)
 	name := hex.EncodeToString(k)
@@ -204,5 +271,12 @@ func (e *Engine) checkRecord(r *CheckReport, k, v []byte, now time.Time, epochKn
 	}
 	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
 		r.add(name, "remote record without an operation id")
+	}
+	if rec.Effects > 0 || rec.State != idemkv.StateCompleted {
+		if prev := pairs[rec.Token]; prev != nil {
+			r.add(name, "token %d is also the token of %s", rec.Token, prev.name)
+			return
+		}
+		pairs[rec.Token] = &pairing{name: name, token: rec.Token, state: rec.State, expires: rec.Expires, want: rec.Effects}
 	}
 }

@@ -36,7 +36,130 @@ func TestCheckSoundStore(t *testing.T) {
 	require.Equal(t, 2, rep.Completed)
 	require.Equal(t, 2, rep.Expired)
 	require.Equal(t, 1, rep.Effects)
+	require.Equal(t, 1, rep.EffectsPaired)
 	require.Equal(t, uint64(1), rep.Epoch)
+}
+
+// TestCheckPairsEffects follows effects through their outcome's life:
+// paired while it is stored, superseded when a later operation overwrites
+// one, and vouched for by their stamp once it has expired and been swept.
+func TestCheckPairsEffects(t *testing.T) {
+	v := newEnv(t)
+	complete := func(key string, apply func(idemkv.Effects) error) {
+		t.Helper()
+		c := v.claim(id(key), fpA, idemkv.ModeLocal)
+		require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, apply))
+	}
+	complete("a", func(fx idemkv.Effects) error {
+		_ = fx.Set([]byte("acct/1"), []byte("10"))
+		_ = fx.Set([]byte("acct/1"), []byte("11")) // the same key twice counts once
+		_ = fx.Set([]byte("tmp"), []byte("x"))
+		return fx.Delete([]byte("tmp")) // set then deleted: not counted
+	})
+	rec, err := v.e.Get(ctx, id("a"))
+	require.NoError(t, err)
+	require.Equal(t, 1, rec.Effects)
+	complete("b", func(fx idemkv.Effects) error {
+		_ = fx.Set([]byte("acct/2"), []byte("20"))
+		return fx.Set([]byte("log/b"), []byte("b"))
+	})
+	rep, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+	require.Equal(t, [4]int{3, 3, 0, 0}, [4]int{rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded})
+
+	// A later operation overwrites one of b's effects.
+	complete("c", func(fx idemkv.Effects) error { return fx.Set([]byte("acct/2"), []byte("21")) })
+	rep, err = v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+	require.Equal(t, [4]int{3, 3, 0, 1}, [4]int{rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded})
+
+	// Past retention and swept: the stamps vouch for the effects.
+	v.clock.Advance(25 * time.Hour)
+	_, err = v.e.Sweep(ctx)
+	require.NoError(t, err)
+	rep, err = v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+	require.Zero(t, rep.Records)
+	require.Equal(t, [4]int{3, 0, 3, 0}, [4]int{rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded})
+	got, err := v.e.GetData([]byte("acct/2"))
+	require.NoError(t, err)
+	require.Equal(t, "21", string(got))
+}
+
+// TestCheckFindsUnpairedEffects writes, with raw Pebble, effects and
+// records that a commit which split an outcome from its effects would
+// leave, and expects each to be reported.
+func TestCheckFindsUnpairedEffects(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("good"), fpA, idemkv.ModeLocal)
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201},
+		func(fx idemkv.Effects) error { return fx.Set([]byte("good"), []byte("row")) }))
+	good, err := v.e.Get(ctx, id("good"))
+	require.NoError(t, err)
+	require.NoError(t, v.e.Close())
+	v.e = nil
+
+	db, err := pebble.Open(v.dir, v.opts.EnsureDefaults().PebbleOptions())
+	require.NoError(t, err)
+	now := v.clock.Now()
+	later := now.Add(time.Hour)
+	set := func(k []byte, r idemkv.Record) {
+		require.NoError(t, db.Set(k, record.Encode(nil, &r), nil))
+	}
+	effect := func(key string, token uint64, exp time.Time) {
+		require.NoError(t, db.Set(dataKey([]byte(key)), append(record.AppendStamp(nil, token, exp), "v"...), nil))
+	}
+	base := idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fpA, Attempt: 1, Created: now, Expires: later,
+		Result: idemkv.Result{Status: 200}}
+	tok := func(seq uint64) uint64 { return 1<<tokenSeqBits | 100 + seq }
+
+	// An effect whose outcome was never written.
+	effect("orphan", tok(1), later)
+	// An effect of a remote operation still in progress.
+	pending := base
+	pending.State, pending.Mode, pending.OperationID, pending.Token = idemkv.StateInProgress, idemkv.ModeRemote, idemkv.OperationID{1}, tok(2)
+	pending.Result, pending.LeaseExpires = idemkv.Result{}, later
+	set(appendRecordKey(nil, id("pending")), pending)
+	effect("of-pending", tok(2), later)
+	// A record that counts one effect but has two.
+	one := base
+	one.Token, one.Effects = tok(3), 1
+	set(appendRecordKey(nil, id("one")), one)
+	effect("one/a", tok(3), later)
+	effect("one/b", tok(3), later)
+	// An effect stamped with another expiry than its record's.
+	effect("skewed", good.Token, later.Add(time.Hour))
+	// Two records with one token.
+	twin := base
+	twin.Token, twin.Effects = good.Token, 1
+	set(appendRecordKey(nil, id("twin")), twin)
+	// A value without a stamp.
+	require.NoError(t, db.Set(dataKey([]byte("bare")), []byte("x"), nil))
+	require.NoError(t, db.Close())
+
+	v.opts.ReadOnly = true
+	v.open()
+	rep, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	var found []string
+	for _, p := range rep.Problems {
+		found = append(found, p.String())
+	}
+	all := strings.Join(found, "\n")
+	for _, what := range []string{
+		`"orphan": written by token`,
+		`"of-pending": written by token`,
+		"carry its token",
+		`"skewed": stamped with expiry`,
+		"is also the token of",
+		`"bare": idemkv: corrupt record: data value of 1 bytes has no stamp`,
+	} {
+		require.Contains(t, all, what)
+	}
+	require.Equal(t, 6, rep.ProblemCount, all)
 }
 
 // TestCheckFindsBrokenInvariants writes, with raw Pebble, one entry per

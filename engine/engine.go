@@ -753,13 +753,13 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 		return err
 	}
 	defer e.exit()
-	b := e.db.NewBatch()
+	var fx effectBuf
 	if apply != nil {
-		if err := apply(effects{b}); err != nil {
-			_ = b.Close()
+		if err := apply(&fx); err != nil {
 			return err
 		}
 	}
+	b := e.db.NewBatch()
 	k := appendRecordKey(nil, l.ID)
 	sh := e.shard(k)
 	now := e.clock.Now()
@@ -777,6 +777,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	done.LeaseExpires = time.Time{}
 	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
+	done.Effects = fx.writeTo(b, done.Token, done.Expires)
 	_ = b.Set(k, record.Encode(nil, &done), nil)
 	if err := e.commitBusy(sh, k, s, b, &done); err != nil {
 		return err
@@ -892,13 +893,13 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		return err
 	}
 	defer e.exit()
-	b := e.db.NewBatch()
+	var fx effectBuf
 	if req.Apply != nil {
-		if err := req.Apply(effects{b}); err != nil {
-			_ = b.Close()
+		if err := req.Apply(&fx); err != nil {
 			return err
 		}
 	}
+	b := e.db.NewBatch()
 	k := appendRecordKey(nil, req.ID)
 	sh := e.shard(k)
 	now := e.clock.Now()
@@ -938,6 +939,9 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	}
 	e.counters.resolved.Add(1)
 	if req.NoEffect {
+		// The record goes; effects committed with its removal are stamped
+		// as ending now.
+		fx.writeTo(b, cur.Token, now)
 		return e.writeBusyBatchLocked(sh, k, nil, cur, nil, b)
 	}
 	done := cur
@@ -945,6 +949,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	done.Note = ""
 	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
+	done.Effects = fx.writeTo(b, done.Token, done.Expires)
 	return e.writeBusyBatchLocked(sh, k, nil, cur, &done, b)
 }
 
@@ -995,27 +1000,84 @@ func (e *Engine) GetData(key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: read data: %w", err)
 	}
-	out := bytes.Clone(v)
-	closer.Close()
-	return out, nil
+	defer closer.Close()
+	_, _, val, err := record.SplitStamp(v)
+	if err != nil {
+		return nil, fmt.Errorf("engine: read data %q: %w", key, err)
+	}
+	return bytes.Clone(val), nil
 }
 
-// effects adapts a Pebble batch to idemkv.Effects, confining every key to
-// the data namespace.
-type effects struct{ b *pebble.Batch }
+// effectBuf collects the writes an apply function makes through Effects.
+// They go into the commit's batch only once the commit knows the token and
+// expiry of the outcome they pair with, which every value is stamped with
+// (record.AppendStamp).
+type effectBuf struct {
+	ops   []effectOp
+	arena []byte
+}
 
-func (w effects) Set(key, value []byte) error {
+// effectOp is one write, as offsets into the arena; a delete has val < 0.
+type effectOp struct{ key, keyEnd, val, valEnd int }
+
+func (w *effectBuf) Set(key, value []byte) error {
 	if err := validateEffectKey(key); err != nil {
 		return err
 	}
-	return w.b.Set(dataKey(key), value, nil)
+	op := effectOp{key: len(w.arena)}
+	w.arena = append(w.arena, key...)
+	op.keyEnd, op.val = len(w.arena), len(w.arena)
+	w.arena = append(w.arena, value...)
+	op.valEnd = len(w.arena)
+	w.ops = append(w.ops, op)
+	return nil
 }
 
-func (w effects) Delete(key []byte) error {
+func (w *effectBuf) Delete(key []byte) error {
 	if err := validateEffectKey(key); err != nil {
 		return err
 	}
-	return w.b.Delete(dataKey(key), nil)
+	op := effectOp{key: len(w.arena), val: -1}
+	w.arena = append(w.arena, key...)
+	op.keyEnd = len(w.arena)
+	w.ops = append(w.ops, op)
+	return nil
+}
+
+// writeTo puts the collected writes into b, each value stamped with token
+// and expires, and returns how many distinct keys end up set.
+func (w *effectBuf) writeTo(b *pebble.Batch, token uint64, expires time.Time) int {
+	var kbuf, vbuf []byte
+	for _, op := range w.ops {
+		kbuf = append(append(kbuf[:0], nsData), w.arena[op.key:op.keyEnd]...)
+		if op.val < 0 {
+			_ = b.Delete(kbuf, nil)
+			continue
+		}
+		vbuf = record.AppendStamp(vbuf[:0], token, expires)
+		vbuf = append(vbuf, w.arena[op.val:op.valEnd]...)
+		_ = b.Set(kbuf, vbuf, nil)
+	}
+	switch len(w.ops) {
+	case 0:
+		return 0
+	case 1:
+		if w.ops[0].val < 0 {
+			return 0
+		}
+		return 1
+	}
+	last := make(map[string]bool, len(w.ops))
+	for _, op := range w.ops {
+		last[string(w.arena[op.key:op.keyEnd])] = op.val >= 0
+	}
+	n := 0
+	for _, set := range last {
+		if set {
+			n++
+		}
+	}
+	return n
 }
 
 // ScanData calls fn for each value written through Effects whose key starts
@@ -1038,6 +1100,9 @@ func (e *Engine) ScanData(prefix []byte, fn func(key, value []byte) bool) error 
 	n := len(lower) - len(prefix)
 	for valid := it.First(); valid; valid = it.Next() {
 		v, err := it.ValueAndErr()
+		if err == nil {
+			_, _, v, err = record.SplitStamp(v)
+		}
 		if err != nil {
 			it.Close()
 			return fmt.Errorf("engine: scan data: %w", err)

@@ -57,7 +57,9 @@ func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			var b strings.Builder
 			fmt.Fprintf(&b, "records  %d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)\n",
 				rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired)
-			fmt.Fprintf(&b, "effects  %d\nepoch    %d\n", rep.Effects, rep.Epoch)
+			fmt.Fprintf(&b, "effects  %d: %d paired with their outcome, %d of expired outcomes; %d outcomes with effects since overwritten\n",
+				rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded)
+			fmt.Fprintf(&b, "epoch    %d\n", rep.Epoch)
 			if rep.SweepCursor {
 				b.WriteString("sweeper  a pass is under way\n")
 			}

@@ -3,6 +3,8 @@ package record
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/idemkv/idemkv"
 )
@@ -14,7 +16,8 @@ import (
 //
 //	0x01 meta    store metadata (the epoch, the sweeper's position)
 //	0x02 record  uvarint(len tenant) tenant uvarint(len endpoint) endpoint key
-//	0x03 data    caller effects: 0x03 + the caller's key
+//	0x03 data    caller effects: 0x03 + the caller's key; the value is a
+//	             stamp (see AppendStamp) and then the caller's value
 //
 // Reserved for later capabilities: 0x04 outbox.
 //
@@ -74,4 +77,36 @@ func DecodeKey(k []byte) (idemkv.ID, error) {
 func DataKey(key []byte) []byte {
 	k := make([]byte, 0, 1+len(key))
 	return append(append(k, NSData), key...)
+}
+
+// StampLen is the length of the stamp that leads every value in the data
+// namespace.
+const StampLen = 16
+
+// AppendStamp appends the stamp of an effect value to dst: the fencing
+// token of the operation whose commit wrote it and the expiry, in unix
+// seconds, of that operation's outcome (both big-endian uint64). The stamp
+// links an effect to its outcome, so that a check can pair them while the
+// outcome is retained, and can tell an effect whose outcome has expired
+// from one whose outcome was never written.
+func AppendStamp(dst []byte, token uint64, expires time.Time) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, token)
+	return binary.BigEndian.AppendUint64(dst, ceilSeconds(expires))
+}
+
+// SplitStamp splits a data value into its stamp and the caller's value,
+// which aliases v.
+func SplitStamp(v []byte) (token uint64, expires time.Time, value []byte, err error) {
+	if len(v) < StampLen {
+		return 0, time.Time{}, nil, fmt.Errorf("%w: data value of %d bytes has no stamp", ErrCorrupt, len(v))
+	}
+	token = binary.BigEndian.Uint64(v)
+	exp := binary.BigEndian.Uint64(v[8:])
+	if token == 0 || exp > maxSeconds {
+		return 0, time.Time{}, nil, fmt.Errorf("%w: bad stamp (token %d, expiry %d)", ErrCorrupt, token, exp)
+	}
+	if exp > 0 {
+		expires = time.Unix(int64(exp), 0)
+	}
+	return token, expires, v[StampLen:], nil
 }

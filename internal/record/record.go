@@ -7,7 +7,7 @@
 //	byte     head: bits 0-1 state (1 in-progress, 2 uncertain, 3 completed),
 //	         bit 2 remote mode, bit 3 operation id present, bit 4 body
 //	         present, bit 5 attempt other than 1, bit 6 retention class
-//	         other than the default
+//	         other than the default, bit 7 effects written (completed only)
 //	uvarint  fencing token
 //	uvarint  attempt, if head bit 5 (otherwise the attempt is 1)
 //	uvarint  expires, unix seconds (Encode rounds up)
@@ -16,6 +16,7 @@
 //	uvarint  fingerprint length, then the fingerprint
 //	[16]byte operation id, if head bit 3
 //	uvarint  class name length + class name, if head bit 6
+//	uvarint  effects the completion wrote (at least 1), if head bit 7
 //	completed: uvarint status, uvarint pointer length + pointer,
 //	           and if head bit 4, uvarint body length + body (not empty)
 //	uncertain: uvarint note length + note
@@ -43,6 +44,9 @@ import (
 // Version is the codec version written by Encode.
 const Version = 1
 
+// MaxEffects is the largest effect count the codec accepts.
+const MaxEffects = 1 << 31
+
 // MaxBody is the largest body the codec accepts, whatever the engine's
 // configured limit.
 const MaxBody = 16 << 20
@@ -54,7 +58,8 @@ const (
 	headBody    = 1 << 4
 	headAttempt = 1 << 5
 	headClass   = 1 << 6
-	knownHead   = stateMask | headRemote | headOpID | headBody | headAttempt | headClass
+	headEffects = 1 << 7
+	knownHead   = stateMask | headRemote | headOpID | headBody | headAttempt | headClass | headEffects
 )
 
 // ErrCorrupt is returned (wrapped) for any value Decode cannot accept.
@@ -80,6 +85,9 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 	if r.Class != "" {
 		head |= headClass
 	}
+	if r.State == idemkv.StateCompleted && r.Effects > 0 {
+		head |= headEffects
+	}
 	dst = append(dst, Version, head)
 	dst = binary.AppendUvarint(dst, r.Token)
 	if head&headAttempt != 0 {
@@ -101,6 +109,9 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 	}
 	if head&headClass != 0 {
 		dst = appendBytes(dst, []byte(r.Class))
+	}
+	if head&headEffects != 0 {
+		dst = binary.AppendUvarint(dst, uint64(r.Effects))
 	}
 	switch r.State {
 	case idemkv.StateCompleted:
@@ -137,8 +148,8 @@ func Decode(b []byte) (idemkv.Record, error) {
 	if head&^knownHead != 0 {
 		return idemkv.Record{}, fmt.Errorf("%w: unknown head bits %#x", ErrCorrupt, head)
 	}
-	if head&headBody != 0 && r.State != idemkv.StateCompleted {
-		return idemkv.Record{}, fmt.Errorf("%w: body on a %s record", ErrCorrupt, r.State)
+	if head&(headBody|headEffects) != 0 && r.State != idemkv.StateCompleted {
+		return idemkv.Record{}, fmt.Errorf("%w: body or effects on a %s record", ErrCorrupt, r.State)
 	}
 	if head&headRemote != 0 {
 		r.Mode = idemkv.ModeRemote
@@ -178,6 +189,13 @@ func Decode(b []byte) (idemkv.Record, error) {
 		if d.err == nil && r.Class == "" {
 			d.fail("empty retention class")
 		}
+	}
+	if head&headEffects != 0 {
+		n := d.uvarint()
+		if d.err == nil && (n == 0 || n > MaxEffects) {
+			d.fail("effect count %d out of range", n)
+		}
+		r.Effects = int(n)
 	}
 	switch r.State {
 	case idemkv.StateCompleted:

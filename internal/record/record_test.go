@@ -1,6 +1,7 @@
 package record
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ func sample() []idemkv.Record {
 			Result: idemkv.Result{Status: 201, Pointer: "/v1/payments/p42", Body: []byte(`{"id":"p42"}`)}},
 		{State: idemkv.StateCompleted, Fingerprint: []byte{7}, Token: 5, Attempt: 1,
 			Created: t0, Expires: t0.Add(time.Hour), Result: idemkv.Result{Status: 204}},
+		{State: idemkv.StateCompleted, Fingerprint: []byte{7}, Token: 6, Attempt: 1,
+			Created: t0, Expires: t0.Add(time.Hour), Result: idemkv.Result{Status: 201}, Effects: 3},
 		{State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 77,
 			Attempt: 3, OperationID: idemkv.OperationID{1}, Created: t0, Expires: t0.Add(time.Hour),
 			Note: "provider timed out", Class: "money"},
@@ -51,7 +54,8 @@ func TestRejectsCorrupt(t *testing.T) {
 		"empty":                nil,
 		"version":              append([]byte{2}, good[1:]...),
 		"state zero":           append([]byte{1, good[1] &^ stateMask}, good[2:]...),
-		"unknown head":         append([]byte{1, good[1] | 0x40}, good[2:]...),
+		"effects on pending":   append([]byte{1, 1 | headEffects}, good[2:]...),
+		"zero effects":         {1, 3 | headEffects, 5, 10, 0, 1, 7, 0, 0, 0},
 		"truncated":            good[:len(good)-1],
 		"trailing bytes":       append(append([]byte(nil), good...), 0),
 		"bad varint":           {1, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
@@ -115,6 +119,7 @@ func genRecord(t *rapid.T) idemkv.Record {
 		if len(r.Result.Body) == 0 {
 			r.Result.Body = nil
 		}
+		r.Effects = rapid.IntRange(0, MaxEffects).Draw(t, "effects")
 	case idemkv.StateUncertain:
 		r.Note = rapid.StringN(0, 40, idemkv.MaxNoteLen).Draw(t, "note")
 	}
@@ -150,4 +155,24 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoding differs:\n in  %x\n out %x", b, again)
 		}
 	})
+}
+
+func TestStamp(t *testing.T) {
+	exp := time.Unix(1_790_000_000, 1) // rounded up, as Encode rounds expiries
+	v := append(AppendStamp(nil, 42, exp), "row"...)
+	require.Len(t, v, StampLen+3)
+	tok, got, val, err := SplitStamp(v)
+	require.NoError(t, err)
+	require.Equal(t, uint64(42), tok)
+	require.True(t, got.Equal(Seconds(exp)), "%v", got)
+	require.Equal(t, "row", string(val))
+
+	for name, b := range map[string][]byte{
+		"short":      v[:StampLen-1],
+		"zero token": AppendStamp(nil, 0, exp),
+		"far expiry": append(binary.BigEndian.AppendUint64(nil, 1), 0xff, 0, 0, 0, 0, 0, 0, 0),
+	} {
+		_, _, _, err := SplitStamp(b)
+		require.ErrorIs(t, err, ErrCorrupt, name)
+	}
 }
