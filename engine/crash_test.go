@@ -49,8 +49,10 @@ const (
 	crashChildSeedEnv = "IDEMKV_CRASH_CHILD_SEED" // set in the child: its RNG seed
 	crashSeedEnv      = "IDEMKV_CRASH_SEED"       // optional in the parent: replay a seed
 	crashCyclesEnv    = "IDEMKV_CRASH_CYCLES"     // optional in the parent: more kills, for a soak
+	crashKeysEnv      = "IDEMKV_CRASH_CHILD_KEYS" // set in the child: the size of the key space
 
-	kill9Keys    = 1000 // key space "k0".."k999"
+	kill9KeysPerCycle = 200 // key space "k0".."k{n-1}", n = this × cycles, at least kill9MinKeys
+	kill9MinKeys      = 1000
 	kill9Hot     = 16   // keys drawn often, so that concurrent duplicates happen
 	kill9Workers = 4
 	kill9Cycles  = 5 // default; see crashCyclesEnv
@@ -90,19 +92,22 @@ func TestCrashKill9(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6b696c6c39))
 	dir := t.TempDir()
+	// The key space grows with the cycles, so that a long run keeps
+	// writing new keys instead of replaying a space it has filled.
+	keys := max(kill9MinKeys, kill9KeysPerCycle*cycles)
 
 	acked := make(map[string]uint64) // key -> token of its one acknowledged completion
 	start := time.Now()
 	for cycle := range cycles {
 		target := 20 + rng.IntN(181)
-		res := runKill9Cycle(t, dir, seed+int64(cycle)*7919, target)
+		res := runKill9Cycle(t, dir, seed+int64(cycle)*7919, target, keys)
 		for _, a := range res.acks {
 			if prev, ok := acked[a.key]; ok {
 				t.Fatalf("cycle %d: key %q acknowledged twice, with tokens %d and %d: two owners", cycle, a.key, prev, a.token)
 			}
 			acked[a.key] = a.token
 		}
-		cen := verifyKill9Dir(t, dir, acked)
+		cen := verifyKill9Dir(t, dir, acked, keys)
 		ents, err := os.ReadDir(dir)
 		require.NoError(t, err)
 		ssts := 0
@@ -130,10 +135,11 @@ type kill9Result struct {
 // runKill9Cycle starts a child writer on dir, kills it with SIGKILL once it
 // has printed target ACK lines, and returns every acknowledgement it printed
 // (including those printed between the decision to kill and its death).
-func runKill9Cycle(t *testing.T, dir string, seed int64, target int) kill9Result {
+func runKill9Cycle(t *testing.T, dir string, seed int64, target, keys int) kill9Result {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashKill9$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashChildSeedEnv+"="+strconv.FormatInt(seed, 10))
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashChildSeedEnv+"="+strconv.FormatInt(seed, 10),
+		crashKeysEnv+"="+strconv.Itoa(keys))
 	// The child exits when its stdin reaches EOF, that is when this process
 	// is gone, so that no writer outlives a parent that died.
 	stdin, err := cmd.StdinPipe()
@@ -219,13 +225,13 @@ func runKill9Cycle(t *testing.T, dir string, seed int64, target int) kill9Result
 
 // verifyKill9Dir opens the store left by a killed child and checks every
 // key of the key space.
-func verifyKill9Dir(t *testing.T, dir string, acked map[string]uint64) Census {
+func verifyKill9Dir(t *testing.T, dir string, acked map[string]uint64, keys int) Census {
 	t.Helper()
 	e, err := Open(dir, kill9Options())
 	require.NoError(t, err, "reopen after SIGKILL")
 	defer func() { require.NoError(t, e.Close()) }()
 
-	for i := range kill9Keys {
+	for i := range keys {
 		key := kill9Key(i)
 		rec, err := e.Get(ctx, id(key))
 		found := err == nil
@@ -280,11 +286,15 @@ func runKill9Child(dir string) {
 	if err != nil {
 		die("seed: %v", err)
 	}
+	keys, err := strconv.Atoi(os.Getenv(crashKeysEnv))
+	if err != nil || keys <= kill9Hot {
+		die("key space %q: %v", os.Getenv(crashKeysEnv), err)
+	}
 	e, err := Open(dir, kill9Options())
 	if err != nil {
 		die("open: %v", err)
 	}
-	hot := rand.New(rand.NewPCG(uint64(seed), 1)).IntN(kill9Keys - kill9Hot)
+	hot := rand.New(rand.NewPCG(uint64(seed), 1)).IntN(keys - kill9Hot)
 	var wg sync.WaitGroup
 	for w := range kill9Workers {
 		rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)+2))
@@ -294,7 +304,7 @@ func runKill9Child(dir string) {
 				if rng.IntN(3) == 0 {
 					i = hot + rng.IntN(kill9Hot)
 				} else {
-					i = rng.IntN(kill9Keys)
+					i = rng.IntN(keys)
 				}
 				if err := kill9ChildOp(e, rng, i); err != nil {
 					die("%v", err)
