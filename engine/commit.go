@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -43,11 +44,14 @@ type committer struct {
 	}
 	// groups and writes count commits and the batches they carried.
 	groups, writes atomic.Int64
+	// failed is set once a commit has failed: no commit is tried after it.
+	failed atomic.Pointer[error]
 }
 
 type commitGroup struct {
 	b    *pebble.Batch
 	n    int           // writers in the group
+	sync bool          // whether any member needs its writes synced
 	lead chan struct{} // closed when the group's first writer must commit it
 	done chan struct{} // closed when the commit has ended; err is then set
 	err  error
@@ -59,35 +63,50 @@ func newCommitter(db *pebble.DB) *committer {
 
 // commit makes b's writes durable, together with other writers' batches.
 func (c *committer) commit(b *pebble.Batch) error {
+	g, first, err := c.enqueue(b, true)
+	if err != nil && !first {
+		return err
+	}
+	if werr := c.wait(g, first); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// enqueue puts b's writes into the newest open group with room for them,
+// or into a new group, which the caller then leads (first). From then on
+// they are ordered: after every write enqueued before them, before every
+// write enqueued after. sync says whether they must be synced before wait
+// returns; without it they commit with the group, synced if any other
+// member needs it. If first, the caller must call wait(g, first), even
+// on error, so that the turn passes on.
+func (c *committer) enqueue(b *pebble.Batch, sync bool) (g *commitGroup, first bool, err error) {
 	c.mu.Lock()
-	var g *commitGroup
+	defer c.mu.Unlock()
 	if n := len(c.mu.open); n > 0 && int(c.mu.open[n-1].b.Len())+len(b.Repr()) <= maxGroupBytes {
 		g = c.mu.open[n-1]
 	}
-	first := g == nil
+	first = g == nil
 	if first {
 		g = &commitGroup{b: c.db.NewBatch(), lead: make(chan struct{}), done: make(chan struct{})}
 		c.mu.open = append(c.mu.open, g)
 	}
-	if err := g.b.Apply(b, nil); err != nil {
-		// Apply fails only on a malformed batch, which the engine never
-		// builds. The writer is still counted, so that a group it opened is
-		// committed (empty of its writes) and the turn passes on.
-		g.n++
-		c.mu.Unlock()
-		if first {
-			c.lead(g)
-		}
-		return err
-	}
+	// A writer is counted even if Apply fails (only on a malformed batch,
+	// which the engine never builds), so that a group it opened is
+	// committed, empty of its writes, and the turn passes on.
 	g.n++
-	if !first {
-		c.mu.Unlock()
+	g.sync = g.sync || sync
+	return g, first, g.b.Apply(b, nil)
+}
+
+// wait waits for the commit of g, leading it if first, and returns its
+// error.
+func (c *committer) wait(g *commitGroup, first bool) error {
+	if first {
+		c.lead(g)
+	} else {
 		<-g.done
-		return g.err
 	}
-	c.mu.Unlock()
-	c.lead(g)
 	return g.err
 }
 
@@ -111,7 +130,18 @@ func (c *committer) lead(g *commitGroup) {
 	c.mu.Unlock()
 	<-g.lead
 
-	g.err = g.b.Commit(pebble.Sync)
+	// g is closed to newcomers now: g.sync is final.
+	wo := pebble.NoSync
+	if g.sync {
+		wo = pebble.Sync
+	}
+	if p := c.failed.Load(); p != nil {
+		// Pebble's pipeline may be stuck behind the failed batch: a
+		// commit now could hang (see failstop.go).
+		g.err = *p
+	} else if g.err = commitBatch(g.b, wo); errors.Is(g.err, errCommitFailed) {
+		c.failed.CompareAndSwap(nil, &g.err)
+	}
 	_ = g.b.Close()
 	c.groups.Add(1)
 	c.writes.Add(int64(g.n))

@@ -53,9 +53,9 @@ const (
 
 	kill9KeysPerCycle = 200 // key space "k0".."k{n-1}", n = this × cycles, at least kill9MinKeys
 	kill9MinKeys      = 1000
-	kill9Hot     = 16   // keys drawn often, so that concurrent duplicates happen
-	kill9Workers = 4
-	kill9Cycles  = 5 // default; see crashCyclesEnv
+	kill9Hot          = 16 // keys drawn often, so that concurrent duplicates happen
+	kill9Workers      = 4
+	kill9Cycles       = 5 // default; see crashCyclesEnv
 	// The remote lease is short so that a remote claim left behind by one
 	// child run has expired by the next one: it is then either resumed
 	// (Resumable keys) or turned uncertain and resolved.

@@ -202,6 +202,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		return nil, err
 	}
 	po := o.PebbleOptions()
+	po.Logger = failStopLogger{po.Logger}
 	c := pebble.NewCache(o.CacheSize)
 	po.Cache = c
 	db, err := openPebble(dir, po)
@@ -217,8 +218,10 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		e.shards[i].mu.cache.init(o.ReplayCacheSize / int64(o.Shards))
 	}
 	if err := e.advanceEpoch(); err != nil {
-		_ = db.Close()
-		c.Unref()
+		if !errors.Is(err, errCommitFailed) { // else Pebble may be stuck: see failstop.go
+			_ = db.Close()
+			c.Unref()
+		}
 		return nil, err
 	}
 	if e.sweeper, err = ttl.New(sweepTarget{e}, &o.Sweep); err != nil {
@@ -287,7 +290,11 @@ func (e *Engine) advanceEpoch() error {
 		return fmt.Errorf("engine: epoch space exhausted (%d opens)", epoch)
 	}
 	epoch++
-	if err := e.db.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), pebble.Sync); err != nil {
+	b := e.db.NewBatch()
+	_ = b.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), nil)
+	err = commitBatch(b, pebble.Sync)
+	_ = b.Close()
+	if err != nil {
 		return fmt.Errorf("engine: write epoch: %w", err)
 	}
 	e.epoch = epoch
@@ -310,6 +317,12 @@ func (e *Engine) Close() error {
 		e.gate.drained.Wait()
 	}
 	e.gate.Unlock()
+	if p := e.failed.Load(); p != nil && errors.Is(*p, errCommitFailed) {
+		// Pebble's commit pipeline may be stuck behind the failed batch,
+		// and closing it could hang: leave it to the process's exit (see
+		// failstop.go).
+		return fmt.Errorf("%w: %w", idemkv.ErrFailed, *p)
+	}
 	err := e.db.Close()
 	e.cache.Unref()
 	return err

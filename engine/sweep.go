@@ -19,10 +19,13 @@ import (
 // chunk's deletes and the position reached are one atomic batch, so a pass
 // resumes where it stopped after a crash or a restart.
 //
-// Sweeper deletes are not synced. Losing one in a crash brings back a
-// record that every read already treats as absent, and the next pass
-// deletes it again; the next synced write makes it durable anyway, since
-// Pebble's log is ordered.
+// Sweeper deletes need no sync of their own. Losing one in a crash brings
+// back a record that every read already treats as absent, and the next
+// pass deletes it again. They go through the committer without asking for
+// a sync: while requests are committing, a chunk's deletes ride in their
+// next group, synced with it, instead of taking a commit of their own; on
+// an idle store a chunk commits alone, unsynced. Either way every Pebble
+// commit the engine makes goes through the committer, one at a time.
 //
 // A delete must not remove a record that a write replaced after the scan
 // read it. Every record write begins by marking its key's slot busy and
@@ -33,7 +36,8 @@ import (
 // count has not moved is exactly as the iterator saw it; any other key is
 // read again. Before releasing the mutex of a shard with deletes, the
 // chunk sets the shard's fence, and no write may begin in a fenced shard
-// (beginWriteLocked waits) until the batch is committed. So no write of a
+// (beginWriteLocked waits) until the batch is in the committer's queue,
+// which orders it before every write queued later. So no write of a
 // deleted key can begin between its check and the delete, and yet no
 // engine lock is held while the batch commits.
 
@@ -147,12 +151,17 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	slices.SortFunc(cands, func(a, b sweepCandidate) int { return a.shard - b.shard })
 	fence := make(chan struct{})
 	var fenced []*shard
-	defer func() {
-		close(fence)
-		for _, sh := range fenced {
-			sh.fence.CompareAndSwap(&fence, nil)
+	lifted := false
+	lift := func() {
+		if !lifted {
+			lifted = true
+			close(fence)
+			for _, sh := range fenced {
+				sh.fence.CompareAndSwap(&fence, nil)
+			}
 		}
-	}()
+	}
+	defer lift()
 	for i := 0; i < len(cands); {
 		sh := &e.shards[cands[i].shard]
 		sh.mu.Lock()
@@ -203,7 +212,17 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	} else {
 		_ = b.Delete(sweepKey, nil)
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	// The deletes go through the committer, unsynced: while requests are
+	// committing they ride in their next group rather than taking a commit
+	// of their own. Once enqueued they are ordered before any write that
+	// begins after the fence is lifted, so the fence is lifted then, not
+	// after the commit.
+	g, first, err := e.commits.enqueue(b, false)
+	lift()
+	if werr := e.commits.wait(g, first); err == nil {
+		err = werr
+	}
+	if err != nil {
 		return ttl.Chunk{}, e.fail(fmt.Errorf("engine: sweep: commit: %w", err))
 	}
 	e.counters.swept.Add(int64(c.Deleted))

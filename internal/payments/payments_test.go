@@ -10,9 +10,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -268,4 +271,42 @@ func TestConcurrentDuplicatesCreateOnePayment(t *testing.T) {
 			assert.Equal(t, 1, f.p.Stats().Calls)
 		})
 	}
+}
+
+// TestFailingDiskAnswers503: when a sync of the store's log fails, which
+// Pebble would answer by stopping the process, the service stays up and
+// answers 503 problems (payments, reads and /healthz alike), and no card
+// is charged for a payment whose claim could not be made durable.
+func TestFailingDiskAnswers503(t *testing.T) {
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") &&
+			(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	eng, err := engine.Open(t.TempDir(), &engine.Options{FS: errorfs.Wrap(vfs.Default, inj), NoBackgroundSweep: true})
+	require.NoError(t, err)
+	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2))})
+	svc, err := New(Config{Store: eng, Provider: p})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &svcFixture{t: t, eng: eng, srv: srv, p: p}
+
+	ok := f.pay("acct_1", "k-before", order)
+	require.Equal(t, http.StatusCreated, ok.status, "body: %s", ok.body)
+	paid := decode[map[string]any](t, ok)
+
+	armed.Store(true)
+	pr := problemOf(t, f.pay("acct_1", "k-during", order), http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	require.NotEmpty(t, pr.Detail)
+	require.Equal(t, 1, p.Stats().Charges, "the failed claim must not reach the processor")
+	armed.Store(false) // the disk is back, but this process stays failed
+	problemOf(t, f.pay("acct_1", "k-during", order), http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	problemOf(t, f.send("GET", "/v1/payments/"+paid["id"].(string), "acct_1", "", ""), http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	require.Equal(t, http.StatusServiceUnavailable, f.send("GET", "/healthz", "", "", "").status)
+	require.Equal(t, 1, p.Stats().Charges)
+	require.ErrorIs(t, eng.Close(), idemkv.ErrFailed)
 }

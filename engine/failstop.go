@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Pebble stops the process (Logger.Fatalf) when a commit fails, a failed
+// write or sync of its log among the causes: its commit pipeline cannot go
+// on, and a batch whose sync failed is already visible to reads. The
+// engine can do better than exit. Every commit it makes runs on a
+// goroutine of its own that recovers, so the engine's logger turns that
+// one fatal message into a panic carrying the error (commitFailure), the
+// commit site recovers it (commitBatch), and the engine fails: every call
+// from then on returns ErrFailed, reads included, so nothing reads the
+// batch that was not made durable. The HTTP layer answers 503, the process
+// stays up to say so, and a restart (a new process) reopens the store from
+// what is durable. Every other fatal message still stops the process.
+//
+// After such a failure Close does not close Pebble, whose pipeline may be
+// stuck behind the failed batch; the process must exit to release the
+// store.
+
+// fatalCommitPrefix starts the message Pebble logs through Fatalf when a
+// commit fails (db.go, DB.Apply).
+const fatalCommitPrefix = "pebble: fatal commit error"
+
+// commitFailure is the panic value that failStopLogger raises for a failed
+// commit.
+type commitFailure struct{ err error }
+
+// errCommitFailed wraps every error recovered from a failed commit.
+var errCommitFailed = errors.New("pebble commit failed; the store must be reopened by a new process")
+
+// failStopLogger is the Logger the engine gives Pebble: the wrapped
+// logger's, except that a failed commit panics with commitFailure instead
+// of stopping the process.
+type failStopLogger struct{ pebble.Logger }
+
+func (l failStopLogger) Fatalf(format string, args ...any) {
+	if strings.HasPrefix(format, fatalCommitPrefix) {
+		l.Logger.Errorf(format, args...)
+		panic(commitFailure{fmt.Errorf("%w: %s", errCommitFailed, fmt.Sprintf(format, args...))})
+	}
+	l.Logger.Fatalf(format, args...)
+}
+
+// commitBatch commits b, returning a failed commit as an error instead of
+// letting Pebble stop the process (see failStopLogger).
+func commitBatch(b *pebble.Batch, o *pebble.WriteOptions) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(commitFailure)
+			if !ok {
+				panic(r)
+			}
+			err = f.err
+		}
+	}()
+	return b.Commit(o)
+}
