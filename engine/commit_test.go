@@ -2,10 +2,15 @@ package engine
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,4 +78,81 @@ func TestCommitterSplitsLargeGroups(t *testing.T) {
 	}
 	wg.Wait()
 	require.EqualValues(t, 4, c.groups.Load(), "each oversized batch commits in a group of its own")
+}
+
+// TestCommitterUnsyncedRidesAlong: a batch enqueued without a sync commits
+// alone without an fsync on an idle committer, and rides in the open group
+// (synced with it, in queue order) when there is one.
+func TestCommitterUnsyncedRidesAlong(t *testing.T) {
+	var syncs atomic.Int64
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".log") {
+			switch op.Kind {
+			case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+				syncs.Add(1)
+			}
+		}
+		return nil
+	}))
+	db, err := pebble.Open(t.TempDir(), &pebble.Options{FS: fs, Logger: quietLogger{}})
+	require.NoError(t, err)
+	defer db.Close()
+	c := newCommitter(db)
+	batch := func(del bool, k string) *pebble.Batch {
+		b := db.NewBatch()
+		if del {
+			_ = b.Delete([]byte(k), nil)
+		} else {
+			_ = b.Set([]byte(k), []byte(k), nil)
+		}
+		return b
+	}
+
+	// Idle: the unsynced batch commits alone, without an fsync.
+	before := syncs.Load()
+	g, first, err := c.enqueue(batch(false, "idle"), false)
+	require.NoError(t, err)
+	require.True(t, first)
+	require.NoError(t, c.wait(g, first))
+	require.Equal(t, before, syncs.Load())
+	_, closer, err := db.Get([]byte("idle"))
+	require.NoError(t, err)
+	closer.Close()
+
+	// Busy: pretend a group is running, so that a synced writer opens the
+	// next group and waits for its turn; an unsynced delete and then a set
+	// of the same key join that group, in that order.
+	c.mu.Lock()
+	c.mu.running++
+	c.mu.Unlock()
+	done := make(chan error)
+	go func() { done <- c.commit(batch(false, "writer")) }()
+	for {
+		c.mu.Lock()
+		n := len(c.mu.open)
+		c.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	g, first, err = c.enqueue(batch(true, "k"), false)
+	require.NoError(t, err)
+	require.False(t, first, "the delete joins the writer's group")
+	g2, first2, err := c.enqueue(batch(false, "k"), true)
+	require.NoError(t, err)
+	require.False(t, first2)
+	require.Same(t, g, g2)
+	before = syncs.Load()
+	c.mu.Lock()
+	c.mu.running--
+	c.startLocked()
+	c.mu.Unlock()
+	require.NoError(t, <-done)
+	require.NoError(t, c.wait(g, false))
+	require.Equal(t, before+1, syncs.Load(), "one fsync for the whole group")
+	v, closer, err := db.Get([]byte("k"))
+	require.NoError(t, err, "the set queued after the delete wins")
+	require.Equal(t, "k", string(v))
+	closer.Close()
 }
