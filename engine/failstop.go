@@ -18,7 +18,9 @@ import (
 // from then on returns ErrFailed, reads included, so nothing reads the
 // batch that was not made durable. The HTTP layer answers 503, the process
 // stays up to say so, and a restart (a new process) reopens the store from
-// what is durable. Every other fatal message still stops the process.
+// what is durable. Likewise a failure to write the first MANIFEST of a new
+// store becomes an error from Open. Every other fatal message still stops
+// the process.
 //
 // After such a failure Close does not close Pebble, whose pipeline may be
 // stuck behind the failed batch; the process must exit to release the
@@ -41,11 +43,28 @@ var errCommitFailed = errors.New("pebble commit failed; the store must be reopen
 type failStopLogger struct{ pebble.Logger }
 
 func (l failStopLogger) Fatalf(format string, args ...any) {
-	if strings.HasPrefix(format, fatalCommitPrefix) {
+	switch {
+	case strings.HasPrefix(format, fatalCommitPrefix):
 		l.Logger.Errorf(format, args...)
 		panic(commitFailure{fmt.Errorf("%w: %s", errCommitFailed, fmt.Sprintf(format, args...))})
+	case fatalCreateFormats[format]:
+		// Only while pebble.Open creates a new store, on the goroutine
+		// that called Open: openPebble recovers it as Open's error.
+		l.Logger.Errorf(format, args...)
+		panic(fmt.Sprintf(format, args...))
 	}
 	l.Logger.Fatalf(format, args...)
+}
+
+// fatalCreateFormats are the formats of the fatal messages Pebble logs
+// when it cannot write the first MANIFEST of a new store (version_set.go,
+// versionSet.create, called only from pebble.Open). The same failures
+// later in a store's life are logged with the format "%s" and still stop
+// the process.
+var fatalCreateFormats = map[string]bool{
+	"MANIFEST flush failed: %v":       true,
+	"MANIFEST sync failed: %v":        true,
+	"MANIFEST set current failed: %v": true,
 }
 
 // commitBatch commits b, returning a failed commit as an error instead of
