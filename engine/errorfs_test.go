@@ -141,8 +141,10 @@ func runFaultCase(t *testing.T, k int) (faultOutcome, string) {
 //
 // What it found: Pebble stops the process (exit status 1, "fatal commit
 // error") when a write or sync of its log fails, rather than return the
-// error. The engine now turns that case into ErrFailed (failstop.go);
-// Pebble still stops the process when a MANIFEST write fails.
+// error. The engine now turns that case into ErrFailed, and a failed
+// first MANIFEST of a new store into an Open error (failstop.go); Pebble
+// still stops the process when a MANIFEST write fails later in a store's
+// life.
 // IDEMKV_FAULT_ALL=1 logs the count of each outcome.
 func TestErrorAtEveryOp(t *testing.T) {
 	if dir := os.Getenv(faultChildEnv); dir != "" {
