@@ -35,7 +35,7 @@ const (
 // is answered, then counts the payments each key created, through the
 // service's own listing: every acknowledged payment must be there (lost =
 // 0), no key may have created two (doubled = 0), and idemkv check must
-// find the store sound.
+// find the store sound after every kill and at the end.
 func TestServeKillLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills processes for several seconds")
@@ -81,6 +81,10 @@ func TestServeKillLoop(t *testing.T) {
 		_ = srv.cmd.Wait()
 		cancel()
 		wg.Wait()
+		// The oracle, on the store exactly as the kill left it.
+		var out, errOut strings.Builder
+		require.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &out, &errOut),
+			"cycle %d: %s%s", cycle, out.String(), errOut.String())
 	}
 
 	// Recovery: retry everything not yet answered until it is.

@@ -101,7 +101,8 @@ func TestHTTPLinearizability(t *testing.T) {
 		t.Skip("runs for a few seconds")
 	}
 	for round := range 3 {
-		srv := startServe(t, t.TempDir(), "--provider-latency", "2ms")
+		dir := t.TempDir()
+		srv := startServe(t, dir, "--provider-latency", "2ms")
 		var (
 			clock atomic.Int64 // logical time: call and return order
 			mu    sync.Mutex
@@ -133,6 +134,9 @@ func TestHTTPLinearizability(t *testing.T) {
 		wg.Wait()
 		require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, srv.cmd.Wait())
+		var out, errOut strings.Builder
+		require.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &out, &errOut),
+			"round %d: %s%s", round, out.String(), errOut.String())
 
 		res := porcupine.CheckOperationsTimeout(httpModel, ops, 30*time.Second)
 		require.Equal(t, porcupine.Ok, res, "round %d: %d operations are not linearizable", round, len(ops))

@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -125,6 +126,9 @@ func runLoad(t *testing.T, seconds int) {
 	wg.Wait()
 	srv.Close()
 	client.CloseIdleConnections()
+	rep, err := eng.Check(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "check: %v", rep.Problems)
 	require.NoError(t, eng.Close())
 
 	var byStatus []string
@@ -136,5 +140,4 @@ func runLoad(t *testing.T, seconds int) {
 		seconds, requests.Load(), dups.Load(), strings.Join(byStatus, ", "),
 		time.Duration(hist.ValueAtQuantile(50)), time.Duration(hist.ValueAtQuantile(99)), time.Duration(hist.Max()))
 	require.Positive(t, requests.Load())
-
 }
