@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -82,6 +83,8 @@ func bulkLoad(ctx context.Context, dir string, eo *engine.Options, stream uint64
 	}
 	now := o.Clock.Now()
 	b := db.NewBatch()
+	// The layout marker, as the engine's first Open would write it.
+	_ = b.Set(record.LayoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)
 	var kbuf, vbuf []byte
 	for i := range n {
 		id := keyOf(stream, uint64(i), tenants)

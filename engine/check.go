@@ -55,6 +55,9 @@ type CheckReport struct {
 	// deleted them. Check cannot tell those from effects that were lost;
 	// a record with more effects stored than it counts is a problem.
 	Superseded int `json:"superseded"`
+	// Layout says whether the layout marker is stored (a store only lacks
+	// it before its first Open that writes).
+	Layout bool `json:"layout"`
 	// SweepCursor says whether a sweep pass is under way (its position is
 	// stored).
 	SweepCursor bool `json:"sweep_cursor"`
@@ -75,7 +78,8 @@ func (r *CheckReport) add(key, format string, args ...any) {
 // on disk:
 //
 //   - every key is in a known namespace; the metadata holds only the
-//     epoch (8 bytes) and the sweeper's position (a record key);
+//     layout marker (record.Layout), the epoch (8 bytes) and the sweeper's
+//     position (a record key);
 //   - every record key decodes to a valid ID and encodes back to itself;
 //   - every record decodes (the codec itself refuses unknown states and
 //     flags, results on records that are not completed, and fields beyond
@@ -169,6 +173,9 @@ func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
 	if r.Records > 0 && !epochKnown && r.ProblemCount == 0 {
 		r.add(hex.EncodeToString(epochKey), "records but no epoch")
 	}
+	if (r.Records > 0 || r.Effects > 0) && !r.Layout {
+		r.add(hex.EncodeToString(layoutKey), "records or effects but no layout marker")
+	}
 	return r, nil
 }
 
@@ -176,6 +183,11 @@ func (e *Engine) checkMeta(r *CheckReport, k, v []byte) {
 	switch {
 	case bytes.Equal(k, epochKey):
 		// Read above.
+	case bytes.Equal(k, layoutKey):
+		r.Layout = true
+		if len(v) != 8 || binary.BigEndian.Uint64(v) != record.Layout {
+			r.add(hex.EncodeToString(k), "layout marker %x, want layout %d", v, record.Layout)
+		}
 	case bytes.Equal(k, sweepKey):
 		r.SweepCursor = true
 		if _, err := decodeRecordKey(v); err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -217,4 +218,64 @@ func TestCheckFindsBrokenInvariants(t *testing.T) {
 	}
 	require.Equal(t, len(want)+4, rep.ProblemCount, found)
 	require.Equal(t, len(rep.Problems), rep.ProblemCount)
+}
+
+// TestCheckEffectsOfAResolutionWithoutEffect: effects committed with a
+// NoEffect resolution have no outcome left to pair with. Their stamp says
+// the outcome ended at the resolution, which Check must accept at once,
+// even within the second it happened in.
+func TestCheckEffectsOfAResolutionWithoutEffect(t *testing.T) {
+	v := newEnv(t)
+	v.clock.Advance(700 * time.Millisecond) // mid-second
+	c := v.claim(id("refund"), fpA, idemkv.ModeRemote)
+	require.NoError(t, v.e.MarkUncertain(ctx, c.Lease, "timeout"))
+	rec, err := v.e.Get(ctx, id("refund"))
+	require.NoError(t, err)
+	require.NoError(t, v.e.Resolve(ctx, idemkv.ResolveRequest{ID: id("refund"), Token: rec.Token, NoEffect: true,
+		Apply: func(fx idemkv.Effects) error { return fx.Set([]byte("hold/refund"), []byte("released")) }}))
+	rep, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+	require.Equal(t, [3]int{1, 0, 1}, [3]int{rep.Effects, rep.EffectsPaired, rep.EffectsExpired})
+}
+
+// TestOpenRefusesOtherLayouts: a store with records but no layout marker
+// (written before effects were stamped) and a store marked with another
+// layout are refused, read-only too, and left as they were; an empty
+// store gets the marker at its first Open.
+func TestOpenRefusesOtherLayouts(t *testing.T) {
+	po := (&Options{}).EnsureDefaults().PebbleOptions()
+	rec := idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fpA, Token: 1<<tokenSeqBits | 1, Attempt: 1,
+		Created: t0, Expires: t0.Add(time.Hour), Result: idemkv.Result{Status: 200}}
+	for name, marker := range map[string][]byte{
+		"no marker": nil,
+		"layout 3":  binary.BigEndian.AppendUint64(nil, record.Layout+1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, err := pebble.Open(dir, po)
+			require.NoError(t, err)
+			require.NoError(t, db.Set(appendRecordKey(nil, id("old")), record.Encode(nil, &rec), nil))
+			if marker != nil {
+				require.NoError(t, db.Set(layoutKey, marker, nil))
+			}
+			require.NoError(t, db.Close())
+			for _, ro := range []bool{false, true} {
+				_, err := Open(dir, &Options{ReadOnly: ro})
+				require.ErrorIs(t, err, ErrLayout, "read-only %v", ro)
+			}
+			// Nothing was written: the epoch is still absent.
+			db, err = pebble.Open(dir, po)
+			require.NoError(t, err)
+			_, _, err = db.Get(epochKey)
+			require.ErrorIs(t, err, pebble.ErrNotFound)
+			require.NoError(t, db.Close())
+		})
+	}
+
+	v := newEnv(t) // a new store
+	rep, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.Layout)
+	require.Zero(t, rep.ProblemCount)
 }

@@ -264,10 +264,48 @@ func openPebble(dir string, po *pebble.Options) (db *pebble.DB, err error) {
 	return pebble.Open(dir, po)
 }
 
-// advanceEpoch reads the stored epoch and, unless read-only, durably
-// stores its successor, so no token of this process's life can equal or
+// checkLayout reports whether the store is in the layout this engine
+// writes (record.Layout), and whether the marker must be written: a new,
+// empty store gets it with its first epoch. A store with records or
+// effects but no marker predates the marker (layout 1) and is refused.
+func (e *Engine) checkLayout() (write bool, err error) {
+	v, closer, err := e.db.Get(layoutKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: recordStart})
+		if err != nil {
+			return false, fmt.Errorf("engine: read layout: %w", err)
+		}
+		empty := !it.First()
+		if err := it.Close(); err != nil {
+			return false, fmt.Errorf("engine: read layout: %w", err)
+		}
+		if !empty {
+			return false, fmt.Errorf("%w: the store has no layout marker, so it was written in layout 1 (effects without stamps); this engine reads layout %d and has no migration", ErrLayout, record.Layout)
+		}
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("engine: read layout: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return false, fmt.Errorf("engine: read layout: %w: %d bytes", record.ErrCorrupt, len(v))
+	}
+	if l := binary.BigEndian.Uint64(v); l != record.Layout {
+		return false, fmt.Errorf("%w: the store is in layout %d; this engine reads layout %d", ErrLayout, l, record.Layout)
+	}
+	return false, nil
+}
+
+// advanceEpoch checks the store's layout, reads the stored epoch and,
+// unless read-only, durably stores its successor (and the layout marker
+// of a new store), so no token of this process's life can equal or
 // precede one handed out before.
 func (e *Engine) advanceEpoch() error {
+	writeLayout, err := e.checkLayout()
+	if err != nil {
+		return err
+	}
 	v, closer, err := e.db.Get(epochKey)
 	var epoch uint64
 	switch {
@@ -292,6 +330,9 @@ func (e *Engine) advanceEpoch() error {
 	epoch++
 	b := e.db.NewBatch()
 	_ = b.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), nil)
+	if writeLayout {
+		_ = b.Set(layoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)
+	}
 	err = commitBatch(b, pebble.Sync)
 	_ = b.Close()
 	if err != nil {
@@ -317,7 +358,7 @@ func (e *Engine) Close() error {
 		e.gate.drained.Wait()
 	}
 	e.gate.Unlock()
-	if p := e.failed.Load(); p != nil && errors.Is(*p, errCommitFailed) {
+	if p := e.commits.failed.Load(); p != nil {
 		// Pebble's commit pipeline may be stuck behind the failed batch,
 		// and closing it could hang: leave it to the process's exit (see
 		// failstop.go).
@@ -953,8 +994,9 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	e.counters.resolved.Add(1)
 	if req.NoEffect {
 		// The record goes; effects committed with its removal are stamped
-		// as ending now.
-		fx.writeTo(b, cur.Token, now)
+		// as ending now, rounded down so that the stamp is already past
+		// (AppendStamp rounds up).
+		fx.writeTo(b, cur.Token, time.Unix(now.Unix(), 0))
 		return e.writeBusyBatchLocked(sh, k, nil, cur, nil, b)
 	}
 	done := cur

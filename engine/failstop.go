@@ -10,7 +10,9 @@ import (
 
 // Pebble stops the process (Logger.Fatalf) when a commit fails, a failed
 // write or sync of its log among the causes: its commit pipeline cannot go
-// on, and a batch whose sync failed is already visible to reads. The
+// on, and a batch whose sync failed is already visible to reads. (A commit
+// that does not wait for a sync is not told of a failed log write; the
+// next commit is, by a panic: see commitBatch.) The
 // engine can do better than exit. Every commit it makes runs on a
 // goroutine of its own that recovers, so the engine's logger turns that
 // one fatal message into a panic carrying the error (commitFailure), the
@@ -68,15 +70,21 @@ var fatalCreateFormats = map[string]bool{
 }
 
 // commitBatch commits b, returning a failed commit as an error instead of
-// letting Pebble stop the process (see failStopLogger).
+// letting Pebble stop the process (see failStopLogger). Any other panic
+// out of Pebble's commit is a failed commit too: once a write of its log
+// has failed, Pebble remembers the error and panics with it (db.go,
+// DB.commitWrite) on a later commit, one that may not even wait for a
+// sync, and it does so holding its commit pipeline's mutex. Either way no
+// commit may follow, which is the committer's rule after any error from
+// here.
 func commitBatch(b *pebble.Batch, o *pebble.WriteOptions) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			f, ok := r.(commitFailure)
-			if !ok {
-				panic(r)
+			if f, ok := r.(commitFailure); ok {
+				err = f.err
+			} else {
+				err = fmt.Errorf("%w: pebble panicked: %v", errCommitFailed, r)
 			}
-			err = f.err
 		}
 	}()
 	return b.Commit(o)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/idemkv/idemkv"
@@ -10,11 +11,17 @@ import (
 // The key layout is package record's (internal/record/keys.go): records,
 // caller effects and metadata live in separate one-byte namespaces.
 var (
-	nsMeta   = record.NSMeta
-	nsRecord = record.NSRecord
-	nsData   = record.NSData
-	epochKey = record.EpochKey
+	nsMeta    = record.NSMeta
+	nsRecord  = record.NSRecord
+	nsData    = record.NSData
+	epochKey  = record.EpochKey
+	layoutKey = record.LayoutKey
 )
+
+// ErrLayout is returned by Open for a store written in a layout this
+// engine does not read: one from an earlier version (there is no migration
+// before 1.0) or a later one.
+var ErrLayout = errors.New("idemkv: unsupported store layout")
 
 // MaxEffectKeyLen bounds a key written through Effects, in bytes.
 const MaxEffectKeyLen = 1024

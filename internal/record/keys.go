@@ -14,7 +14,8 @@ import (
 // Effects writer produces starts with NSData, and only the store writes the
 // others.
 //
-//	0x01 meta    store metadata (the epoch, the sweeper's position)
+//	0x01 meta    store metadata (the layout version, the epoch, the
+//	             sweeper's position)
 //	0x02 record  uvarint(len tenant) tenant uvarint(len endpoint) endpoint key
 //	0x03 data    caller effects: 0x03 + the caller's key; the value is a
 //	             stamp (see AppendStamp) and then the caller's value
@@ -32,6 +33,16 @@ const (
 
 // EpochKey holds the store's epoch (a big-endian uint64).
 var EpochKey = []byte{NSMeta, 'e', 'p', 'o', 'c', 'h'}
+
+// LayoutKey holds the layout version of the store (a big-endian uint64):
+// Layout for every store this code writes. A store without it is either
+// empty or was written before the marker existed (layout 1: effect values
+// without stamps).
+var LayoutKey = []byte{NSMeta, 'l', 'a', 'y', 'o', 'u', 't'}
+
+// Layout is the version of the key space and value formats described
+// here and in record.go. Version 2 added the stamp on effect values.
+const Layout = 2
 
 // SweepKey holds the sweeper's position: the last record key of the pass
 // in progress. Absent between passes.
