@@ -35,6 +35,25 @@ func TestScanData(t *testing.T) {
 	require.Empty(t, scan("c", 10))
 	require.Len(t, scan("", 100), 7, "the empty prefix scans every effect and no record")
 
+	// Pages: resume after the last key seen.
+	var pages [][]string
+	var after []byte
+	for {
+		var page []string
+		require.NoError(t, v.e.ScanDataAfter([]byte("a"), after, func(k, _ []byte) bool {
+			page = append(page, string(k))
+			return len(page) < 2
+		}))
+		if len(page) == 0 {
+			break
+		}
+		pages = append(pages, page)
+		after = []byte(page[len(page)-1])
+	}
+	require.Equal(t, [][]string{{"a", "a/1"}, {"a/2", "a/3"}, {"a\xff", "a\xff\xff"}}, pages)
+	require.ErrorIs(t, v.e.ScanDataAfter([]byte("a/"), []byte("b/1"), func(_, _ []byte) bool { return true }), idemkv.ErrInvalidArgument,
+		"the resume key must lie under the prefix")
+
 	v.reopen()
 	require.Equal(t, []string{"a/1", "a/2", "a/3"}, scan("a/", 10), "effects are durable")
 	require.NoError(t, v.e.Close())

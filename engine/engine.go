@@ -1140,19 +1140,35 @@ func (w *effectBuf) writeTo(b *pebble.Batch, token uint64, expires time.Time) in
 // passed to fn are valid only during the call. Like GetData, it may
 // observe effects whose Complete is still syncing.
 func (e *Engine) ScanData(prefix []byte, fn func(key, value []byte) bool) error {
-	if len(prefix) > MaxEffectKeyLen {
+	return e.ScanDataAfter(prefix, nil, fn)
+}
+
+// ScanDataAfter is ScanData resuming after the key after, which must start
+// with prefix (the last key a previous scan passed to fn, say); a nil
+// after starts at the beginning. Keys written meanwhile are seen if they
+// sort after it, so pages read this way never repeat a key.
+func (e *Engine) ScanDataAfter(prefix, after []byte, fn func(key, value []byte) bool) error {
+	switch {
+	case len(prefix) > MaxEffectKeyLen:
 		return fmt.Errorf("%w: prefix is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(prefix), MaxEffectKeyLen)
+	case after != nil && !bytes.HasPrefix(after, prefix):
+		return fmt.Errorf("%w: scan resumes after %q, which does not start with the prefix %q", idemkv.ErrInvalidArgument, after, prefix)
 	}
 	if err := e.enter(); err != nil {
 		return err
 	}
 	defer e.exit()
-	lower := dataKey(prefix)
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	first := dataKey(prefix)
+	upper := prefixEnd(first)
+	lower := first
+	if after != nil {
+		lower = append(dataKey(after), 0) // the first key after it
+	}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("engine: scan data: %w", err)
 	}
-	n := len(lower) - len(prefix)
+	n := len(first) - len(prefix)
 	for valid := it.First(); valid; valid = it.Next() {
 		v, err := it.ValueAndErr()
 		if err == nil {

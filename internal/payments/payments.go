@@ -347,9 +347,24 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
+	// A page resumes after the payment named by starting_after, one of
+	// the caller's own.
+	var after []byte
+	if id := r.URL.Query().Get("starting_after"); id != "" {
+		p, err := s.load(id)
+		switch {
+		case errors.Is(err, idemkv.ErrNotFound) || (err == nil && p.Tenant != tenant):
+			httpidem.WriteProblem(w, "invalid-query", http.StatusBadRequest, "starting_after names no payment of this account", 0)
+			return
+		case err != nil:
+			s.storeError(w, err)
+			return
+		}
+		after = indexKey(tenant, p.Created, p.ID)
+	}
 	var ids []string
 	more := false
-	err = s.cfg.Store.ScanData(indexPrefix(tenant), func(_, v []byte) bool {
+	err = s.cfg.Store.ScanDataAfter(indexPrefix(tenant), after, func(_, v []byte) bool {
 		if len(ids) == limit {
 			more = true
 			return false

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -309,4 +310,48 @@ func TestFailingDiskAnswers503(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, f.send("GET", "/healthz", "", "", "").status)
 	require.Equal(t, 1, p.Stats().Charges)
 	require.ErrorIs(t, eng.Close(), idemkv.ErrFailed)
+}
+
+// TestListPages: the listing pages newest first with starting_after,
+// every payment exactly once, and refuses a cursor that names no payment
+// of the caller's.
+func TestListPages(t *testing.T) {
+	f := newService(t, ProviderOptions{})
+	var made []string
+	for i := range 5 {
+		r := f.pay("acct_1", fmt.Sprintf("k%d", i), order)
+		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+		made = append(made, decode[Payment](t, r).ID)
+	}
+	other := decode[Payment](t, f.pay("acct_2", "k0", order)).ID
+
+	type page struct {
+		Data    []Payment `json:"data"`
+		HasMore bool      `json:"has_more"`
+	}
+	var seen []string
+	after := ""
+	for range 10 {
+		path := "/v1/payments?limit=2"
+		if after != "" {
+			path += "&starting_after=" + after
+		}
+		r := f.send("GET", path, "acct_1", "", "")
+		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+		p := decode[page](t, r)
+		for _, x := range p.Data {
+			seen = append(seen, x.ID)
+		}
+		if !p.HasMore {
+			break
+		}
+		after = p.Data[len(p.Data)-1].ID
+	}
+	want := slices.Clone(made)
+	slices.Reverse(want) // newest first
+	require.Equal(t, want, seen)
+
+	for _, cursor := range []string{"pay_nope", other} {
+		problemOf(t, f.send("GET", "/v1/payments?starting_after="+cursor, "acct_1", "", ""), http.StatusBadRequest, "invalid-query")
+	}
 }
