@@ -49,6 +49,8 @@ type mrec struct {
 	lease, durableLease time.Time
 	expires             time.Time
 	result              idemkv.Result
+	// effects is how many effect keys the completion set (Record.Effects).
+	effects int
 	// class is the retention class of the first claim; takeovers keep it.
 	class string
 }
@@ -236,7 +238,7 @@ func (m *machine) complete(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("complete: %v", err)
 	}
-	r.state, r.result = idemkv.StateCompleted, res
+	r.state, r.result, r.effects = idemkv.StateCompleted, res, 1
 	r.expires = m.h.Now().Add(window(r.class))
 	m.effect[l.ID] = l.Token
 }
@@ -329,7 +331,7 @@ func (m *machine) resolve(t *rapid.T) {
 	case noEffect:
 		delete(m.recs, id)
 	default:
-		r.state, r.result = idemkv.StateCompleted, res
+		r.state, r.result, r.effects = idemkv.StateCompleted, res, 0
 		r.expires = m.h.Now().Add(window(r.class))
 	}
 }
@@ -351,8 +353,8 @@ func (m *machine) get(t *rapid.T) {
 		got.Attempt != r.attempt || got.OperationID != r.opID || got.Mode != r.mode {
 		t.Fatalf("get %v: %+v, model %+v", id, got, *r)
 	}
-	if r.state == idemkv.StateCompleted && !equalResult(got.Result, r.result) {
-		t.Fatalf("get result %+v, model %+v", got.Result, r.result)
+	if r.state == idemkv.StateCompleted && (!equalResult(got.Result, r.result) || got.Effects != r.effects) {
+		t.Fatalf("get result %+v with %d effects, model %+v with %d", got.Result, got.Effects, r.result, r.effects)
 	}
 }
 
