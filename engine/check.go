@@ -98,10 +98,11 @@ func (r *CheckReport) add(key, format string, args ...any) {
 // of whose effects a later operation overwrote or deleted cannot be told
 // from one whose effects were lost: it is counted as Superseded, not
 // reported. Deletes leave nothing to check. Pairing holds in memory about
-// 100 bytes for each unsettled record and each completed one that wrote
-// effects. A store that fails an invariant is reported, not repaired. Check reads
-// through the same Pebble snapshot from start to end; open the store
-// read-only (Options.ReadOnly) to inspect one that no process is using.
+// 200 bytes (with the record's name) for each unsettled record and each
+// completed one that wrote effects. A store that fails an invariant is
+// reported, not repaired. Check reads through the same Pebble snapshot
+// from start to end; open the store read-only (Options.ReadOnly) to
+// inspect one that no process is using.
 // It fails only if the store cannot be read.
 func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
 	if err := e.enter(); err != nil {
