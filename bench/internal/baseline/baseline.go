@@ -379,8 +379,9 @@ func (s *DB) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, appl
 	}
 	return s.hold(ctx, l, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
 		b := s.db.NewBatch()
+		fx := &effects{b: b}
 		if apply != nil {
-			if err := apply(effects{b}); err != nil {
+			if err := apply(fx); err != nil {
 				_ = b.Close()
 				return err
 			}
@@ -390,6 +391,7 @@ func (s *DB) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, appl
 		done.LeaseExpires = time.Time{}
 		done.Expires = now.Add(s.window(done.Class))
 		done.Result = r
+		done.Effects = fx.count()
 		_ = b.Set(k, encode(nil, &done), nil)
 		return s.commit(st, k, b)
 	})
@@ -468,8 +470,9 @@ func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		return fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
 	}
 	b := s.db.NewBatch()
+	fx := &effects{b: b}
 	if req.Apply != nil {
-		if err := req.Apply(effects{b}); err != nil {
+		if err := req.Apply(fx); err != nil {
 			_ = b.Close()
 			return err
 		}
@@ -482,6 +485,7 @@ func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		done.Note = ""
 		done.Expires = now.Add(s.window(done.Class))
 		done.Result = req.Result
+		done.Effects = fx.count()
 		_ = b.Set(k, encode(nil, &done), nil)
 	}
 	return s.commit(st, k, b)
@@ -565,21 +569,44 @@ func (s *DB) Metrics() (*pebble.Metrics, error) {
 	return s.db.Metrics(), nil
 }
 
-// effects adapts a batch to idemkv.Effects in the data namespace.
-type effects struct{ b *pebble.Batch }
+// effects adapts a batch to idemkv.Effects in the data namespace, and
+// remembers which keys end up set (Record.Effects counts them).
+type effects struct {
+	b   *pebble.Batch
+	set map[string]bool
+}
 
-func (w effects) Set(key, value []byte) error {
+func (w *effects) Set(key, value []byte) error {
 	if err := validateEffectKey(key); err != nil {
 		return err
 	}
+	w.note(key, true)
 	return w.b.Set(dataKey(key), value, nil)
 }
 
-func (w effects) Delete(key []byte) error {
+func (w *effects) Delete(key []byte) error {
 	if err := validateEffectKey(key); err != nil {
 		return err
 	}
+	w.note(key, false)
 	return w.b.Delete(dataKey(key), nil)
+}
+
+func (w *effects) note(key []byte, set bool) {
+	if w.set == nil {
+		w.set = make(map[string]bool)
+	}
+	w.set[string(key)] = set
+}
+
+func (w *effects) count() int {
+	n := 0
+	for _, set := range w.set {
+		if set {
+			n++
+		}
+	}
+	return n
 }
 
 func validateEffectKey(key []byte) error {
