@@ -1070,15 +1070,26 @@ func (e *Engine) GetData(key []byte) ([]byte, error) {
 type effectBuf struct {
 	ops   []effectOp
 	arena []byte
+	// Inline room for the common apply (a few small writes), so that
+	// collecting them allocates nothing beyond the buffer itself.
+	opsInline   [4]effectOp
+	arenaInline [256]byte
 }
 
 // effectOp is one write, as offsets into the arena; a delete has val < 0.
 type effectOp struct{ key, keyEnd, val, valEnd int }
 
+func (w *effectBuf) init() {
+	if w.ops == nil {
+		w.ops, w.arena = w.opsInline[:0], w.arenaInline[:0]
+	}
+}
+
 func (w *effectBuf) Set(key, value []byte) error {
 	if err := validateEffectKey(key); err != nil {
 		return err
 	}
+	w.init()
 	op := effectOp{key: len(w.arena)}
 	w.arena = append(w.arena, key...)
 	op.keyEnd, op.val = len(w.arena), len(w.arena)
@@ -1092,6 +1103,7 @@ func (w *effectBuf) Delete(key []byte) error {
 	if err := validateEffectKey(key); err != nil {
 		return err
 	}
+	w.init()
 	op := effectOp{key: len(w.arena), val: -1}
 	w.arena = append(w.arena, key...)
 	op.keyEnd = len(w.arena)
@@ -1102,16 +1114,22 @@ func (w *effectBuf) Delete(key []byte) error {
 // writeTo puts the collected writes into b, each value stamped with token
 // and expires, and returns how many distinct keys end up set.
 func (w *effectBuf) writeTo(b *pebble.Batch, token uint64, expires time.Time) int {
-	var kbuf, vbuf []byte
+	var stamp [record.StampLen]byte
+	record.AppendStamp(stamp[:0], token, expires)
 	for _, op := range w.ops {
-		kbuf = append(append(kbuf[:0], nsData), w.arena[op.key:op.keyEnd]...)
+		key := w.arena[op.key:op.keyEnd]
+		// Written in place in the batch: no copy of key or value here.
+		var d *pebble.DeferredBatchOp
 		if op.val < 0 {
-			_ = b.Delete(kbuf, nil)
-			continue
+			d = b.DeleteDeferred(1 + len(key))
+		} else {
+			val := w.arena[op.val:op.valEnd]
+			d = b.SetDeferred(1+len(key), len(stamp)+len(val))
+			copy(d.Value[copy(d.Value, stamp[:]):], val)
 		}
-		vbuf = record.AppendStamp(vbuf[:0], token, expires)
-		vbuf = append(vbuf, w.arena[op.val:op.valEnd]...)
-		_ = b.Set(kbuf, vbuf, nil)
+		d.Key[0] = nsData
+		copy(d.Key[1:], key)
+		_ = d.Finish()
 	}
 	switch len(w.ops) {
 	case 0:
