@@ -57,6 +57,12 @@ type TTLConfig struct {
 	SweepRate float64
 	// SweepChunk is the sweeper's chunk size. Default: the engine's.
 	SweepChunk int
+	// SweepOn and SweepOff are the lengths of the sweeper run's alternating
+	// slices, with passes back to back and with none. Default: 5 s each.
+	// Each on-slice deletes what expired during the off-slice too, so the
+	// sweeper deletes at (on+off)/on times the steady rate while it works:
+	// twice with the defaults.
+	SweepOn, SweepOff time.Duration
 	// NoCompare skips the run without the sweeper (which measures what the
 	// sweeper costs the foreground).
 	NoCompare bool
@@ -117,6 +123,12 @@ func (c TTLConfig) ensureDefaults() TTLConfig {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = max(10*time.Millisecond, c.Retention/144)
 	}
+	if c.SweepOn == 0 {
+		c.SweepOn = sweepSlice
+	}
+	if c.SweepOff == 0 {
+		c.SweepOff = sweepSlice
+	}
 	if c.CostKeys == 0 {
 		c.CostKeys = 200_000
 	}
@@ -137,8 +149,8 @@ func (c TTLConfig) Validate() error {
 		return fmt.Errorf("bench: ttl: retention %v under a second (records keep whole seconds)", d.Retention)
 	case d.Periods < 2:
 		return fmt.Errorf("bench: ttl: %d periods; the steady state needs at least 2", d.Periods)
-	case d.Rate <= 0 || d.Clients < 1 || d.SampleEvery <= 0 || d.CostKeys < 1:
-		return fmt.Errorf("bench: ttl: rate, clients, sample interval and cost keys must be positive")
+	case d.Rate <= 0 || d.Clients < 1 || d.SampleEvery <= 0 || d.CostKeys < 1 || d.SweepOn < 0 || d.SweepOff < 0:
+		return fmt.Errorf("bench: ttl: rate, clients, sample interval, cost keys and sweep slices must be positive")
 	}
 	return nil
 }
@@ -168,6 +180,8 @@ type TTLMeta struct {
 	Clients          int     `json:"clients"`
 	SweepIntervalSec float64 `json:"sweep_interval_seconds"`
 	SweepRate        float64 `json:"sweep_rate"`
+	SweepOnSeconds   float64 `json:"sweep_on_seconds"`
+	SweepOffSeconds  float64 `json:"sweep_off_seconds"`
 	WallSeconds      float64 `json:"wall_seconds"`
 }
 
@@ -279,7 +293,8 @@ func RunTTL(ctx context.Context, c TTLConfig) (*TTLReport, error) {
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUModel: cpuModel(),
 		NumCPU: runtime.NumCPU(), Profile: c.Profile, RetentionSeconds: c.Retention.Seconds(),
 		Periods: c.Periods, Rate: c.Rate, Clients: c.Clients, SweepIntervalSec: c.SweepInterval.Seconds(),
-		SweepRate: (&ttl.Options{Rate: c.SweepRate}).WithDefaults().Rate,
+		SweepRate:      (&ttl.Options{Rate: c.SweepRate}).WithDefaults().Rate,
+		SweepOnSeconds: c.SweepOn.Seconds(), SweepOffSeconds: c.SweepOff.Seconds(),
 	}}
 	names := []string{"sweeper"}
 	if !c.NoCompare {
@@ -350,7 +365,7 @@ func steadyRun(ctx context.Context, c TTLConfig, dir string, o *engine.Options, 
 	if sweep {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				slice, cancel := context.WithTimeout(ctx, sweepSlice)
+				slice, cancel := context.WithTimeout(ctx, c.SweepOn)
 				sweeping.Store(true)
 				for slice.Err() == nil {
 					if _, err := e.Sweep(slice); err != nil && slice.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -362,7 +377,7 @@ func steadyRun(ctx context.Context, c TTLConfig, dir string, o *engine.Options, 
 				// The off slice is part of the workload's schedule.
 				select {
 				case <-ctx.Done():
-				case <-time.After(sweepSlice):
+				case <-time.After(c.SweepOff):
 				}
 			}
 		})

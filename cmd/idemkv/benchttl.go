@@ -23,6 +23,7 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	profile := "quick"
 	var (
 		retention, interval time.Duration
+		sweepOn, sweepOff   time.Duration
 		periods, chunk      int
 		rate, sweepRate     float64
 		noCompare           bool
@@ -36,6 +37,8 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&interval, "sweep-interval", 0, "the sweeper's interval (default retention/144, the engine's 10 minutes against 24 hours)")
 	fs.Float64Var(&sweepRate, "sweep-rate", 0, "the sweeper's records examined per second (default the engine's)")
 	fs.BoolVar(&noCompare, "no-compare", false, "skip the run without the sweeper")
+	fs.DurationVar(&sweepOn, "sweep-on", 0, "the sweeper run's slices with passes under way (default 5s)")
+	fs.DurationVar(&sweepOff, "sweep-off", 0, "the sweeper run's slices without (default 5s); the sweeper deletes at (on+off)/on times the steady rate while it works")
 	var memtable uint64
 	fs.IntVar(&chunk, "sweep-chunk", 0, "the sweeper's records per chunk (default the engine's)")
 	fs.Uint64Var(&memtable, "memtable", 0, "the engine's memtable size in bytes (default: the profile's)")
@@ -53,6 +56,7 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		cfg.Periods, cfg.Rate, cfg.SweepInterval, cfg.SweepRate = periods, rate, interval, sweepRate
 		cfg.NoCompare, cfg.Dir = noCompare, data
 		cfg.SweepChunk = chunk
+		cfg.SweepOn, cfg.SweepOff = sweepOn, sweepOff
 		if memtable != 0 {
 			cfg.MemTableSize = memtable
 		}
