@@ -176,3 +176,24 @@ func TestStamp(t *testing.T) {
 		require.ErrorIs(t, err, ErrCorrupt, name)
 	}
 }
+
+// FuzzSplitStamp: SplitStamp never panics, and whatever it accepts
+// re-stamps to the same bytes.
+func FuzzSplitStamp(f *testing.F) {
+	f.Add(append(AppendStamp(nil, 7, time.Unix(1_790_000_000, 0)), "row"...))
+	f.Add([]byte{})
+	f.Add(make([]byte, StampLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tok, exp, val, err := SplitStamp(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		again := append(AppendStamp(nil, tok, exp), val...)
+		if string(again) != string(b) {
+			t.Fatalf("re-stamping differs:\n in  %x\n out %x", b, again)
+		}
+	})
+}
