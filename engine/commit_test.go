@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -86,11 +85,8 @@ func TestCommitterSplitsLargeGroups(t *testing.T) {
 func TestCommitterUnsyncedRidesAlong(t *testing.T) {
 	var syncs atomic.Int64
 	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if strings.HasSuffix(op.Path, ".log") {
-			switch op.Kind {
-			case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-				syncs.Add(1)
-			}
+		if isLogSync(op) {
+			syncs.Add(1)
 		}
 		return nil
 	}))

@@ -12,14 +12,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// isLogSync reports whether op syncs one of Pebble's log files, the write
+// every acknowledged commit waits for.
+func isLogSync(op errorfs.Op) bool {
+	if !strings.HasSuffix(op.Path, ".log") {
+		return false
+	}
+	switch op.Kind {
+	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+		return true
+	}
+	return false
+}
+
 // failingLogSync fails every sync of Pebble's log while armed.
 func failingLogSync(armed *atomic.Bool) errorfs.Injector {
 	return errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if !armed.Load() || !strings.HasSuffix(op.Path, ".log") {
-			return nil
-		}
-		switch op.Kind {
-		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+		if armed.Load() && isLogSync(op) {
 			return errorfs.ErrInjected
 		}
 		return nil

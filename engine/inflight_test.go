@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,8 +23,7 @@ type walStall struct {
 }
 
 func (s *walStall) inject(op errorfs.Op) error {
-	if s.armed.Load() && strings.HasSuffix(op.Path, ".log") &&
-		(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+	if s.armed.Load() && isLogSync(op) {
 		s.once.Do(func() { close(s.stalled) })
 		<-s.release
 	}

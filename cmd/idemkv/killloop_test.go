@@ -82,9 +82,7 @@ func TestServeKillLoop(t *testing.T) {
 		cancel()
 		wg.Wait()
 		// The oracle, on the store exactly as the kill left it.
-		var out, errOut strings.Builder
-		require.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &out, &errOut),
-			"cycle %d: %s%s", cycle, out.String(), errOut.String())
+		requireCheckClean(t, dir, fmt.Sprintf("cycle %d", cycle))
 	}
 
 	// Recovery: retry everything not yet answered until it is.
@@ -142,8 +140,7 @@ func TestServeKillLoop(t *testing.T) {
 
 	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
-	var out, errOut strings.Builder
-	require.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &out, &errOut), "%s%s", out.String(), errOut.String())
+	requireCheckClean(t, dir, "at the end")
 	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill (each retried to one payment)",
 		cycles, q.sent.Load(), len(q.acked), lost, doubled, inFlightAtKill.Load())
 }
@@ -264,4 +261,13 @@ func (q *keyQueue) drive(ctx context.Context, t *testing.T, client *http.Client,
 			return
 		}
 	}
+}
+
+// requireCheckClean runs "idemkv check" on the store in dir, which no
+// process may have open, and fails the test unless every invariant holds.
+func requireCheckClean(t *testing.T, dir, when string) {
+	t.Helper()
+	var out, errOut strings.Builder
+	require.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &out, &errOut),
+		"check %s: %s%s", when, out.String(), errOut.String())
 }

@@ -134,9 +134,7 @@ func TestHTTPLinearizability(t *testing.T) {
 		wg.Wait()
 		require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, srv.cmd.Wait())
-		var out, errOut strings.Builder
-		require.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &out, &errOut),
-			"round %d: %s%s", round, out.String(), errOut.String())
+		requireCheckClean(t, dir, fmt.Sprintf("after round %d", round))
 
 		res := porcupine.CheckOperationsTimeout(httpModel, ops, 30*time.Second)
 		require.Equal(t, porcupine.Ok, res, "round %d: %d operations are not linearizable", round, len(ops))
