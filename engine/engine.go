@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
@@ -62,6 +63,9 @@ type Engine struct {
 		drained  sync.Cond // signalled when inflight drops to 0 after close
 	}
 
+	// filter keeps claims of new keys out of Pebble (claimfilter.go).
+	filter claimFilter
+
 	// failed holds the error that poisoned the engine (see ErrFailed).
 	failed atomic.Pointer[error]
 
@@ -100,6 +104,10 @@ type shard struct {
 		slots  map[string]*slot
 		reapAt int // reap expired slots when len(slots) reaches this
 		cache  replayCache
+		// filter, if set, holds every record key of this shard that is
+		// stored or being written; nextFilter is the one being built
+		// (claimfilter.go).
+		filter, nextFilter *bloom.BloomFilter
 	}
 	// writes counts the record writes that have ended in this shard. It is
 	// bumped under mu when a write's busy slot is cleared or removed (see
@@ -131,10 +139,13 @@ func (sh *shard) beginWriteLocked(s *slot) {
 var testHookFenceWait func()
 
 // installLocked makes s the slot of k. Every write to k happens under a
-// slot, so this is also where k's replay-cache entry is dropped.
+// slot, so this is also where k's replay-cache entry is dropped and where k
+// joins the shard's claim filters (claimfilter.go).
 //
 // REQUIRES: sh.mu held.
-func (sh *shard) installLocked(k []byte, s *slot) {
+func (e *Engine) installLocked(sh *shard, k []byte, s *slot) {
+	sh.filterAddLocked(k)
+	e.filter.noteAdd()
 	sh.mu.slots[string(k)] = s
 	sh.mu.cache.drop(k)
 }
@@ -215,7 +226,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	for i := range e.shards {
 		e.shards[i].mu.slots = make(map[string]*slot)
 		e.shards[i].mu.reapAt = minReapAt
-		e.shards[i].mu.cache.init(o.ReplayCacheSize / int64(o.Shards))
+		e.shards[i].mu.cache.init(max(0, o.ReplayCacheSize) / int64(o.Shards))
 	}
 	if err := e.advanceEpoch(); err != nil {
 		if !errors.Is(err, errCommitFailed) { // else Pebble may be stuck: see failstop.go
@@ -230,6 +241,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		return nil, err
 	}
 	e.startSweeper()
+	e.startClaimFilter()
 	return e, nil
 }
 
@@ -348,6 +360,8 @@ func (e *Engine) advanceEpoch() error {
 func (e *Engine) Close() error {
 	e.sweepStop()
 	<-e.sweepDone
+	e.filter.stop()
+	<-e.filter.done
 	e.gate.Lock()
 	if e.gate.closed {
 		e.gate.Unlock()
@@ -464,7 +478,14 @@ func (e *Engine) lookupLocked(sh *shard, k []byte, now time.Time) (rec idemkv.Re
 		e.counters.cacheHits.Add(1)
 		return rec, nil, now.Before(rec.Expires), nil
 	}
+	if f := sh.mu.filter; f != nil && !f.Test(k) {
+		e.filter.skips.Add(1)
+		return rec, nil, false, nil
+	}
 	rec, found, err = e.readLocked(k)
+	if !found && err == nil && sh.mu.filter != nil {
+		e.filter.misses.Add(1)
+	}
 	if found && rec.State == idemkv.StateCompleted {
 		if !now.Before(rec.Expires) {
 			found = false
@@ -603,7 +624,7 @@ func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.
 		e.counters.takeovers.Add(1)
 	}
 	s := &slot{rec: rec}
-	sh.installLocked(k, s)
+	e.installLocked(sh, k, s)
 	if len(sh.mu.slots) >= sh.mu.reapAt {
 		e.reapLocked(sh, now)
 	}
@@ -649,7 +670,7 @@ func (e *Engine) writeBusyLocked(sh *shard, k []byte, s *slot, cur idemkv.Record
 func (e *Engine) writeBusyBatchLocked(sh *shard, k []byte, s *slot, cur idemkv.Record, next *idemkv.Record, b *pebble.Batch) error {
 	if s == nil {
 		s = &slot{rec: cur, durable: true}
-		sh.installLocked(k, s)
+		e.installLocked(sh, k, s)
 	}
 	if !s.busy {
 		sh.beginWriteLocked(s)
@@ -767,7 +788,7 @@ func (e *Engine) holdLocked(ctx context.Context, sh *shard, k []byte, l idemkv.L
 		}
 		rec.ID = l.ID
 		s = &slot{rec: rec, durable: true}
-		sh.installLocked(k, s)
+		e.installLocked(sh, k, s)
 	} else if s.rec.Token != l.Token {
 		return nil, e.fenced(l)
 	}

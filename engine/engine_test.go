@@ -447,3 +447,25 @@ func TestFlushCompactAndTableStats(t *testing.T) {
 	require.GreaterOrEqual(t, st2.WriteAmp, 1.0)
 	require.Equal(t, idemkv.Replay, v.claim(id("k042"), fpA, idemkv.ModeLocal).Outcome)
 }
+
+// Defaults applied twice (a caller's EnsureDefaults, then Open's) change
+// nothing: a feature turned off with a negative value stays off.
+func TestEnsureDefaultsIsIdempotent(t *testing.T) {
+	o := (&Options{ReplayCacheSize: -1, ClaimFilterBitsPerKey: -1, MinFreeDisk: -1}).EnsureDefaults()
+	require.Equal(t, o, o.EnsureDefaults())
+
+	e, err := Open(t.TempDir(), o)
+	require.NoError(t, err)
+	defer e.Close()
+	<-e.ClaimFilterBuilt()
+	c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: fpA})
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+	_, err = e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: fpA})
+	require.NoError(t, err)
+	st, err := e.Stats()
+	require.NoError(t, err)
+	require.Zero(t, st.ClaimFilterBuilds)
+	require.Zero(t, st.ReplayCacheHits)
+	require.Zero(t, st.ReplayCached)
+}

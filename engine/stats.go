@@ -44,6 +44,17 @@ type Stats struct {
 	ReplayCacheHits int64
 	ReplayCached    int
 
+	// The claim filter (Options.ClaimFilterBitsPerKey). ClaimFilterSkips
+	// counts lookups it answered absent without reading Pebble;
+	// ClaimFilterMisses those it let through that found nothing (false
+	// positives, and keys deleted since the filter was built).
+	// ClaimFilterKeys is the record count the filter in use is sized for
+	// (0 until the first build after Open ends), ClaimFilterStored the
+	// records its last build found, ClaimFilterBuilds the builds since Open.
+	ClaimFilterSkips, ClaimFilterMisses int64
+	ClaimFilterKeys, ClaimFilterStored  int64
+	ClaimFilterBuilds                   int64
+
 	// Sweep is the sweeper's totals: passes, records examined and deleted,
 	// the last pass and the one running. Sweep.HeldPastExpiry() is how many
 	// records past their expiry the sweeper had to keep, because their
@@ -105,6 +116,9 @@ func (e *Engine) Stats() (Stats, error) {
 	st.Reconciling, st.Completed, st.Released = c.reconciling.Load(), c.completed.Load(), c.released.Load()
 	st.Uncertain, st.Renewed, st.Resolved, st.Fenced = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load(), c.fenced.Load()
 	st.ReplayCacheHits = c.cacheHits.Load()
+	f := &e.filter
+	st.ClaimFilterSkips, st.ClaimFilterMisses = f.skips.Load(), f.misses.Load()
+	st.ClaimFilterKeys, st.ClaimFilterStored, st.ClaimFilterBuilds = f.capacity.Load(), f.stored.Load(), f.builds.Load()
 	st.Sweep = e.sweeper.Stats()
 
 	m := e.db.Metrics()

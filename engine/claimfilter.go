@@ -1,0 +1,254 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The claim filter keeps claims of new keys out of Pebble.
+//
+// Nearly every claim is for a key the store has never seen, and answering
+// "not there" through Pebble costs an iterator, a search of every memtable's
+// skiplist and a bloom probe per level: the largest single cost of a claim
+// (docs/benchmarks.md). Each shard therefore keeps an in-memory bloom
+// filter of the record keys stored under it, and a lookup the filter
+// answers "absent" skips Pebble.
+//
+// Invariant: while a shard's filter is set, it holds every record key of
+// that shard that is stored in Pebble or being written to it. This is what
+// makes a "definitely absent" answer safe, and it rests on the invariant
+// documented on shard: every write of a record key happens under a slot,
+// and every slot is installed under sh.mu by installLocked, which adds its
+// key to the shard's filters first. Keys already on disk when a filter is
+// built are added by the build's scan.
+//
+// A build (the first one starts at Open; until it ends, every lookup reads
+// Pebble):
+//
+//  1. under each shard's mutex, sets a new, empty next filter and adds to
+//     it the keys of every slot the shard holds, so that a write already in
+//     flight is covered even if it commits after step 2's snapshot;
+//  2. opens an iterator, a snapshot taken after step 1, and adds every
+//     stored record key to its shard's next filter; a record committed after
+//     the snapshot was written under a slot that step 1 saw, or that was
+//     installed later and so added itself;
+//  3. under each shard's mutex, makes next the filter.
+//
+// Bloom filters cannot forget, so keys the sweeper deletes stay in the
+// filter and its false-positive rate creeps up as keys are added. A build
+// sizes the filter for twice the keys it found, and once the keys added
+// since then would fill it, the filter is rebuilt the same way. A false
+// positive costs only the Pebble lookup the filter would have saved.
+
+// minFilterKeys is the fewest keys a filter is sized for: 64 Ki keys take
+// 80 KiB at 10 bits a key, nothing next to the block cache. Tests lower it.
+var minFilterKeys int64 = 1 << 16
+
+// claimFilter is the engine-wide state of the shards' filters.
+type claimFilter struct {
+	bitsPerKey int // 0: no filter, every lookup reads Pebble
+	hashes     uint
+
+	// adds counts keys added by installLocked since the current build
+	// began; when it reaches limit, a rebuild is due.
+	adds  atomic.Int64
+	limit atomic.Int64
+	kick  chan struct{} // capacity 1: a rebuild is due
+
+	// Figures for Stats.
+	capacity atomic.Int64 // keys the filter in use is sized for
+	stored   atomic.Int64 // keys the last build found on disk
+	builds   atomic.Int64 // builds that ended
+	skips    atomic.Int64 // lookups answered absent without Pebble
+	misses   atomic.Int64 // lookups the filter passed that Pebble found absent
+
+	stop func()
+	done chan struct{}
+	// built is closed when the first build has ended (at once if there is
+	// no filter).
+	built     chan struct{}
+	builtOnce sync.Once
+}
+
+// testHookClaimFilter, if set, is called by a build with its stage: "next"
+// after step 1, "scanned" after step 2, "built" after step 3.
+var testHookClaimFilter func(stage string)
+
+// filterAddLocked adds k to the shard's filters, if it has any.
+//
+// REQUIRES: sh.mu held.
+func (sh *shard) filterAddLocked(k []byte) {
+	if f := sh.mu.filter; f != nil {
+		f.Add(k)
+	}
+	if f := sh.mu.nextFilter; f != nil {
+		f.Add(k)
+	}
+}
+
+// noteAdd counts one key added by installLocked and asks for a rebuild
+// when the filter is full.
+func (f *claimFilter) noteAdd() {
+	if f.bitsPerKey == 0 {
+		return
+	}
+	if f.adds.Add(1) == f.limit.Load() {
+		f.requestBuild()
+	}
+}
+
+func (f *claimFilter) requestBuild() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// startClaimFilter starts the goroutine that builds the shards' filters,
+// unless they are disabled or the store is read-only. Close stops it.
+func (e *Engine) startClaimFilter() {
+	f := &e.filter
+	f.done = make(chan struct{})
+	f.built = make(chan struct{})
+	if e.opts.ClaimFilterBitsPerKey <= 0 || e.opts.ReadOnly {
+		f.stop = func() {}
+		close(f.done)
+		close(f.built)
+		return
+	}
+	f.bitsPerKey = e.opts.ClaimFilterBitsPerKey
+	f.hashes = uint(max(1, math.Round(float64(f.bitsPerKey)*math.Ln2)))
+	f.kick = make(chan struct{}, 1)
+	f.limit.Store(math.MaxInt64)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.stop = cancel
+	f.requestBuild()
+	go func() {
+		defer close(f.done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.kick:
+			}
+			if err := e.buildClaimFilter(ctx); err != nil {
+				if ctx.Err() == nil && e.failed.Load() == nil {
+					e.opts.Logger.Errorf("idemkv: claim filter: %v", err)
+				}
+				// Lookups go on reading Pebble where there is no filter;
+				// try again when the next rebuild is due.
+			}
+		}
+	}()
+}
+
+// ClaimFilterBuilt returns a channel that is closed once the claim filter's
+// first build after Open has ended, or at once if the engine has no claim
+// filter (Options.ClaimFilterBitsPerKey). Until then every claim looks up
+// Pebble, which is correct but slower; the build scans every stored record
+// key, about a second per million on two cores (docs/operations.md).
+func (e *Engine) ClaimFilterBuilt() <-chan struct{} { return e.filter.built }
+
+// buildClaimFilter builds new filters for every shard (steps 1 to 3 of the
+// comment at the top of this file).
+func (e *Engine) buildClaimFilter(ctx context.Context) error {
+	f := &e.filter
+	// The keys in the filter now: those the last build found and those
+	// added since, some of which may have been deleted. Deletes are not
+	// seen, so this bounds the stored records from above.
+	want := f.stored.Load() + f.adds.Load()
+	if f.builds.Load() == 0 {
+		// Before the first scan, guess from the records' size on disk;
+		// stored records take 90 to 100 bytes each (docs/benchmarks.md).
+		if n, err := e.db.EstimateDiskUsage(recordStart, recordEnd); err == nil {
+			want = int64(n/64) + f.adds.Load()
+		}
+	}
+	capacity := max(minFilterKeys, 2*want)
+	perShard := max(1, uint(capacity)/uint(len(e.shards)))
+	bits := perShard * uint(f.bitsPerKey)
+
+	f.adds.Store(0)
+	f.limit.Store(math.MaxInt64)
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		sh.mu.nextFilter = bloom.New(bits, f.hashes)
+		for k := range sh.mu.slots {
+			sh.mu.nextFilter.AddString(k)
+		}
+		sh.mu.Unlock()
+	}
+	if testHookClaimFilter != nil {
+		testHookClaimFilter("next")
+	}
+
+	found, err := e.scanRecordKeys(ctx)
+	if err != nil {
+		for i := range e.shards {
+			sh := &e.shards[i]
+			sh.mu.Lock()
+			sh.mu.nextFilter = nil
+			sh.mu.Unlock()
+		}
+		return err
+	}
+	if testHookClaimFilter != nil {
+		testHookClaimFilter("scanned")
+	}
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		sh.mu.filter, sh.mu.nextFilter = sh.mu.nextFilter, nil
+		sh.mu.Unlock()
+	}
+	f.stored.Store(found)
+	f.capacity.Store(capacity)
+	f.builds.Add(1)
+	f.builtOnce.Do(func() { close(f.built) })
+	// The filter holds the keys found plus those added since step 1; it
+	// is full once capacity keys are in it.
+	room := capacity - found
+	f.limit.Store(room)
+	if f.adds.Load() >= room {
+		f.requestBuild()
+	}
+	if testHookClaimFilter != nil {
+		testHookClaimFilter("built")
+	}
+	return nil
+}
+
+// scanRecordKeys adds every stored record key to its shard's next filter
+// and returns how many it found.
+func (e *Engine) scanRecordKeys(ctx context.Context) (int64, error) {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: recordStart, UpperBound: recordEnd})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for valid := it.First(); valid; valid = it.Next() {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				_ = it.Close()
+				return 0, err
+			}
+		}
+		k := it.Key()
+		sh := e.shard(k)
+		sh.mu.Lock()
+		sh.mu.nextFilter.Add(k)
+		sh.mu.Unlock()
+		n++
+	}
+	if err := it.Close(); err != nil {
+		return 0, fmt.Errorf("scan record keys: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/idemkv/idemkv"
+	"github.com/stretchr/testify/require"
+)
+
+// filterStages records the claim filter's build stages and lets a test
+// hold a build at one of them. Tests that use it must not run in parallel,
+// and must install it before they open an engine: the hook is package-wide.
+type filterStages struct {
+	reached chan string
+	mu      sync.Mutex
+	hold    map[string]chan struct{}
+}
+
+// hookFilter installs a build hook for the test's life.
+func hookFilter(t *testing.T) *filterStages {
+	fs := &filterStages{reached: make(chan string, 64), hold: map[string]chan struct{}{}}
+	testHookClaimFilter = func(stage string) {
+		fs.reached <- stage
+		fs.mu.Lock()
+		c := fs.hold[stage]
+		fs.mu.Unlock()
+		if c != nil {
+			<-c
+		}
+	}
+	t.Cleanup(func() { testHookClaimFilter = nil })
+	return fs
+}
+
+// holdAt makes the next builds that reach stage wait there until release.
+func (fs *filterStages) holdAt(stage string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.hold[stage] = make(chan struct{})
+}
+
+func (fs *filterStages) release(stage string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	close(fs.hold[stage])
+	delete(fs.hold, stage)
+}
+
+// await waits until a build reaches stage, skipping earlier stages.
+func (fs *filterStages) await(t *testing.T, stage string) {
+	t.Helper()
+	for st := range fs.reached {
+		if st == stage {
+			return
+		}
+	}
+}
+
+func (v *env) complete(i idemkv.ID) {
+	c := v.claim(i, fpA, idemkv.ModeLocal)
+	require.Equal(v.t, idemkv.Acquired, c.Outcome, "key %s", i.Key)
+	require.NoError(v.t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+}
+
+// A filter built at Open holds the keys already stored: their claims
+// replay, and claims of new keys skip Pebble.
+func TestClaimFilterHoldsStoredKeys(t *testing.T) {
+	fs := hookFilter(t)
+	v := newEnv(t)
+	fs.await(t, "built")
+	v.opts.ReplayCacheSize = -1 // every replay below must come from the filter's "maybe"
+	for i := range 50 {
+		v.complete(id(fmt.Sprintf("stored-%d", i)))
+	}
+	v.reopen()
+	fs.await(t, "built")
+
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.EqualValues(t, 50, st.ClaimFilterStored)
+	require.EqualValues(t, 1, st.ClaimFilterBuilds)
+	require.GreaterOrEqual(t, st.ClaimFilterKeys, int64(100))
+
+	for i := range 50 {
+		c := v.claim(id(fmt.Sprintf("stored-%d", i)), fpA, idemkv.ModeLocal)
+		require.Equal(t, idemkv.Replay, c.Outcome, "stored-%d", i)
+	}
+	for i := range 1000 {
+		c := v.claim(id(fmt.Sprintf("new-%d", i)), fpA, idemkv.ModeLocal)
+		require.Equal(t, idemkv.Acquired, c.Outcome)
+	}
+	st, err = v.e.Stats()
+	require.NoError(t, err)
+	// At 10 bits a key, about 1% of new keys pass the filter.
+	require.Greater(t, st.ClaimFilterSkips, int64(950))
+	require.Equal(t, int64(1000), st.ClaimFilterSkips+st.ClaimFilterMisses)
+}
+
+// A rebuild covers a write whose slot existed before the build began but
+// which commits after the build's snapshot, and a key first claimed while
+// the build runs.
+func TestClaimFilterRebuildCoversWritesInFlight(t *testing.T) {
+	fs := hookFilter(t)
+	v := newEnv(t)
+	fs.await(t, "built")
+	v.opts.ReplayCacheSize = -1
+	v.reopen()
+	fs.await(t, "built") // the first build, of an empty store
+	fs.holdAt("scanned")
+
+	early := v.claim(id("early"), fpA, idemkv.ModeLocal) // a slot before the rebuild
+	require.Equal(t, idemkv.Acquired, early.Outcome)
+	v.e.filter.requestBuild()
+	fs.await(t, "next")
+	during := v.claim(id("during"), fpA, idemkv.ModeLocal) // a slot during it
+	require.Equal(t, idemkv.Acquired, during.Outcome)
+	fs.await(t, "scanned")
+	// Both commit after the scan's snapshot: only the slots put them in
+	// the new filter.
+	require.NoError(t, v.e.Complete(ctx, early.Lease, idemkv.Result{Status: 201}, nil))
+	require.NoError(t, v.e.Complete(ctx, during.Lease, idemkv.Result{Status: 201}, nil))
+	fs.release("scanned")
+	fs.await(t, "built")
+
+	require.EqualValues(t, 2, v.stats().ClaimFilterBuilds)
+	require.Equal(t, idemkv.Replay, v.claim(id("early"), fpA, idemkv.ModeLocal).Outcome)
+	require.Equal(t, idemkv.Replay, v.claim(id("during"), fpA, idemkv.ModeLocal).Outcome)
+	require.Equal(t, idemkv.Mismatch, v.claim(id("early"), fpB, idemkv.ModeLocal).Outcome)
+}
+
+// Once the keys added since a build would fill the filter, it is rebuilt,
+// sized for twice the keys the full one held.
+func TestClaimFilterRebuildsWhenFull(t *testing.T) {
+	defer func(n int64) { minFilterKeys = n }(minFilterKeys)
+	minFilterKeys = 64
+	fs := hookFilter(t)
+	v := newEnv(t)
+	fs.await(t, "built")
+	v.opts.Shards = 1
+	v.reopen()
+	fs.await(t, "built")
+	require.EqualValues(t, 64, v.stats().ClaimFilterKeys)
+
+	for i := range 63 {
+		v.complete(id(fmt.Sprintf("k%d", i)))
+	}
+	require.EqualValues(t, 1, v.stats().ClaimFilterBuilds)
+	// The 64th key fills it; its claim, which adds the key, starts the
+	// rebuild, and its record is never written.
+	require.Equal(t, idemkv.Acquired, v.claim(id("k63"), fpA, idemkv.ModeLocal).Outcome)
+	fs.await(t, "built")
+	st := v.stats()
+	require.EqualValues(t, 2, st.ClaimFilterBuilds)
+	require.EqualValues(t, 63, st.ClaimFilterStored)
+	require.EqualValues(t, 128, st.ClaimFilterKeys) // twice the keys in the full filter
+	for i := range 63 {
+		require.Equal(t, idemkv.Replay, v.claim(id(fmt.Sprintf("k%d", i)), fpA, idemkv.ModeLocal).Outcome)
+	}
+	require.Equal(t, idemkv.InProgress, v.claim(id("k63"), fpA, idemkv.ModeLocal).Outcome)
+}
+
+// With the filter off, every lookup reads Pebble and nothing is counted.
+func TestClaimFilterDisabled(t *testing.T) {
+	v := newEnv(t)
+	v.opts.ClaimFilterBitsPerKey = -1
+	v.reopen()
+	v.complete(id("a"))
+	require.Equal(t, idemkv.Acquired, v.claim(id("b"), fpA, idemkv.ModeLocal).Outcome)
+	st := v.stats()
+	require.Zero(t, st.ClaimFilterBuilds)
+	require.Zero(t, st.ClaimFilterSkips)
+}
+
+func (v *env) stats() Stats {
+	st, err := v.e.Stats()
+	require.NoError(v.t, err)
+	return st
+}
