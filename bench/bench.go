@@ -745,7 +745,8 @@ func engineOptions(o *engine.Options) EngineOptions {
 	return EngineOptions{
 		CacheBytes: o.CacheSize, MemTableBytes: o.MemTableSize, BloomBitsPerKey: o.BloomBitsPerKey,
 		Compression: comp, CompactionConcurrency: o.CompactionConcurrency, Shards: o.Shards,
-		LeaseSeconds: o.Lease.Seconds(), RetentionSeconds: o.Retention.Seconds(),
+		ClaimFilterBitsPerKey: o.ClaimFilterBitsPerKey,
+		LeaseSeconds:          o.Lease.Seconds(), RetentionSeconds: o.Retention.Seconds(),
 	}
 }
 

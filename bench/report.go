@@ -72,6 +72,7 @@ type EngineOptions struct {
 	Compression           string  `json:"compression"`
 	CompactionConcurrency int     `json:"compaction_concurrency"`
 	Shards                int     `json:"shards"`
+	ClaimFilterBitsPerKey int     `json:"claim_filter_bits_per_key"`
 	LeaseSeconds          float64 `json:"lease_seconds"`
 	RetentionSeconds      float64 `json:"retention_seconds"`
 }

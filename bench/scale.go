@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
@@ -20,6 +21,10 @@ type ScalePoint struct {
 	Point    Point `json:"point"`
 	// Relative is this point's requests/s over the first scale point's.
 	Relative float64 `json:"relative"`
+	// FilterBuildSeconds is how long after Open the engine's claim filter
+	// was first built (engine.Engine.ClaimFilterBuilt); the measurement
+	// starts after that. Zero for a target without one.
+	FilterBuildSeconds float64 `json:"filter_build_seconds"`
 }
 
 // scale measures the unique workload at Config.ScaleConcurrency over
@@ -43,6 +48,17 @@ func (r *runner) scale(ctx context.Context) ([]ScalePoint, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: scale open: %w", err)
 		}
+		var built float64
+		if f, ok := s.(interface{ ClaimFilterBuilt() <-chan struct{} }); ok {
+			start := time.Now()
+			select {
+			case <-f.ClaimFilterBuilt():
+			case <-ctx.Done():
+				_ = s.Close()
+				return nil, ctx.Err()
+			}
+			built = time.Since(start).Seconds()
+		}
 		o := &opened{Store: s, fs: fs, dir: dir}
 		p := &point{cfg: r.cfg, store: o, stream: r.newStream()}
 		pt, err := r.measure(ctx, wl, p, o, r.cfg.ScaleConcurrency)
@@ -53,7 +69,7 @@ func (r *runner) scale(ctx context.Context) ([]ScalePoint, error) {
 			return nil, fmt.Errorf("bench: scale point of %d keys: %w", n, err)
 		}
 		pt.Target = t.Name
-		sp := ScalePoint{LiveKeys: n, Point: pt}
+		sp := ScalePoint{LiveKeys: n, Point: pt, FilterBuildSeconds: built}
 		if len(out) > 0 && out[0].Point.RequestsPerSec > 0 {
 			sp.Relative = pt.RequestsPerSec / out[0].Point.RequestsPerSec
 		} else {

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/engine"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -83,6 +85,14 @@ func init() {
 				f.scale = ns
 				return nil
 			})
+			fs.Func("claim-filter-bits", "bits per key of the engine's claim filter; negative turns it off (default 10)", func(s string) error {
+				n, err := strconv.Atoi(s)
+				if err != nil || n == 0 || n > 64 {
+					return fmt.Errorf("bad bits per key %q (want -1, or 1..64)", s)
+				}
+				f.claimFilterBits = n
+				return nil
+			})
 			fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
 			fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
 			fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
@@ -102,8 +112,10 @@ type benchFlags struct {
 	retryFraction float64
 	remoteLatency time.Duration
 	scale         []int
-	data          string
-	json, plot    string
+	// claimFilterBits is engine.Options.ClaimFilterBitsPerKey (0: default).
+	claimFilterBits int
+	data            string
+	json, plot      string
 }
 
 // runBench runs the benchmark: the table on stdout, a progress bar on
@@ -128,6 +140,12 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	cfg.RetryFraction = f.retryFraction
 	cfg.RemoteLatency = f.remoteLatency
 	cfg.Dir = f.data
+	if f.claimFilterBits != 0 {
+		if cfg.Engine == nil {
+			cfg.Engine = &engine.Options{}
+		}
+		cfg.Engine.ClaimFilterBitsPerKey = f.claimFilterBits
+	}
 	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {
 		cfg.Progress = progress
 		return bench.Run(ctx, cfg)
@@ -171,6 +189,19 @@ func measureAndReport[R report](stdout io.Writer, stderr *os.File, name, jsonPat
 			return err
 		}
 		defer jsonFile.Close()
+	}
+	if path := os.Getenv("IDEMKV_CPUPROFILE"); path != "" {
+		// A CPU profile of the whole measurement, for `go tool pprof`
+		// (docs/benchmarks.md, "Where the time goes").
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	progress, done := progressBar(stderr, name)
 	rep, err := measure(progress)
