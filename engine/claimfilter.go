@@ -68,6 +68,10 @@ type claimFilter struct {
 	skips    atomic.Int64 // lookups answered absent without Pebble
 	misses   atomic.Int64 // lookups the filter passed that Pebble found absent
 
+	// sweptAtBuild is the engine's count of swept records when the
+	// current build began. Only the build goroutine touches it.
+	sweptAtBuild int64
+
 	stop func()
 	done chan struct{}
 	// built is closed when the first build has ended (at once if there is
@@ -159,10 +163,13 @@ func (e *Engine) ClaimFilterBuilt() <-chan struct{} { return e.filter.built }
 // comment at the top of this file).
 func (e *Engine) buildClaimFilter(ctx context.Context) error {
 	f := &e.filter
-	// The keys in the filter now: those the last build found and those
-	// added since, some of which may have been deleted. Deletes are not
-	// seen, so this bounds the stored records from above.
-	want := f.stored.Load() + f.adds.Load()
+	// Estimate the stored records: those the last build found, plus the
+	// keys added since (an upper bound on the records written since: some
+	// claims are released or never complete), minus those the sweeper has
+	// deleted since. Sizing from the keys in the filter instead would
+	// double the filter at every rebuild of a store in steady state.
+	swept := e.counters.swept.Load()
+	want := max(0, f.stored.Load()+f.adds.Load()-(swept-f.sweptAtBuild))
 	if f.builds.Load() == 0 {
 		// Before the first scan, guess from the records' size on disk;
 		// stored records take 90 to 100 bytes each (docs/benchmarks.md).
@@ -170,6 +177,7 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 			want = int64(n/64) + f.adds.Load()
 		}
 	}
+	f.sweptAtBuild = swept
 	capacity := max(minFilterKeys, 2*want)
 	perShard := max(1, uint(capacity)/uint(len(e.shards)))
 	bits := perShard * uint(f.bitsPerKey)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/stretchr/testify/require"
@@ -159,6 +160,24 @@ func TestClaimFilterRebuildsWhenFull(t *testing.T) {
 		require.Equal(t, idemkv.Replay, v.claim(id(fmt.Sprintf("k%d", i)), fpA, idemkv.ModeLocal).Outcome)
 	}
 	require.Equal(t, idemkv.InProgress, v.claim(id("k63"), fpA, idemkv.ModeLocal).Outcome)
+
+	// Steady state: the sweeper deletes as many records as are added. The
+	// next rebuild counts the deletes and keeps the size instead of
+	// doubling it.
+	v.clock.Advance(25 * time.Hour)
+	_, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Empty(t, v.stored())
+	for i := range 64 {
+		v.complete(id(fmt.Sprintf("n%d", i)))
+	}
+	require.EqualValues(t, 2, v.stats().ClaimFilterBuilds)
+	v.complete(id("n64")) // 65 keys since the last build began fill it
+	fs.await(t, "built")
+	st = v.stats()
+	require.EqualValues(t, 3, st.ClaimFilterBuilds)
+	require.EqualValues(t, 130, st.ClaimFilterKeys) // twice the 65 stored now, not twice the 128 keys in it
+	require.Equal(t, idemkv.Replay, v.claim(id("n0"), fpA, idemkv.ModeLocal).Outcome)
 }
 
 // With the filter off, every lookup reads Pebble and nothing is counted.
