@@ -47,8 +47,9 @@ import (
 // positive costs only the Pebble lookup the filter would have saved.
 
 // minFilterKeys is the fewest keys a filter is sized for: 64 Ki keys take
-// 80 KiB at 10 bits a key, nothing next to the block cache. Tests lower it.
-var minFilterKeys int64 = 1 << 16
+// 80 KiB at 10 bits a key, nothing next to the block cache. Tests lower it
+// with Options.claimFilterMinKeys.
+const minFilterKeys = 1 << 16
 
 // claimFilter is the engine-wide state of the shards' filters.
 type claimFilter struct {
@@ -178,7 +179,11 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 		}
 	}
 	f.sweptAtBuild = swept
-	capacity := max(minFilterKeys, 2*want)
+	least := int64(minFilterKeys)
+	if e.opts.claimFilterMinKeys > 0 {
+		least = e.opts.claimFilterMinKeys
+	}
+	capacity := max(least, 2*want)
 	perShard := max(1, uint(capacity)/uint(len(e.shards)))
 	bits := perShard * uint(f.bitsPerKey)
 

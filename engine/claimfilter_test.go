@@ -134,11 +134,10 @@ func TestClaimFilterRebuildCoversWritesInFlight(t *testing.T) {
 // Once the keys added since a build would fill the filter, it is rebuilt,
 // sized for twice the keys the full one held.
 func TestClaimFilterRebuildsWhenFull(t *testing.T) {
-	defer func(n int64) { minFilterKeys = n }(minFilterKeys)
-	minFilterKeys = 64
 	fs := hookFilter(t)
 	v := newEnv(t)
 	fs.await(t, "built")
+	v.opts.claimFilterMinKeys = 64
 	v.opts.Shards = 1
 	v.reopen()
 	fs.await(t, "built")

@@ -24,3 +24,18 @@ func openForConformance(extra func(*Options)) storetest.OpenFunc {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.DirHarness(openForConformance(nil), true))
 }
+
+// TestConformanceClaimFilterRebuilding runs the conformance suite with a
+// claim filter sized for two keys and the replay cache off: the filter
+// fills after a few claims and is rebuilt in the background while the
+// suite's operations go on, and every lookup it lets through goes to
+// Pebble. A key missing from a rebuilt filter would be claimed as new.
+func TestConformanceClaimFilterRebuilding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite already runs with the filter on")
+	}
+	storetest.Run(t, storetest.DirHarness(openForConformance(func(o *Options) {
+		o.ReplayCacheSize = -1
+		o.claimFilterMinKeys = 2
+	}), true))
+}

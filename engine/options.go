@@ -137,6 +137,10 @@ type Options struct {
 	// messages to stderr, informational lines dropped.
 	Logger pebble.Logger
 
+	// claimFilterMinKeys, if positive, replaces minFilterKeys: tests set
+	// it low to make the claim filter rebuild often.
+	claimFilterMinKeys int64
+
 	// ReadOnly opens the store for inspection only: writes return an error
 	// and the store's epoch is not advanced.
 	ReadOnly bool
