@@ -23,6 +23,9 @@ var engineMetrics = []struct {
 	{"idemkv_engine_held_leases", "Leases held in this process.", false, func(s engine.Stats) float64 { return float64(s.HeldLocal + s.HeldRemote) }},
 	{"idemkv_engine_swept_total", "Expired records deleted by the sweeper.", true, func(s engine.Stats) float64 { return float64(s.Sweep.Deleted) }},
 	{"idemkv_engine_held_past_expiry", "Records past their expiry the sweeper had to keep (unsettled or held).", false, func(s engine.Stats) float64 { return float64(s.Sweep.HeldPastExpiry()) }},
+	{"idemkv_engine_claim_filter_skips_total", "Lookups the claim filter answered absent without reading the store.", true, func(s engine.Stats) float64 { return float64(s.ClaimFilterSkips) }},
+	{"idemkv_engine_claim_filter_misses_total", "Lookups the claim filter let through that found no record.", true, func(s engine.Stats) float64 { return float64(s.ClaimFilterMisses) }},
+	{"idemkv_engine_claim_filter_keys", "Records the claim filter in use is sized for (0 until its first build after start).", false, func(s engine.Stats) float64 { return float64(s.ClaimFilterKeys) }},
 	{"idemkv_engine_disk_bytes", "Bytes of every file of the store.", false, func(s engine.Stats) float64 { return float64(s.DiskBytes) }},
 	{"idemkv_engine_read_amp", "Sublevels a read may visit.", false, func(s engine.Stats) float64 { return float64(s.ReadAmp) }},
 }
