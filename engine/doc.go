@@ -73,8 +73,11 @@
 // request costs a small fraction of an fsync (docs/benchmarks.md). Recently
 // completed records are kept in a replay cache (Options.ReplayCacheSize),
 // so retries of finished requests are answered from memory. Claims of new
-// keys read Pebble through a prefix seek that consults every level's bloom
-// filter; size Options.CacheSize to hold those filters (docs/operations.md).
+// keys are answered by an in-memory bloom filter of the stored record keys
+// (Options.ClaimFilterBitsPerKey), built by a background scan after Open
+// and rebuilt when it fills; a claim it cannot rule out reads Pebble
+// through a prefix seek that consults every level's bloom filter, so size
+// Options.CacheSize to hold those filters (docs/operations.md).
 //
 // # Caveats
 //
