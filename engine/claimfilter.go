@@ -82,7 +82,8 @@ type claimFilter struct {
 }
 
 // testHookClaimFilter, if set, is called by a build with its stage: "next"
-// after step 1, "scanned" after step 2, "built" after step 3.
+// after step 1, "scanned" after step 2, "built" after step 3, or "failed"
+// when step 2 fails.
 var testHookClaimFilter func(stage string)
 
 // filterAddLocked adds k to the shard's filters, if it has any.
@@ -104,6 +105,15 @@ func (f *claimFilter) noteAdd() {
 		return
 	}
 	if f.adds.Add(1) == f.limit.Load() {
+		f.requestBuild()
+	}
+}
+
+// setLimit asks for a rebuild once adds reaches limit (at once if it
+// already has).
+func (f *claimFilter) setLimit(limit int64) {
+	f.limit.Store(limit)
+	if f.adds.Load() >= limit {
 		f.requestBuild()
 	}
 }
@@ -178,6 +188,7 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 			want = int64(n/64) + f.adds.Load()
 		}
 	}
+	prevSwept := f.sweptAtBuild
 	f.sweptAtBuild = swept
 	least := int64(minFilterKeys)
 	if e.opts.claimFilterMinKeys > 0 {
@@ -187,7 +198,7 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 	perShard := max(1, uint(capacity)/uint(len(e.shards)))
 	bits := perShard * uint(f.bitsPerKey)
 
-	f.adds.Store(0)
+	prevAdds := f.adds.Swap(0)
 	f.limit.Store(math.MaxInt64)
 	for i := range e.shards {
 		sh := &e.shards[i]
@@ -210,6 +221,14 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 			sh.mu.nextFilter = nil
 			sh.mu.Unlock()
 		}
+		// The filter in use (if any) stays, and goes on counting from
+		// where it was; try again after another least keys.
+		f.adds.Add(prevAdds)
+		f.sweptAtBuild = prevSwept
+		f.setLimit(f.adds.Load() + least)
+		if testHookClaimFilter != nil {
+			testHookClaimFilter("failed")
+		}
 		return err
 	}
 	if testHookClaimFilter != nil {
@@ -227,11 +246,7 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 	f.builtOnce.Do(func() { close(f.built) })
 	// The filter holds the keys found plus those added since step 1; it
 	// is full once capacity keys are in it.
-	room := capacity - found
-	f.limit.Store(room)
-	if f.adds.Load() >= room {
-		f.requestBuild()
-	}
+	f.setLimit(capacity - found)
 	if testHookClaimFilter != nil {
 		testHookClaimFilter("built")
 	}

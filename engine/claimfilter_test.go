@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/record"
@@ -54,12 +58,19 @@ func (fs *filterStages) release(stage string) {
 	delete(fs.hold, stage)
 }
 
-// await waits until a build reaches stage, skipping earlier stages.
+// await waits until a build reaches stage, skipping earlier stages. The
+// minute is a guard against a build that never comes, not a wait.
 func (fs *filterStages) await(t *testing.T, stage string) {
 	t.Helper()
-	for st := range fs.reached {
-		if st == stage {
-			return
+	guard := time.After(time.Minute)
+	for {
+		select {
+		case st := <-fs.reached:
+			if st == stage {
+				return
+			}
+		case <-guard:
+			t.Fatalf("no claim filter build reached %q", stage)
 		}
 	}
 }
@@ -236,4 +247,51 @@ func BenchmarkClaimFilterBuild(b *testing.B) {
 	b.StopTimer()
 	require.EqualValues(b, n, e.filter.stored.Load())
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
+}
+
+// A build whose scan fails leaves lookups reading Pebble (or the filter in
+// use) and is tried again once more keys have been added.
+func TestClaimFilterBuildRetriesAfterAFailedScan(t *testing.T) {
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && op.Kind == errorfs.OpFileReadAt && strings.HasSuffix(op.Path, ".sst") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	fs := hookFilter(t)
+	v := newEnv(t)
+	fs.await(t, "built")
+	for i := range 2000 {
+		v.complete(id(fmt.Sprintf("stored-%04d", i)))
+	}
+	require.NoError(t, v.e.Flush())
+	require.NoError(t, v.e.Compact(ctx))
+
+	v.opts.FS = errorfs.Wrap(vfs.Default, inj)
+	v.opts.CacheSize = 1 << 20
+	v.opts.ReplayCacheSize = -1
+	v.opts.claimFilterMinKeys = 8
+	fs.holdAt("next")
+	v.reopen()
+	fs.await(t, "next")
+	armed.Store(true) // the scan's reads of sstables fail
+	fs.release("next")
+	fs.await(t, "failed")
+	armed.Store(false)
+	require.Zero(t, v.stats().ClaimFilterBuilds)
+	for i := range 2000 { // answered by Pebble
+		require.Equal(t, idemkv.Replay, v.claim(id(fmt.Sprintf("stored-%04d", i)), fpA, idemkv.ModeLocal).Outcome)
+	}
+
+	for i := range 8 { // enough new keys to try again
+		require.Equal(t, idemkv.Acquired, v.claim(id(fmt.Sprintf("new-%d", i)), fpA, idemkv.ModeLocal).Outcome)
+	}
+	fs.await(t, "built")
+	st := v.stats()
+	require.EqualValues(t, 1, st.ClaimFilterBuilds)
+	require.EqualValues(t, 2000, st.ClaimFilterStored)
+	for i := range 2000 {
+		require.Equal(t, idemkv.Replay, v.claim(id(fmt.Sprintf("stored-%04d", i)), fpA, idemkv.ModeLocal).Outcome)
+	}
 }
