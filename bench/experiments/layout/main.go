@@ -19,6 +19,9 @@
 // Records only: no engine, no effects, no claim lookups, so it isolates
 // what deleting costs the foreground in each layout.
 //
+// With -preload N and -slice 0 it measures writes alone over a store of N
+// records (no sweeper), for the cost of compactions as the store grows.
+//
 // Run it from the repository root:
 //
 //	go run ./bench/experiments/layout/main.go -layout point
@@ -54,6 +57,8 @@ var (
 	slice     = flag.Duration("slice", 5*time.Second, "length of the alternating slices with and without sweeping")
 	sweepRate = flag.Int("sweep-rate", 50000, "records read per second by the point sweeper")
 	dir       = flag.String("dir", "", "store directory (default: a temporary one)")
+	duration  = flag.Duration("duration", 0, "run length, overriding -windows; the first quarter is not measured")
+	preload   = flag.Int("preload", 0, "records to load (expiries spread over the retention) and compact before the run")
 	flushRD   = flag.Duration("flush-delay-delete-range", 0, "Pebble's FlushDelayDeleteRange: flush a memtable holding a range delete after this long (0: only when full)")
 )
 
@@ -81,9 +86,17 @@ func main() {
 		fail(err)
 	}
 
+	if *preload > 0 {
+		t0 := time.Now()
+		load(db, *preload)
+		fmt.Printf("preloaded and compacted %d records in %.0f s\n", *preload, time.Since(t0).Seconds())
+	}
 	start := time.Now()
-	total := time.Duration(*windows) * *retention
-	sweeping := func(t time.Time) bool { return (t.Sub(start)/(*slice))%2 == 1 }
+	total, warmup := time.Duration(*windows)**retention, *retention
+	if *duration > 0 {
+		total, warmup = *duration, *duration/4
+	}
+	sweeping := func(t time.Time) bool { return *slice > 0 && (t.Sub(start)/(*slice))%2 == 1 }
 	var (
 		mu          sync.Mutex
 		on          = hdrhistogram.New(1, 10_000_000, 3)
@@ -126,18 +139,13 @@ func main() {
 				t0 := time.Now()
 				exp := t0.Add(*retention)
 				_, _ = rand.Read(id[:])
-				key = append(key[:0], 'r')
-				if *layout == "bucket" {
-					key = binary.BigEndian.AppendUint64(key, uint64(exp.UnixNano()/int64(*bucket)))
-				}
-				key = append(key, "tenant-0000000001"...)
-				key = append(key, id[:]...)
+				key = recordKey(key[:0], exp, id)
 				binary.BigEndian.PutUint64(val, uint64(exp.UnixNano()))
 				if err := db.Set(key, val, pebble.Sync); err != nil {
 					fail(err)
 				}
 				writes.Add(1)
-				if t0.Sub(start) >= *retention {
+				if t0.Sub(start) >= warmup {
 					lat := time.Since(t0).Microseconds()
 					mu.Lock()
 					if sweeping(t0) {
@@ -153,7 +161,9 @@ func main() {
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
-		sweep(ctx, db, start, sweeping, &deleted)
+		if *slice > 0 {
+			sweep(ctx, db, start, sweeping, &deleted)
+		}
 	}()
 
 	var sizes []float64
@@ -196,6 +206,51 @@ func main() {
 		float64(m.Total().TableBytesCompacted-m0.Total().TableBytesCompacted)/1e6)
 	fmt.Printf("sstables + WAL over the second half: mean %.1f MB, largest deviation %.1f%%\n", mean/1e6, dev*100)
 	if err := db.Close(); err != nil {
+		fail(err)
+	}
+}
+
+// recordKey appends the key of a record with the given expiry and id to
+// dst, in the layout chosen.
+func recordKey(dst []byte, exp time.Time, id [16]byte) []byte {
+	dst = append(dst, 'r')
+	if *layout == "bucket" {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(exp.UnixNano()/int64(*bucket)))
+	}
+	dst = append(dst, "tenant-0000000001"...)
+	return append(dst, id[:]...)
+}
+
+// load writes n records whose expiries are spread over the retention
+// window from now, then compacts them.
+func load(db *pebble.DB, n int) {
+	now := time.Now()
+	val := make([]byte, 48)
+	var (
+		id  [16]byte
+		key []byte
+		r   [8]byte
+	)
+	b := db.NewBatch()
+	for i := range n {
+		_, _ = rand.Read(id[:])
+		_, _ = rand.Read(r[:])
+		exp := now.Add(time.Duration(binary.BigEndian.Uint64(r[:]) % uint64(*retention)))
+		key = recordKey(key[:0], exp, id)
+		binary.BigEndian.PutUint64(val, uint64(exp.UnixNano()))
+		_ = b.Set(key, val, nil)
+		if b.Count() == 4096 || i == n-1 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				fail(err)
+			}
+			b.Reset()
+		}
+	}
+	_ = b.Close()
+	if err := db.Flush(); err != nil {
+		fail(err)
+	}
+	if err := db.Compact(context.Background(), []byte("r"), []byte("s"), true); err != nil {
 		fail(err)
 	}
 }
