@@ -61,6 +61,11 @@ type CheckReport struct {
 	// SweepCursor says whether a sweep pass is under way (its position is
 	// stored).
 	SweepCursor bool `json:"sweep_cursor"`
+	// Passes is how many times Check read the store to pair effects with
+	// outcomes: more than one when pairing needed more than
+	// Options.CheckMemory. (Problems that name a record by its token cost
+	// one more read of the record keys.)
+	Passes int `json:"passes"`
 	// Problems lists the first MaxCheckProblems broken invariants;
 	// ProblemCount counts them all. A store is sound when it is zero.
 	Problems     []CheckProblem `json:"problems"`
@@ -98,8 +103,10 @@ func (r *CheckReport) add(key, format string, args ...any) {
 // of whose effects a later operation overwrote or deleted cannot be told
 // from one whose effects were lost: it is counted as Superseded, not
 // reported. Deletes leave nothing to check. Pairing holds in memory about
-// 200 bytes (with the record's name) for each unsettled record and each
-// completed one that wrote effects. A store that fails an invariant is
+// 48 bytes for each unsettled record and each completed one that wrote
+// effects; past Options.CheckMemory, Check pairs the tokens a share at a
+// time, one more pass over the snapshot for each share, and finds the
+// same problems as one pass would. A store that fails an invariant is
 // reported, not repaired. Check reads through the same Pebble snapshot
 // from start to end; open the store read-only (Options.ReadOnly) to
 // inspect one that no process is using.
@@ -129,47 +136,27 @@ func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
 		closer.Close()
 	}
 
-	it, err := snap.NewIter(nil)
-	if err != nil {
-		return CheckReport{}, fmt.Errorf("engine: check: %w", err)
+	// The first pass checks every entry and pairs the tokens of share 0.
+	// While the pairings outgrow the budget, the number of shares doubles:
+	// share 0 of 2n is part of share 0 of n, so what is kept stays
+	// complete. Effects sort after records, so the number of shares is
+	// final before the first effect is read. Passes 1 to n-1 then pair
+	// shares 1 to n-1 and check nothing else.
+	pc := &pairCheck{r: &r, now: now, shares: 1, pairs: make(map[uint64]pairing),
+		budget: max(1, int(e.opts.CheckMemory/checkPairBytes))}
+	if err := e.checkPass(ctx, snap, pc, epochKnown); err != nil {
+		return CheckReport{}, err
 	}
-	defer it.Close()
-	pairs := make(map[uint64]*pairing)
-	n := 0
-	for valid := it.First(); valid; valid = it.Next() {
-		if n++; n%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return CheckReport{}, err
-			}
+	r.Passes = 1
+	for pc.share = 1; pc.share < pc.shares; pc.share++ {
+		pc.pairs = make(map[uint64]pairing)
+		if err := e.checkPass(ctx, snap, pc, epochKnown); err != nil {
+			return CheckReport{}, err
 		}
-		k := it.Key()
-		val, err := it.ValueAndErr()
-		if err != nil {
-			return CheckReport{}, fmt.Errorf("engine: check: %w", err)
-		}
-		switch {
-		case len(k) == 0:
-			r.add("", "empty key")
-		case k[0] == nsMeta:
-			e.checkMeta(&r, k, val)
-		case k[0] == nsRecord:
-			e.checkRecord(&r, k, val, now, epochKnown, pairs)
-		case k[0] == nsData:
-			checkEffect(&r, k, val, now, pairs)
-		default:
-			r.add(hex.EncodeToString(k), "key in unknown namespace %#x", k[0])
-		}
+		r.Passes++
 	}
-	if err := it.Error(); err != nil {
-		return CheckReport{}, fmt.Errorf("engine: check: %w", err)
-	}
-	for _, p := range pairs {
-		switch {
-		case p.found > p.want:
-			r.add(p.name, "%d effects carry its token %d, but it counts %d", p.found, p.token, p.want)
-		case p.found < p.want:
-			r.Superseded++
-		}
+	if err := pc.nameProblems(ctx, snap); err != nil {
+		return CheckReport{}, err
 	}
 	if r.Records > 0 && !epochKnown && r.ProblemCount == 0 {
 		r.add(hex.EncodeToString(epochKey), "records but no epoch")
@@ -199,45 +186,281 @@ func (e *Engine) checkMeta(r *CheckReport, k, v []byte) {
 	}
 }
 
-// pairing is what Check knows of a record that effects may name by its
-// token: every unsettled record and every completed one that counts
-// effects.
-type pairing struct {
-	name        string
-	token       uint64
-	state       idemkv.State
-	expires     time.Time
-	want, found int
+// checkPairBytes is what one pairing costs in memory, map overhead
+// included, for Options.CheckMemory.
+const checkPairBytes = 48
+
+// maxCheckShares bounds the passes of Check. Tokens issued by the engine
+// split evenly into shares; only a corrupt store's could need more, and
+// Check then goes over its memory budget rather than reading the store
+// more often (or dividing by a zero that a doubling past 2^63 would give).
+const maxCheckShares = 1 << 12
+
+// pairCheck pairs effects with the records whose tokens they carry, one
+// share of the tokens per pass: the tokens t with t%shares == share.
+type pairCheck struct {
+	r      *CheckReport
+	now    time.Time
+	budget int // pairings a pass may hold
+	shares uint64
+	share  uint64
+	pairs  map[uint64]pairing
+	// dups are the records that repeat a token, found in the first pass
+	// but reported only for share 0 (later passes find the others again).
+	dups []dupToken
+	// named are the problems that name a record by token; the record's
+	// name is filled in at the end (nameProblems), so that a pairing need
+	// not hold it.
+	named []namedProblem
 }
 
-// checkEffect checks one value in the data namespace against the records
-// read before it (the record namespace sorts first): its stamp must name a
-// completed record that counts it, or an outcome that has expired.
-func checkEffect(r *CheckReport, k, v []byte, now time.Time, pairs map[uint64]*pairing) {
-	r.Effects++
-	name := "data " + strconv.Quote(string(k[1:]))
-	tok, exp, _, err := record.SplitStamp(v)
-	if err != nil {
-		r.add(name, "%v", err)
+// pairing is what Check knows of a record that effects may name by its
+// token: every unsettled record and every completed one that counts
+// effects. The key is kept elsewhere, so that memory stays small.
+type pairing struct {
+	state   idemkv.State
+	expires int64 // Unix seconds, as stored
+	want    uint32
+	found   uint32
+}
+
+type dupToken struct {
+	token uint64
+	name  string
+}
+
+// namedProblem is a problem whose text names the record holding token with
+// %[1]s, filled in by nameProblems.
+type namedProblem struct {
+	key    string
+	token  uint64
+	format string
+}
+
+func (pc *pairCheck) mine(token uint64) bool { return token%pc.shares == pc.share }
+
+// addRecord pairs a record that effects may name, and in the first pass
+// narrows the share when the pairings outgrow the budget.
+func (pc *pairCheck) addRecord(id idemkv.ID, rec *idemkv.Record) {
+	if rec.Effects == 0 && rec.State == idemkv.StateCompleted || !pc.mine(rec.Token) {
 		return
 	}
-	p := pairs[tok]
+	if _, dup := pc.pairs[rec.Token]; dup {
+		if pc.share == 0 {
+			pc.dups = append(pc.dups, dupToken{rec.Token, recordName(id)})
+		} else {
+			pc.named = append(pc.named, namedProblem{recordName(id), rec.Token, dupFormat})
+		}
+		return
+	}
+	pc.pairs[rec.Token] = pairing{state: rec.State, expires: rec.Expires.Unix(), want: uint32(rec.Effects)}
+	for len(pc.pairs) > pc.budget && pc.share == 0 && pc.shares < maxCheckShares {
+		pc.shares *= 2
+		for t := range pc.pairs {
+			if !pc.mine(t) {
+				delete(pc.pairs, t)
+			}
+		}
+	}
+}
+
+// addEffect pairs the effect under key k, stamped with token and expiry
+// exp.
+func (pc *pairCheck) addEffect(k []byte, token uint64, exp time.Time) {
+	if !pc.mine(token) {
+		return
+	}
+	pc.flushDups()
+	r := pc.r
+	p, ok := pc.pairs[token]
 	switch {
-	case p == nil && now.Before(exp):
-		r.add(name, "written by token %d, whose outcome (retained until %s) is not stored", tok, exp.UTC().Format(time.RFC3339))
-	case p == nil:
+	case !ok && pc.now.Before(exp):
+		r.add(effectName(k), "written by token %d, whose outcome (retained until %s) is not stored", token, exp.UTC().Format(time.RFC3339))
+	case !ok:
 		r.EffectsExpired++
 	case p.state != idemkv.StateCompleted:
-		r.add(name, "written by token %d, whose record %s is %s", tok, p.name, p.state)
-	case !p.expires.Equal(exp):
-		r.add(name, "stamped with expiry %s, but its record %s expires %s", exp.UTC().Format(time.RFC3339), p.name, p.expires.UTC().Format(time.RFC3339))
+		pc.named = append(pc.named, namedProblem{effectName(k), token, "written by token %[2]d, whose record %[1]s is " + p.state.String()})
+	case p.expires != exp.Unix():
+		pc.named = append(pc.named, namedProblem{effectName(k), token, "stamped with expiry " + exp.UTC().Format(time.RFC3339) +
+			", but its record %[1]s expires " + time.Unix(p.expires, 0).UTC().Format(time.RFC3339)})
 	default:
 		p.found++
+		pc.pairs[token] = p
 		r.EffectsPaired++
 	}
 }
 
-func (e *Engine) checkRecord(r *CheckReport, k, v []byte, now time.Time, epochKnown bool, pairs map[uint64]*pairing) {
+// settle ends a pass: a record with more effects than it counts is a
+// problem, one with fewer was superseded.
+func (pc *pairCheck) settle() {
+	pc.flushDups()
+	for t, p := range pc.pairs {
+		switch {
+		case p.found > p.want:
+			pc.named = append(pc.named, namedProblem{"", t, fmt.Sprintf("%d effects carry its token %%[2]d, but it counts %d", p.found, p.want)})
+		case p.found < p.want:
+			pc.r.Superseded++
+		}
+	}
+}
+
+// flushDups reports, once the shares are final (at the first effect or
+// the end of the first pass), the repeated tokens of share 0.
+func (pc *pairCheck) flushDups() {
+	for _, d := range pc.dups {
+		if pc.mine(d.token) {
+			pc.named = append(pc.named, namedProblem{d.name, d.token, dupFormat})
+		}
+	}
+	pc.dups = nil
+}
+
+const dupFormat = "token %[2]d is also the token of %[1]s"
+
+// nameProblems reports the problems that name a record by its token,
+// reading the record keys once more to find the names: the first record
+// in key order that effects may name, as pairing kept.
+func (pc *pairCheck) nameProblems(ctx context.Context, snap *pebble.Snapshot) error {
+	if len(pc.named) == 0 {
+		return nil
+	}
+	names := make(map[uint64]string, len(pc.named))
+	for _, np := range pc.named {
+		names[np.token] = ""
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1}})
+	if err != nil {
+		return fmt.Errorf("engine: check: %w", err)
+	}
+	defer it.Close()
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if id, rec, ok := pairable(it); ok {
+			if have, want := names[rec.Token]; want && have == "" {
+				names[rec.Token] = recordName(id)
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("engine: check: %w", err)
+	}
+	for _, np := range pc.named {
+		key := np.key
+		if key == "" {
+			key = names[np.token]
+		}
+		pc.r.add(key, np.format, names[np.token], np.token)
+	}
+	return nil
+}
+
+// pairable decodes the record at it, if it is one effects may name.
+func pairable(it *pebble.Iterator) (id idemkv.ID, rec idemkv.Record, ok bool) {
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return id, rec, false
+	}
+	if rec, err = record.Decode(v); err != nil || rec.Effects == 0 && rec.State == idemkv.StateCompleted {
+		return id, rec, false
+	}
+	if id, err = decodeRecordKey(it.Key()); err != nil {
+		return id, rec, false
+	}
+	return id, rec, true
+}
+
+func recordName(id idemkv.ID) string { return id.Tenant + "/" + id.Endpoint + "/" + id.Key }
+
+func effectName(k []byte) string { return "data " + strconv.Quote(string(k[1:])) }
+
+// checkPass reads the snapshot once. The first pass (share 0) checks
+// every entry; the others only pair their share.
+func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairCheck, epochKnown bool) error {
+	o := &pebble.IterOptions{}
+	if pc.share > 0 {
+		o.LowerBound, o.UpperBound = []byte{nsRecord}, []byte{nsData + 1}
+	}
+	it, err := snap.NewIter(o)
+	if err != nil {
+		return fmt.Errorf("engine: check: %w", err)
+	}
+	defer it.Close()
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		k := it.Key()
+		if pc.share > 0 {
+			// Only pairing: every problem of an entry was reported by the
+			// first pass, which skipped pairing the same entries.
+			switch {
+			case k[0] == nsRecord:
+				v, err := it.ValueAndErr()
+				if err != nil {
+					continue
+				}
+				rec, err := record.Decode(v)
+				if err != nil || !pc.mine(rec.Token) {
+					continue
+				}
+				if id, err := decodeRecordKey(k); err == nil {
+					pc.addRecord(id, &rec)
+				}
+			case k[0] == nsData:
+				if v, err := it.ValueAndErr(); err == nil {
+					if tok, exp, _, err := record.SplitStamp(v); err == nil {
+						pc.addEffect(k, tok, exp)
+					}
+				}
+			}
+			continue
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("engine: check: %w", err)
+		}
+		r := pc.r
+		switch {
+		case len(k) == 0:
+			r.add("", "empty key")
+		case k[0] == nsMeta:
+			e.checkMeta(r, k, val)
+		case k[0] == nsRecord:
+			e.checkRecord(pc, k, val, epochKnown)
+		case k[0] == nsData:
+			checkEffect(pc, k, val)
+		default:
+			r.add(hex.EncodeToString(k), "key in unknown namespace %#x", k[0])
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("engine: check: %w", err)
+	}
+	pc.settle()
+	return nil
+}
+
+// checkEffect checks one value in the data namespace: it must carry a
+// stamp, which pairing then follows to its record.
+func checkEffect(pc *pairCheck, k, v []byte) {
+	pc.r.Effects++
+	tok, exp, _, err := record.SplitStamp(v)
+	if err != nil {
+		pc.r.add(effectName(k), "%v", err)
+		return
+	}
+	pc.addEffect(k, tok, exp)
+}
+func (e *Engine) checkRecord(pc *pairCheck, k, v []byte, epochKnown bool) {
+	r, now := pc.r, pc.now
 	r.Records++
 	id, err := decodeRecordKey(k)
 	name := hex.EncodeToString(k)
@@ -245,7 +468,7 @@ func (e *Engine) checkRecord(r *CheckReport, k, v []byte, now time.Time, epochKn
 		r.add(name, "record key does not decode: %v", err)
 		return
 	}
-	name = id.Tenant + "/" + id.Endpoint + "/" + id.Key
+	name = recordName(id)
 	if err := id.Validate(); err != nil {
 		r.add(name, "record key names an invalid ID: %v", err)
 	}
@@ -285,11 +508,5 @@ func (e *Engine) checkRecord(r *CheckReport, k, v []byte, now time.Time, epochKn
 	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
 		r.add(name, "remote record without an operation id")
 	}
-	if rec.Effects > 0 || rec.State != idemkv.StateCompleted {
-		if prev := pairs[rec.Token]; prev != nil {
-			r.add(name, "token %d is also the token of %s", rec.Token, prev.name)
-			return
-		}
-		pairs[rec.Token] = &pairing{name: name, token: rec.Token, state: rec.State, expires: rec.Expires, want: rec.Effects}
-	}
+	pc.addRecord(id, &rec)
 }

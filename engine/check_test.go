@@ -1,13 +1,18 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/record"
 	"github.com/stretchr/testify/require"
 )
@@ -94,7 +99,103 @@ func TestCheckPairsEffects(t *testing.T) {
 // records that a commit which split an outcome from its effects would
 // leave, and expects each to be reported.
 func TestCheckFindsUnpairedEffects(t *testing.T) {
+	v := unpairedStore(t, 0)
+	rep, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	var found []string
+	for _, p := range rep.Problems {
+		found = append(found, p.String())
+	}
+	all := strings.Join(found, "\n")
+	for _, what := range []string{
+		`"orphan": written by token`,
+		`"of-pending": written by token`,
+		"carry its token",
+		`"skewed": stamped with expiry`,
+		"is also the token of",
+		`"bare": idemkv: corrupt record: data value of 1 bytes has no stamp`,
+	} {
+		require.Contains(t, all, what)
+	}
+	require.Equal(t, 6, rep.ProblemCount, all)
+	require.Equal(t, 1, rep.Passes)
+}
+
+// TestCheckInPasses: with too little memory to pair every token at once,
+// Check pairs them a share at a time, in more passes, and reports the same
+// problems and counts as in one pass.
+func TestCheckInPasses(t *testing.T) {
+	v := unpairedStore(t, 40)
+	one, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, one.Passes)
+	require.NoError(t, v.e.Close())
+
+	v.opts.CheckMemory = checkPairBytes // one pairing a pass
+	v.open()
+	many, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Greater(t, many.Passes, 8, "a pass per token share")
+
+	sorted := func(ps []CheckProblem) []string {
+		var s []string
+		for _, p := range ps {
+			s = append(s, p.String())
+		}
+		slices.Sort(s)
+		return s
+	}
+	require.Equal(t, sorted(one.Problems), sorted(many.Problems))
+	one.Problems, many.Problems, many.Passes = nil, nil, one.Passes
+	require.Equal(t, one, many)
+	require.Equal(t, 7, one.ProblemCount, "TestCheckFindsUnpairedEffects's and the early twins")
+	require.Equal(t, 41, one.Superseded, "the extra outcomes, whose effects a later operation deleted, and the early twin")
+}
+
+// TestCheckInPassesCorruptTokens: tokens that no share count splits (a
+// corrupt store's) make Check go over its memory budget, not panic or
+// read the store without end.
+func TestCheckInPassesCorruptTokens(t *testing.T) {
 	v := newEnv(t)
+	require.NoError(t, v.e.Close())
+	v.e = nil
+	db, err := pebble.Open(v.dir, v.opts.EnsureDefaults().PebbleOptions())
+	require.NoError(t, err)
+	now := v.clock.Now()
+	for i, tok := range []uint64{0, 1 << 63} {
+		r := idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fpA, Token: tok, Attempt: 1, Effects: 1,
+			Created: now, Expires: now.Add(time.Hour), Result: idemkv.Result{Status: 200}}
+		require.NoError(t, db.Set(appendRecordKey(nil, id(fmt.Sprint(i))), record.Encode(nil, &r), nil))
+	}
+	require.NoError(t, db.Close())
+
+	v.opts.ReadOnly, v.opts.CheckMemory = true, checkPairBytes
+	v.open()
+	rep, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, maxCheckShares, rep.Passes)
+	require.Equal(t, 2, rep.Superseded)
+	require.Equal(t, 2, rep.ProblemCount, "token zero, and a token from a later epoch: %v", rep.Problems)
+}
+
+// unpairedStore returns a read-only store with the problems
+// TestCheckFindsUnpairedEffects expects; with extra, also extra completed
+// records whose one effect each a later operation deleted (superseded, not
+// a problem) and two more records sharing a token.
+func unpairedStore(t *testing.T, extra int) *env {
+	v := newEnv(t)
+	for i := range extra {
+		k := fmt.Sprintf("extra/%d", i)
+		c := v.claim(id(k), fpA, idemkv.ModeLocal)
+		require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201},
+			func(fx idemkv.Effects) error { return fx.Set([]byte(k), []byte("row")) }))
+	}
+	for i := range extra {
+		k := fmt.Sprintf("extra/%d", i)
+		c := v.claim(id(k+"/later"), fpA, idemkv.ModeLocal)
+		require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 200},
+			func(fx idemkv.Effects) error { return fx.Delete([]byte(k)) }))
+	}
 	c := v.claim(id("good"), fpA, idemkv.ModeLocal)
 	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201},
 		func(fx idemkv.Effects) error { return fx.Set([]byte("good"), []byte("row")) }))
@@ -137,30 +238,21 @@ func TestCheckFindsUnpairedEffects(t *testing.T) {
 	twin := base
 	twin.Token, twin.Effects = good.Token, 1
 	set(appendRecordKey(nil, id("twin")), twin)
+	if extra > 0 {
+		// Two more, sorted before every other record, so that a pass
+		// finds them before it has narrowed its share of tokens.
+		early := base
+		early.Token, early.Effects = tok(9), 1
+		set(appendRecordKey(nil, id("0-early-a")), early)
+		set(appendRecordKey(nil, id("0-early-b")), early)
+	}
 	// A value without a stamp.
 	require.NoError(t, db.Set(dataKey([]byte("bare")), []byte("x"), nil))
 	require.NoError(t, db.Close())
 
 	v.opts.ReadOnly = true
 	v.open()
-	rep, err := v.e.Check(ctx)
-	require.NoError(t, err)
-	var found []string
-	for _, p := range rep.Problems {
-		found = append(found, p.String())
-	}
-	all := strings.Join(found, "\n")
-	for _, what := range []string{
-		`"orphan": written by token`,
-		`"of-pending": written by token`,
-		"carry its token",
-		`"skewed": stamped with expiry`,
-		"is also the token of",
-		`"bare": idemkv: corrupt record: data value of 1 bytes has no stamp`,
-	} {
-		require.Contains(t, all, what)
-	}
-	require.Equal(t, 6, rep.ProblemCount, all)
+	return v
 }
 
 // TestCheckFindsBrokenInvariants writes, with raw Pebble, one entry per
@@ -278,4 +370,74 @@ func TestOpenRefusesOtherLayouts(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.Layout)
 	require.Zero(t, rep.ProblemCount)
+}
+
+// BenchmarkCheck checks a store of 1,000,000 completed records that wrote
+// one effect each, written straight into Pebble and compacted: in one pass
+// (the default memory), and with 8 MiB, which takes eight.
+func BenchmarkCheck(b *testing.B) {
+	const n = 1_000_000
+	dir := b.TempDir()
+	db, err := pebble.Open(dir, (&Options{}).EnsureDefaults().PebbleOptions())
+	require.NoError(b, err)
+	batch := db.NewBatch()
+	_ = batch.Set(layoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)
+	_ = batch.Set(epochKey, binary.BigEndian.AppendUint64(nil, 1), nil)
+	exp := t0.Add(24 * time.Hour)
+	var k, fx []byte
+	for i := range n {
+		tok := uint64(1)<<tokenSeqBits | uint64(i+1)
+		val := record.Encode(nil, &idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fpA, Token: tok, Attempt: 1,
+			Created: t0, Expires: exp, Effects: 1, Result: idemkv.Result{Status: 201, Pointer: "/v1/payments/pay_0123456789abcdef"}})
+		key := fmt.Sprintf("%08x-4b4a-44fa-b265-7659601dc012", i*2654435761)
+		k = appendRecordKey(k[:0], idemkv.ID{Tenant: fmt.Sprintf("acct_%d", i%1000), Endpoint: "POST /v1/payments", Key: key})
+		_ = batch.Set(k, val, nil)
+		fx = append(record.AppendStamp(fx[:0], tok, exp), `{"amount":5000}`...)
+		_ = batch.Set(dataKey([]byte("pay/"+key)), fx, nil)
+	}
+	require.NoError(b, batch.Commit(pebble.NoSync))
+	require.NoError(b, db.Compact(context.Background(), []byte{0}, []byte{0xff}, true))
+	require.NoError(b, db.Close())
+
+	for _, mem := range []int64{0, 8 << 20} {
+		b.Run(fmt.Sprintf("memory=%dMiB", (&Options{CheckMemory: mem}).EnsureDefaults().CheckMemory>>20), func(b *testing.B) {
+			e, err := Open(dir, &Options{Clock: fakeclock.New(t0), ReadOnly: true, NoBackgroundSweep: true,
+				ClaimFilterBitsPerKey: -1, CheckMemory: mem})
+			require.NoError(b, err)
+			defer e.Close()
+			b.ReportAllocs()
+			var rep CheckReport
+			runtime.GC()
+			base, peak := heapInUse(), uint64(0)
+			stop, sampled := make(chan struct{}), make(chan struct{})
+			go func() { // sample the heap: what Check holds at its peak
+				defer close(sampled)
+				for {
+					peak = max(peak, heapInUse())
+					select {
+					case <-stop:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+			}()
+			for b.Loop() {
+				rep, err = e.Check(context.Background())
+				require.NoError(b, err)
+			}
+			close(stop)
+			<-sampled
+			b.ReportMetric(float64(peak-min(peak, base))/(1<<20), "peak-heap-MiB")
+			require.Zero(b, rep.ProblemCount, "%v", rep.Problems)
+			require.Equal(b, n, rep.EffectsPaired)
+			b.ReportMetric(float64(rep.Passes), "passes")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/record")
+		})
+	}
+}
+
+func heapInUse() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
 }

@@ -129,6 +129,16 @@ type Options struct {
 	// looks up Pebble. Negative disables the filter.
 	ClaimFilterBitsPerKey int
 
+	// CheckMemory bounds, in bytes, the memory Engine.Check holds to pair
+	// effects with their outcomes: about 48 bytes for each unsettled
+	// record and each completed one that wrote effects. A store that needs
+	// more is checked in several passes over the same snapshot, each
+	// pairing a share of the tokens: a check of N such records reads the
+	// store N*48/CheckMemory times, rounded up to a power of two. The
+	// heap peaks at two to three times this (garbage not yet collected).
+	// Default: 256 MiB (about 5.6 M records a pass). Negative is invalid.
+	CheckMemory int64
+
 	// Shards is the number of lock stripes of the in-memory lease table.
 	// Default: 256. More shards mean less contention between unrelated keys.
 	Shards int
@@ -201,6 +211,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if c.Shards == 0 {
 		c.Shards = 256
 	}
+	if c.CheckMemory == 0 {
+		c.CheckMemory = 256 << 20
+	}
 	if c.ClaimFilterBitsPerKey == 0 {
 		c.ClaimFilterBitsPerKey = 10
 	}
@@ -254,6 +267,9 @@ func (o *Options) Validate() error {
 	}
 	if o.BloomBitsPerKey < 0 || o.BloomBitsPerKey > 32 {
 		errs = append(errs, fmt.Errorf("BloomBitsPerKey %d outside 0..32", o.BloomBitsPerKey))
+	}
+	if o.CheckMemory < 0 {
+		errs = append(errs, fmt.Errorf("CheckMemory %d is negative", o.CheckMemory))
 	}
 	if o.ClaimFilterBitsPerKey > 64 {
 		errs = append(errs, fmt.Errorf("ClaimFilterBitsPerKey %d above 64", o.ClaimFilterBitsPerKey))

@@ -16,7 +16,7 @@ import (
 func init() {
 	register(&command{
 		name:    "check",
-		args:    "--data DIR [--json]",
+		args:    "--data DIR [--json] [--memory-mib N]",
 		summary: "verify, read-only, the invariants of a store that no process has open; exit 1 if any is broken",
 		flags:   checkFlags,
 	})
@@ -26,17 +26,22 @@ func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	var (
 		dir    string
 		asJSON bool
+		memMiB int64
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.Int64Var(&memMiB, "memory-mib", 256, "memory for pairing effects with their outcomes, in `MiB`; a store that needs more is read in several passes")
 	return func(ctx context.Context, stdout io.Writer) error {
 		if dir == "" {
 			return usageError{errors.New("--data is required")}
 		}
+		if memMiB < 1 {
+			return usageError{fmt.Errorf("--memory-mib %d: must be at least 1", memMiB)}
+		}
 		if _, err := os.Stat(dir); err != nil {
 			return err // do not create a store where none is
 		}
-		e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
+		e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true, CheckMemory: memMiB << 20})
 		if err != nil {
 			return err
 		}
@@ -60,6 +65,9 @@ func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			fmt.Fprintf(&b, "effects  %d: %d paired with their outcome, %d of expired outcomes; %d outcomes with effects since overwritten\n",
 				rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded)
 			fmt.Fprintf(&b, "epoch    %d\n", rep.Epoch)
+			if rep.Passes > 1 {
+				fmt.Fprintf(&b, "passes   %d (pairing needed more than --memory-mib)\n", rep.Passes)
+			}
 			if rep.SweepCursor {
 				b.WriteString("sweeper  a pass is under way\n")
 			}

@@ -41,6 +41,9 @@ func TestCheckCommand(t *testing.T) {
 	require.Equal(t, 1, rep.ProblemCount)
 	require.Contains(t, errOut.String(), "1 broken invariants")
 
+	require.Equal(t, 1, rep.Passes)
+
 	require.Equal(t, exitUsage, run(ctx, []string{"check"}, &out, &errOut))
+	require.Equal(t, exitUsage, run(ctx, []string{"check", "--data", dir, "--memory-mib", "0"}, &out, &errOut))
 	require.Equal(t, exitFail, run(ctx, []string{"check", "--data", dir + "/nope"}, &out, &errOut))
 }
