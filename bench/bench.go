@@ -67,6 +67,11 @@ type Config struct {
 	ScaleKeys []int
 	// ScaleConcurrency is the concurrency of the scale points. Default: 64.
 	ScaleConcurrency int
+	// ScaleRounds is how many times each scale store is measured. Rounds
+	// alternate the sizes, and each point runs on a fresh checkpoint of
+	// the loaded store, so that every round starts from the same state
+	// and the sizes share the machine's slow and fast minutes. Default: 1.
+	ScaleRounds int
 
 	// SizingKeys is the number of completed records (status and 32-byte
 	// pointer, no body) loaded into a fresh store of each target to measure
@@ -152,6 +157,7 @@ func (c Config) ensureDefaults() Config {
 	def(&c.PreloadKeys, 10_000)
 	def(&c.Tenants, 1_000)
 	def(&c.ScaleConcurrency, 64)
+	def(&c.ScaleRounds, 1)
 	def(&c.SizingKeys, 20_000)
 	def(&c.BodyKeys, 2_000)
 	def(&c.BodyBytes, 2_048)
@@ -189,6 +195,9 @@ func (c Config) Validate() error {
 		if n <= 0 {
 			errs = append(errs, fmt.Errorf("scale of %d keys", n))
 		}
+	}
+	if c.ScaleRounds < 0 {
+		errs = append(errs, fmt.Errorf("negative scale rounds %d", c.ScaleRounds))
 	}
 	if c.ScaleConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("negative scale concurrency %d", c.ScaleConcurrency))
@@ -232,7 +241,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	if c.BodyKeys > 0 {
 		r.total += len(c.Targets)
 	}
-	r.total += 2 * len(c.ScaleKeys)
+	r.total += (1 + c.ScaleRounds) * len(c.ScaleKeys)
 	maxConc := slices.Max(c.Concurrency)
 	if len(c.ScaleKeys) > 0 {
 		maxConc = max(maxConc, c.ScaleConcurrency)

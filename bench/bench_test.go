@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -236,7 +237,7 @@ func TestSizingAndOutputs(t *testing.T) {
 func TestDocsNameEveryJSONField(t *testing.T) {
 	doc, err := os.ReadFile("../docs/benchmarks.md")
 	require.NoError(t, err)
-	rep := Report{Points: []Point{{}}, Comparisons: []Comparison{{}}, Sizing: Sizing{Targets: []SizingTarget{{}}}}
+	rep := Report{Points: []Point{{}}, Comparisons: []Comparison{{}}, Sizing: Sizing{Targets: []SizingTarget{{}}}, Scale: []ScalePoint{{}}}
 	var js bytes.Buffer
 	require.NoError(t, rep.WriteJSON(&js))
 	var v any
@@ -383,19 +384,46 @@ func TestScale(t *testing.T) {
 	cfg.Concurrency = []int{1}
 	cfg.ScaleKeys = []int{500, 2_000}
 	cfg.ScaleConcurrency = 2
+	cfg.ScaleRounds = 2
 	rep, err := Run(context.Background(), cfg)
 	require.NoError(t, err)
-	require.Len(t, rep.Scale, 2)
-	for _, s := range rep.Scale {
+	require.Len(t, rep.Scale, 4, "2 sizes x 2 rounds")
+	for i, s := range rep.Scale {
 		require.Equal(t, "engine", s.Point.Target)
 		require.Equal(t, 2, s.Point.Concurrency)
 		require.Positive(t, s.Point.Requests)
 		require.Positive(t, s.Relative)
+		require.Equal(t, cfg.ScaleKeys[i%2], s.LiveKeys, "sizes alternate")
+		require.Equal(t, 1+i/2, s.Round)
 	}
 	require.Equal(t, 1.0, rep.Scale[0].Relative)
+	require.Equal(t, 1.0, rep.Scale[2].Relative, "relative to the first size of the same round")
 	var b strings.Builder
 	rep.WriteTable(&b)
 	require.Contains(t, b.String(), "Scale: unique on engine at concurrency 2")
+	require.Contains(t, b.String(), "geometric mean of 2 rounds")
+}
+
+// TestScaleCheckpointIsFresh: a round measures a checkpoint of the loaded
+// store, and what it writes does not reach the store the next round's
+// checkpoint is taken from.
+func TestScaleCheckpointIsFresh(t *testing.T) {
+	dir := t.TempDir()
+	opts := smallEngine()
+	loaded := filepath.Join(dir, "loaded")
+	require.NoError(t, bulkLoad(context.Background(), loaded, opts, 7, 100, 10))
+	id := idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: "written-in-round-1"}
+	for round := 1; round <= 2; round++ {
+		ck := filepath.Join(dir, fmt.Sprint("round-", round))
+		require.NoError(t, checkpoint(loaded, ck, opts))
+		e, err := engine.Open(ck, opts)
+		require.NoError(t, err)
+		c, err := e.Claim(context.Background(), idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}})
+		require.NoError(t, err)
+		require.Equal(t, idemkv.Acquired, c.Outcome, "round %d", round)
+		require.NoError(t, e.Complete(context.Background(), c.Lease, idemkv.Result{Status: 201}, nil))
+		require.NoError(t, e.Close())
+	}
 }
 
 func TestBulkLoadReplays(t *testing.T) {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,9 +20,12 @@ import (
 // ScalePoint is the unique workload measured on the first target (the
 // engine) over a store that already holds LiveKeys completed records.
 type ScalePoint struct {
-	LiveKeys int   `json:"live_keys"`
-	Point    Point `json:"point"`
-	// Relative is this point's requests/s over the first scale point's.
+	LiveKeys int `json:"live_keys"`
+	// Round counts from 1 (Config.ScaleRounds).
+	Round int   `json:"round"`
+	Point Point `json:"point"`
+	// Relative is this point's requests/s over that of the first store
+	// size in the same round.
 	Relative float64 `json:"relative"`
 	// FilterBuildSeconds is how long after Open the engine's claim filter
 	// was first built (engine.Engine.ClaimFilterBuilt); the measurement
@@ -28,57 +34,92 @@ type ScalePoint struct {
 }
 
 // scale measures the unique workload at Config.ScaleConcurrency over
-// stores bulk-loaded with each of Config.ScaleKeys live records.
+// stores bulk-loaded with each of Config.ScaleKeys live records: every
+// store is loaded first, then each round measures every size in turn, on
+// a fresh checkpoint of its loaded store (hard links: no copying), so
+// that the writes of one round do not grow the store of the next.
 func (r *runner) scale(ctx context.Context) ([]ScalePoint, error) {
 	if len(r.cfg.ScaleKeys) == 0 {
 		return nil, nil
 	}
-	t := r.cfg.Targets[0]
-	wl := workloadByName(Unique)
-	var out []ScalePoint
-	for _, n := range r.cfg.ScaleKeys {
+	loaded := make([]string, len(r.cfg.ScaleKeys))
+	for i, n := range r.cfg.ScaleKeys {
 		r.seq++
-		dir := filepath.Join(r.dir, fmt.Sprintf("%03d-scale-%d", r.seq, n))
+		loaded[i] = filepath.Join(r.dir, fmt.Sprintf("%03d-scale-%d", r.seq, n))
 		r.step(fmt.Sprintf("scale: loading %d keys", n))
-		if err := bulkLoad(ctx, dir, r.cfg.Engine, r.newStream(), n, r.cfg.Tenants); err != nil {
+		if err := bulkLoad(ctx, loaded[i], r.cfg.Engine, r.newStream(), n, r.cfg.Tenants); err != nil {
 			return nil, fmt.Errorf("bench: scale load of %d keys: %w", n, err)
 		}
-		fs := newCountingFS(r.cfg.Engine.FS)
-		s, err := t.Open(dir, fs)
-		if err != nil {
-			return nil, fmt.Errorf("bench: scale open: %w", err)
-		}
-		var built float64
-		if f, ok := s.(interface{ ClaimFilterBuilt() <-chan struct{} }); ok {
-			start := time.Now()
-			select {
-			case <-f.ClaimFilterBuilt():
-			case <-ctx.Done():
-				_ = s.Close()
-				return nil, ctx.Err()
+	}
+	var out []ScalePoint
+	for round := 1; round <= r.cfg.ScaleRounds; round++ {
+		first := len(out)
+		for i, n := range r.cfg.ScaleKeys {
+			dir := fmt.Sprintf("%s-round-%d", loaded[i], round)
+			if err := checkpoint(loaded[i], dir, r.cfg.Engine); err != nil {
+				return nil, fmt.Errorf("bench: scale checkpoint of %d keys: %w", n, err)
 			}
-			built = time.Since(start).Seconds()
+			sp, err := r.scalePoint(ctx, dir)
+			if rerr := os.RemoveAll(dir); err == nil {
+				err = rerr
+			}
+			if err != nil {
+				return nil, fmt.Errorf("bench: scale point of %d keys: %w", n, err)
+			}
+			sp.LiveKeys, sp.Round, sp.Relative = n, round, 1
+			if i > 0 && out[first].Point.RequestsPerSec > 0 {
+				sp.Relative = sp.Point.RequestsPerSec / out[first].Point.RequestsPerSec
+			}
+			out = append(out, sp)
+			r.step(fmt.Sprintf("scale %d keys, round %d", n, round))
 		}
-		o := &opened{Store: s, fs: fs, dir: dir}
-		p := &point{cfg: r.cfg, store: o, stream: r.newStream()}
-		pt, err := r.measure(ctx, wl, p, o, r.cfg.ScaleConcurrency)
-		if cerr := o.close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, fmt.Errorf("bench: scale point of %d keys: %w", n, err)
-		}
-		pt.Target = t.Name
-		sp := ScalePoint{LiveKeys: n, Point: pt, FilterBuildSeconds: built}
-		if len(out) > 0 && out[0].Point.RequestsPerSec > 0 {
-			sp.Relative = pt.RequestsPerSec / out[0].Point.RequestsPerSec
-		} else {
-			sp.Relative = 1
-		}
-		out = append(out, sp)
-		r.step(fmt.Sprintf("scale %d keys", n))
 	}
 	return out, nil
+}
+
+// scalePoint opens the first target on dir, waits for its claim filter if
+// it has one, and measures the unique workload.
+func (r *runner) scalePoint(ctx context.Context, dir string) (ScalePoint, error) {
+	t := r.cfg.Targets[0]
+	fs := newCountingFS(r.cfg.Engine.FS)
+	s, err := t.Open(dir, fs)
+	if err != nil {
+		return ScalePoint{}, err
+	}
+	var built float64
+	if f, ok := s.(interface{ ClaimFilterBuilt() <-chan struct{} }); ok {
+		start := time.Now()
+		select {
+		case <-f.ClaimFilterBuilt():
+		case <-ctx.Done():
+			_ = s.Close()
+			return ScalePoint{}, ctx.Err()
+		}
+		built = time.Since(start).Seconds()
+	}
+	o := &opened{Store: s, fs: fs, dir: dir}
+	p := &point{cfg: r.cfg, store: o, stream: r.newStream()}
+	pt, err := r.measure(ctx, workloadByName(Unique), p, o, r.cfg.ScaleConcurrency)
+	if cerr := o.close(); err == nil {
+		err = cerr
+	}
+	pt.Target = t.Name
+	return ScalePoint{Point: pt, FilterBuildSeconds: built}, err
+}
+
+// checkpoint makes dst a checkpoint of the store in src: a consistent copy
+// whose sstables are hard links.
+func checkpoint(src, dst string, eo *engine.Options) error {
+	po := eo.EnsureDefaults().PebbleOptions()
+	db, err := pebble.Open(src, po)
+	if err != nil {
+		return err
+	}
+	err = db.Checkpoint(dst)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // bulkLoad writes n completed records of stream into a new store in dir,
@@ -142,9 +183,50 @@ func (r *Report) writeScale(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nScale: unique on %s at concurrency %d over stores of N live keys:\n",
 		r.Scale[0].Point.Target, r.Scale[0].Point.Concurrency)
+	rounds := 0
 	for _, s := range r.Scale {
-		fmt.Fprintf(b, "  %14s live keys  %10s req/s  p50 %9s  p99 %9s  %.2f x the first\n",
-			count(float64(s.LiveKeys)), count(s.Point.RequestsPerSec),
+		rounds = max(rounds, s.Round)
+		round := ""
+		if s.Round > 1 || r.Scale[len(r.Scale)-1].Round > 1 {
+			round = fmt.Sprintf("round %d  ", s.Round)
+		}
+		fmt.Fprintf(b, "  %s%14s live keys  %10s req/s  p50 %9s  p99 %9s  %.2f x the first\n",
+			round, count(float64(s.LiveKeys)), count(s.Point.RequestsPerSec),
 			us(s.Point.Latency.P50), us(s.Point.Latency.P99), s.Relative)
 	}
+	if rounds < 2 {
+		return
+	}
+	for _, n := range uniqueSizes(r.Scale) {
+		var logs []float64
+		for _, s := range r.Scale {
+			if s.LiveKeys == n && s.Relative > 0 {
+				logs = append(logs, math.Log(s.Relative))
+			}
+		}
+		fmt.Fprintf(b, "  %14s live keys: %.2f x the first, geometric mean of %d rounds\n",
+			count(float64(n)), math.Exp(mean(logs)), len(logs))
+	}
+}
+
+// uniqueSizes returns the store sizes of points, in their first order.
+func uniqueSizes(points []ScalePoint) []int {
+	var out []int
+	for _, s := range points {
+		if !slices.Contains(out, s.LiveKeys) {
+			out = append(out, s.LiveKeys)
+		}
+	}
+	return out
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }

@@ -21,7 +21,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		args:    "[--profile quick|full] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--scale N,...] [--json FILE] [--plot DIR]",
+		args:    "[--profile quick|full] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--scale N,...] [--scale-rounds R] [--json FILE] [--plot DIR]",
 		summary: "measure the engine against a hand-written raw-Pebble baseline, side by side (docs/benchmarks.md)",
 		flags: func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			f := benchFlags{profile: "quick"}
@@ -85,6 +85,14 @@ func init() {
 				f.scale = ns
 				return nil
 			})
+			fs.Func("scale-rounds", "with --scale: measure every store size this many times, alternating sizes, each time on a fresh copy of the loaded store (default 1)", func(s string) error {
+				n, err := strconv.Atoi(s)
+				if err != nil || n < 1 {
+					return fmt.Errorf("bad round count %q (want 1 or more)", s)
+				}
+				f.scaleRounds = n
+				return nil
+			})
 			fs.Func("claim-filter-bits", "bits per key of the engine's claim filter; negative turns it off (default 10)", func(s string) error {
 				n, err := strconv.Atoi(s)
 				if err != nil || n == 0 || n > 64 {
@@ -112,6 +120,7 @@ type benchFlags struct {
 	retryFraction float64
 	remoteLatency time.Duration
 	scale         []int
+	scaleRounds   int
 	// claimFilterBits is engine.Options.ClaimFilterBitsPerKey (0: default).
 	claimFilterBits int
 	data            string
@@ -130,6 +139,9 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	}
 	if f.scale != nil {
 		cfg.ScaleKeys = f.scale
+	}
+	if f.scaleRounds > 0 {
+		cfg.ScaleRounds = f.scaleRounds
 	}
 	if f.concurrency != nil {
 		cfg.Concurrency = f.concurrency
