@@ -328,26 +328,17 @@ func (pc *pairCheck) nameProblems(ctx context.Context, snap *pebble.Snapshot) er
 	for _, np := range pc.named {
 		names[np.token] = ""
 	}
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1}})
+	err := scanSnapshot(ctx, snap, &pebble.IterOptions{LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1}},
+		func(it *pebble.Iterator) error {
+			if id, rec, ok := pairable(it); ok {
+				if have, want := names[rec.Token]; want && have == "" {
+					names[rec.Token] = recordName(id)
+				}
+			}
+			return nil
+		})
 	if err != nil {
-		return fmt.Errorf("engine: check: %w", err)
-	}
-	defer it.Close()
-	n := 0
-	for valid := it.First(); valid; valid = it.Next() {
-		if n++; n%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		if id, rec, ok := pairable(it); ok {
-			if have, want := names[rec.Token]; want && have == "" {
-				names[rec.Token] = recordName(id)
-			}
-		}
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("engine: check: %w", err)
+		return err
 	}
 	for _, np := range pc.named {
 		key := np.key
@@ -385,18 +376,7 @@ func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 	if pc.share > 0 {
 		o.LowerBound, o.UpperBound = []byte{nsRecord}, []byte{nsData + 1}
 	}
-	it, err := snap.NewIter(o)
-	if err != nil {
-		return fmt.Errorf("engine: check: %w", err)
-	}
-	defer it.Close()
-	n := 0
-	for valid := it.First(); valid; valid = it.Next() {
-		if n++; n%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
+	err := scanSnapshot(ctx, snap, o, func(it *pebble.Iterator) error {
 		k := it.Key()
 		if pc.share > 0 {
 			// Only pairing: every problem of an entry was reported by the
@@ -405,23 +385,25 @@ func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 			case k[0] == nsRecord:
 				v, err := it.ValueAndErr()
 				if err != nil {
-					continue
+					return fmt.Errorf("engine: check: %w", err)
 				}
 				rec, err := record.Decode(v)
 				if err != nil || !pc.mine(rec.Token) {
-					continue
+					return nil
 				}
 				if id, err := decodeRecordKey(k); err == nil {
 					pc.addRecord(id, &rec)
 				}
 			case k[0] == nsData:
-				if v, err := it.ValueAndErr(); err == nil {
-					if tok, exp, _, err := record.SplitStamp(v); err == nil {
-						pc.addEffect(k, tok, exp)
-					}
+				v, err := it.ValueAndErr()
+				if err != nil {
+					return fmt.Errorf("engine: check: %w", err)
+				}
+				if tok, exp, _, err := record.SplitStamp(v); err == nil {
+					pc.addEffect(k, tok, exp)
 				}
 			}
-			continue
+			return nil
 		}
 		val, err := it.ValueAndErr()
 		if err != nil {
@@ -440,11 +422,37 @@ func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 		default:
 			r.add(hex.EncodeToString(k), "key in unknown namespace %#x", k[0])
 		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	pc.settle()
+	return nil
+}
+
+// scanSnapshot calls fn for each entry of snap within o's bounds, and
+// stops at fn's first error or when ctx ends.
+func scanSnapshot(ctx context.Context, snap *pebble.Snapshot, o *pebble.IterOptions, fn func(*pebble.Iterator) error) error {
+	it, err := snap.NewIter(o)
+	if err != nil {
+		return fmt.Errorf("engine: check: %w", err)
+	}
+	defer it.Close()
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err := fn(it); err != nil {
+			return err
+		}
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("engine: check: %w", err)
 	}
-	pc.settle()
 	return nil
 }
 
