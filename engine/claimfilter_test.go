@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/record"
 	"github.com/stretchr/testify/require"
 )
 
@@ -218,22 +215,7 @@ func (v *env) stats() Stats {
 // compacted first: the scan that follows every Open and every rebuild.
 func BenchmarkClaimFilterBuild(b *testing.B) {
 	const n = 1_000_000
-	dir := b.TempDir()
-	db, err := pebble.Open(dir, (&Options{}).EnsureDefaults().PebbleOptions())
-	require.NoError(b, err)
-	batch := db.NewBatch()
-	_ = batch.Set(layoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)
-	val := record.Encode(nil, &idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fpA, Token: 1,
-		Expires: t0.Add(24 * time.Hour), Result: idemkv.Result{Status: 201, Pointer: "/v1/payments/pay_0123456789abcdef"}})
-	var k []byte
-	for i := range n {
-		k = appendRecordKey(k[:0], idemkv.ID{Tenant: fmt.Sprintf("acct_%d", i%1000), Endpoint: "POST /v1/payments",
-			Key: fmt.Sprintf("%08x-4b4a-44fa-b265-7659601dc012", i*2654435761)})
-		_ = batch.Set(k, val, nil)
-	}
-	require.NoError(b, batch.Commit(pebble.NoSync))
-	require.NoError(b, db.Compact(context.Background(), []byte{0}, []byte{0xff}, true))
-	require.NoError(b, db.Close())
+	dir := writeBenchStore(b, n, false)
 
 	e, err := Open(dir, &Options{Clock: fakeclock.New(t0), ClaimFilterBitsPerKey: -1})
 	require.NoError(b, err)
