@@ -182,10 +182,9 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 	swept := e.counters.swept.Load()
 	want := max(0, f.stored.Load()+f.adds.Load()-(swept-f.sweptAtBuild))
 	if f.builds.Load() == 0 {
-		// Before the first scan, guess from the records' size on disk;
-		// stored records take 90 to 100 bytes each (docs/benchmarks.md).
-		if n, err := e.db.EstimateDiskUsage(recordStart, recordEnd); err == nil {
-			want = int64(n/64) + f.adds.Load()
+		// Before the first scan, estimate from the tables' entry counts.
+		if n, err := e.estimateStoredRecords(); err == nil {
+			want = n + f.adds.Load()
 		}
 	}
 	prevSwept := f.sweptAtBuild
@@ -251,6 +250,35 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 		testHookClaimFilter("built")
 	}
 	return nil
+}
+
+// estimateStoredRecords estimates the record keys stored, for sizing the
+// first filter before any scan has counted them. It errs high, because a
+// filter sized too small is full as soon as it is built and the whole
+// store is scanned again at once. Every entry of every sstable that holds
+// record keys counts, deletions and older versions included. In a large
+// store nearly every table holds one kind of key, so the count is close;
+// the tables at the edges of the records' span, which hold other keys too,
+// count whole (weighing them by the share of their bytes among the
+// records can count low). Records only
+// in the memtables are not counted: if they are more than the tables hold,
+// the store is small and scanning it again is cheap. The records' size on
+// disk is no guide: they compress to as little as 16 bytes each when their
+// keys are alike.
+func (e *Engine) estimateStoredRecords() (int64, error) {
+	levels, err := e.db.SSTables(pebble.WithProperties(), pebble.WithKeyRangeFilter(recordStart, recordEnd))
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, level := range levels {
+		for _, t := range level {
+			if t.Properties != nil {
+				n += t.Properties.NumEntries
+			}
+		}
+	}
+	return int64(min(n, math.MaxInt64/4)), nil
 }
 
 // scanRecordKeys adds every stored record key to its shard's next filter

@@ -231,6 +231,31 @@ func BenchmarkClaimFilterBuild(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
 }
 
+// The first build after Open sizes the filter for at least twice the
+// records it will find, so it is not full as soon as it is built, even
+// when the records compress to a fraction of their size (alike keys, small
+// results). Sized from the bytes on disk it held half of them, and a second
+// scan of the whole store followed at once.
+func TestClaimFilterFirstBuildIsNotFull(t *testing.T) {
+	fs := hookFilter(t)
+	v := newEnv(t)
+	fs.await(t, "built")
+	const n = 5000
+	for i := range n {
+		v.complete(id(fmt.Sprintf("stored-%06d", i)))
+	}
+	require.NoError(t, v.e.Flush())
+	require.NoError(t, v.e.Compact(ctx))
+
+	v.opts.claimFilterMinKeys = 8
+	v.reopen()
+	fs.await(t, "built")
+	st := v.stats()
+	require.EqualValues(t, 1, st.ClaimFilterBuilds)
+	require.EqualValues(t, n, st.ClaimFilterStored)
+	require.GreaterOrEqual(t, st.ClaimFilterKeys, int64(2*n))
+}
+
 // A build whose scan fails leaves lookups reading Pebble (or the filter in
 // use) and is tried again once more keys have been added.
 func TestClaimFilterBuildRetriesAfterAFailedScan(t *testing.T) {
