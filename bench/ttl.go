@@ -239,13 +239,14 @@ type TTLRun struct {
 // space.
 type SweepCost struct {
 	Keys int `json:"keys"`
-	// CPU seconds per million records examined (nothing expired) and per
-	// million records deleted (the scan included).
-	CPUPerMillionExamined float64 `json:"cpu_seconds_per_million_examined"`
-	CPUPerMillionDeleted  float64 `json:"cpu_seconds_per_million_deleted"`
-	// ExaminedPerSec and DeletedPerSec are the unlimited pass rates.
-	ExaminedPerSec float64 `json:"examined_per_sec"`
-	DeletedPerSec  float64 `json:"deleted_per_sec"`
+	// IdlePassCPUSeconds is the CPU time of a pass with nothing expired,
+	// which reads no record (it seeks past the buckets that have not
+	// ended); CPUPerMillionDeleted is the CPU per million records deleted
+	// by a pass, its reads of them included.
+	IdlePassCPUSeconds   float64 `json:"idle_pass_cpu_seconds"`
+	CPUPerMillionDeleted float64 `json:"cpu_seconds_per_million_deleted"`
+	// DeletedPerSec is the unlimited deleting pass's rate.
+	DeletedPerSec float64 `json:"deleted_per_sec"`
 	// TableBytesBefore/After: sstable bytes before the deleting pass and
 	// after the compaction that follows it.
 	TableBytesBefore uint64 `json:"table_bytes_before"`
@@ -556,19 +557,18 @@ func sweepCost(ctx context.Context, c TTLConfig, dir string, o engine.Options) (
 		return p, (cpuTime() - cpu).Seconds(), time.Since(t).Seconds(), err
 	}
 	res := SweepCost{Keys: c.CostKeys}
-	p, cpu, wall, err := pass() // nothing expired: a reading pass
+	_, cpu, _, err := pass() // nothing expired: a pass that skips every bucket
 	if err != nil {
 		return SweepCost{}, err
 	}
-	res.CPUPerMillionExamined = cpu / float64(p.Examined) * 1e6
-	res.ExaminedPerSec = float64(p.Examined) / wall
+	res.IdlePassCPUSeconds = cpu
 	before, err := e.Stats()
 	if err != nil {
 		return SweepCost{}, err
 	}
 	res.TableBytesBefore = before.TableBytes
 	clock.Advance(2 * time.Hour)
-	p, cpu, wall, err = pass()
+	p, cpu, wall, err := pass()
 	if err != nil {
 		return SweepCost{}, err
 	}
@@ -601,15 +601,18 @@ func guideTTL(run TTLRun, cost SweepCost, o *engine.Options) TTLGuide {
 	// and pass time against a short window, a larger share than the
 	// defaults' against 24 h), so the store size below is conservative.
 	g.BytesPerLiveKey = run.TableBytesPerLiveKey
+	// A pass reads the records whose buckets ended since the last one:
+	// an interval's worth of the day's keys. A record is swept at most a
+	// bucket's width, an interval and a pass after it expires.
 	so := o.Sweep.WithDefaults()
 	if so.Rate > 0 {
-		g.PassSeconds = g.KeysPerDay / so.Rate
+		g.PassSeconds = g.KeysPerDay * so.Interval.Seconds() / day / so.Rate
 	}
-	g.SweepLagFraction = (so.Interval.Seconds() + g.PassSeconds) / day
+	width := day / float64(engine.BucketsPerWindow)
+	g.SweepLagFraction = (width + so.Interval.Seconds() + g.PassSeconds) / day
 	g.StoreBytes = g.KeysPerDay * g.BytesPerLiveKey
 	passesPerDay := day / math.Max(so.Interval.Seconds(), g.PassSeconds)
-	examinedPerSec := g.KeysPerDay * passesPerDay / day
-	g.SweeperCores = (examinedPerSec*cost.CPUPerMillionExamined + rate*cost.CPUPerMillionDeleted) / 1e6
+	g.SweeperCores = (passesPerDay*cost.IdlePassCPUSeconds)/day + rate*cost.CPUPerMillionDeleted/1e6
 	return g
 }
 
@@ -640,8 +643,8 @@ func (r *TTLReport) WriteTable(w io.Writer) error {
 			sw.LatencySweeping.P99/sw.LatencyPaused.P99)
 	}
 	cst := r.Cost
-	fmt.Fprintf(&b, "\nsweeper cost (%d records, no rate limit): %.2f CPU s per million examined (%s/s), %.2f per million deleted (%s/s)\n",
-		cst.Keys, cst.CPUPerMillionExamined, count(cst.ExaminedPerSec), cst.CPUPerMillionDeleted, count(cst.DeletedPerSec))
+	fmt.Fprintf(&b, "\nsweeper cost (%d records, no rate limit): %.2f CPU ms for a pass with nothing expired, %.2f CPU s per million deleted (%s/s)\n",
+		cst.Keys, 1e3*cst.IdlePassCPUSeconds, cst.CPUPerMillionDeleted, count(cst.DeletedPerSec))
 	fmt.Fprintf(&b, "space: %s of sstables before, %s after the deleting pass and a compaction, which wrote %.2f bytes per byte deleted\n",
 		byteSize(float64(cst.TableBytesBefore)), byteSize(float64(cst.TableBytesAfter)), cst.CompactionBytesPerDeletedByte)
 	g := r.Guide

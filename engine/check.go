@@ -178,8 +178,8 @@ func (e *Engine) checkMeta(r *CheckReport, k, v []byte) {
 		}
 	case bytes.Equal(k, sweepKey):
 		r.SweepCursor = true
-		if _, err := decodeRecordKey(v); err != nil {
-			r.add(hex.EncodeToString(k), "sweeper position is not a record key: %v", err)
+		if err := checkSweepCursor(v); err != nil {
+			r.add(hex.EncodeToString(k), "%v", err)
 		}
 	default:
 		r.add(hex.EncodeToString(k), "unknown metadata key")
@@ -328,8 +328,11 @@ func (pc *pairCheck) nameProblems(ctx context.Context, snap *pebble.Snapshot) er
 	for _, np := range pc.named {
 		names[np.token] = ""
 	}
-	err := scanSnapshot(ctx, snap, &pebble.IterOptions{LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1}},
+	err := scanSnapshot(ctx, snap, &pebble.IterOptions{LowerBound: recordStart, UpperBound: expiryEnd},
 		func(it *pebble.Iterator) error {
+			if k := it.Key(); k[0] == nsData {
+				return nil
+			}
 			if id, rec, ok := pairable(it); ok {
 				if have, want := names[rec.Token]; want && have == "" {
 					names[rec.Token] = recordName(id)
@@ -359,10 +362,23 @@ func pairable(it *pebble.Iterator) (id idemkv.ID, rec idemkv.Record, ok bool) {
 	if rec, err = record.Decode(v); err != nil || rec.Effects == 0 && rec.State == idemkv.StateCompleted {
 		return id, rec, false
 	}
-	if id, err = decodeRecordKey(it.Key()); err != nil {
+	if id, err = storedRecordID(it.Key()); err != nil {
 		return id, rec, false
 	}
 	return id, rec, true
+}
+
+// storedRecordID decodes the ID of a record stored under k, a record key
+// or an expiry key.
+func storedRecordID(k []byte) (idemkv.ID, error) {
+	if len(k) > 0 && k[0] == nsExpiry {
+		_, _, _, rk, err := record.SplitExpiryKey(k)
+		if err != nil {
+			return idemkv.ID{}, err
+		}
+		k = rk
+	}
+	return decodeRecordKey(k)
 }
 
 func recordName(id idemkv.ID) string { return id.Tenant + "/" + id.Endpoint + "/" + id.Key }
@@ -372,17 +388,31 @@ func effectName(k []byte) string { return "data " + strconv.Quote(string(k[1:]))
 // checkPass reads the snapshot once. The first pass (share 0) checks
 // every entry; the others only pair their share.
 func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairCheck, epochKnown bool) error {
-	o := &pebble.IterOptions{}
+	// Records before effects, for pairing: the expiry namespace sorts
+	// after the data namespace, so it is read out of key order.
+	dataStart, dataEnd := []byte{nsData}, []byte{nsData + 1}
+	spans := [][2][]byte{{nil, dataStart}, {expiryStart, expiryEnd}, {dataStart, dataEnd}, {expiryEnd, nil}}
 	if pc.share > 0 {
-		o.LowerBound, o.UpperBound = []byte{nsRecord}, []byte{nsData + 1}
+		spans = [][2][]byte{{recordStart, recordEnd}, {expiryStart, expiryEnd}, {dataStart, dataEnd}}
 	}
-	err := scanSnapshot(ctx, snap, o, func(it *pebble.Iterator) error {
+	for _, span := range spans {
+		if err := e.checkSpan(ctx, snap, pc, epochKnown, &pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]}); err != nil {
+			return err
+		}
+	}
+	pc.settle()
+	return nil
+}
+
+// checkSpan is checkPass over the entries within o's bounds.
+func (e *Engine) checkSpan(ctx context.Context, snap *pebble.Snapshot, pc *pairCheck, epochKnown bool, o *pebble.IterOptions) error {
+	return scanSnapshot(ctx, snap, o, func(it *pebble.Iterator) error {
 		k := it.Key()
 		if pc.share > 0 {
 			// Only pairing: every problem of an entry was reported by the
 			// first pass, which skipped pairing the same entries.
 			switch {
-			case k[0] == nsRecord:
+			case k[0] == nsRecord || k[0] == nsExpiry:
 				v, err := it.ValueAndErr()
 				if err != nil {
 					return fmt.Errorf("engine: check: %w", err)
@@ -391,7 +421,7 @@ func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 				if err != nil || !pc.mine(rec.Token) {
 					return nil
 				}
-				if id, err := decodeRecordKey(k); err == nil {
+				if id, err := storedRecordID(k); err == nil {
 					pc.addRecord(id, &rec)
 				}
 			case k[0] == nsData:
@@ -415,7 +445,7 @@ func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 			r.add("", "empty key")
 		case k[0] == nsMeta:
 			e.checkMeta(r, k, val)
-		case k[0] == nsRecord:
+		case k[0] == nsRecord || k[0] == nsExpiry:
 			e.checkRecord(pc, k, val, epochKnown)
 		case k[0] == nsData:
 			checkEffect(pc, k, val)
@@ -424,11 +454,6 @@ func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	pc.settle()
-	return nil
 }
 
 // scanSnapshot calls fn for each entry of snap within o's bounds, and
@@ -470,8 +495,21 @@ func checkEffect(pc *pairCheck, k, v []byte) {
 func (e *Engine) checkRecord(pc *pairCheck, k, v []byte, epochKnown bool) {
 	r, now := pc.r, pc.now
 	r.Records++
-	id, err := decodeRecordKey(k)
-	name := hex.EncodeToString(k)
+	rk, name := k, hex.EncodeToString(k)
+	var (
+		class  string
+		end    uint64
+		bucket bool
+	)
+	if k[0] == nsExpiry {
+		var err error
+		if _, class, end, rk, err = record.SplitExpiryKey(k); err != nil {
+			r.add(name, "expiry key does not decode: %v", err)
+			return
+		}
+		bucket = true
+	}
+	id, err := decodeRecordKey(rk)
 	if err != nil {
 		r.add(name, "record key does not decode: %v", err)
 		return
@@ -480,13 +518,23 @@ func (e *Engine) checkRecord(pc *pairCheck, k, v []byte, epochKnown bool) {
 	if err := id.Validate(); err != nil {
 		r.add(name, "record key names an invalid ID: %v", err)
 	}
-	if !bytes.Equal(appendRecordKey(nil, id), k) {
+	if !bytes.Equal(appendRecordKey(nil, id), rk) {
 		r.add(name, "record key does not encode back to itself")
 	}
 	rec, err := record.Decode(v)
 	if err != nil {
 		r.add(name, "record does not decode: %v", err)
 		return
+	}
+	switch {
+	case bucket && rec.State != idemkv.StateCompleted:
+		r.add(name, "a record %s is in an expiry bucket (only completed records are)", rec.State)
+	case bucket && rec.Class != class:
+		r.add(name, "record of class %q is in a bucket of class %q", rec.Class, class)
+	case bucket && uint64(rec.Expires.Unix()) > end:
+		r.add(name, "record expires at %d, after its bucket ends at %d", rec.Expires.Unix(), end)
+	case !bucket && rec.State == idemkv.StateCompleted:
+		r.add(name, "a completed record is under its record key, not in an expiry bucket")
 	}
 	switch rec.State {
 	case idemkv.StateInProgress:

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/ttl"
 	"github.com/stretchr/testify/require"
 )
 
@@ -165,7 +166,7 @@ func TestCheckInPassesCorruptTokens(t *testing.T) {
 	for i, tok := range []uint64{0, 1 << 63} {
 		r := idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fpA, Token: tok, Attempt: 1, Effects: 1,
 			Created: now, Expires: now.Add(time.Hour), Result: idemkv.Result{Status: 200}}
-		require.NoError(t, db.Set(appendRecordKey(nil, id(fmt.Sprint(i))), record.Encode(nil, &r), nil))
+		require.NoError(t, db.Set(storedKey(id(fmt.Sprint(i)), &r), record.Encode(nil, &r), nil))
 	}
 	require.NoError(t, db.Close())
 
@@ -208,8 +209,8 @@ func unpairedStore(t *testing.T, extra int) *env {
 	require.NoError(t, err)
 	now := v.clock.Now()
 	later := now.Add(time.Hour)
-	set := func(k []byte, r idemkv.Record) {
-		require.NoError(t, db.Set(k, record.Encode(nil, &r), nil))
+	set := func(id idemkv.ID, r idemkv.Record) {
+		require.NoError(t, db.Set(storedKey(id, &r), record.Encode(nil, &r), nil))
 	}
 	effect := func(key string, token uint64, exp time.Time) {
 		require.NoError(t, db.Set(dataKey([]byte(key)), append(record.AppendStamp(nil, token, exp), "v"...), nil))
@@ -224,27 +225,28 @@ func unpairedStore(t *testing.T, extra int) *env {
 	pending := base
 	pending.State, pending.Mode, pending.OperationID, pending.Token = idemkv.StateInProgress, idemkv.ModeRemote, idemkv.OperationID{1}, tok(2)
 	pending.Result, pending.LeaseExpires = idemkv.Result{}, later
-	set(appendRecordKey(nil, id("pending")), pending)
+	set(id("pending"), pending)
 	effect("of-pending", tok(2), later)
 	// A record that counts one effect but has two.
 	one := base
 	one.Token, one.Effects = tok(3), 1
-	set(appendRecordKey(nil, id("one")), one)
+	set(id("one"), one)
 	effect("one/a", tok(3), later)
 	effect("one/b", tok(3), later)
 	// An effect stamped with another expiry than its record's.
 	effect("skewed", good.Token, later.Add(time.Hour))
 	// Two records with one token.
 	twin := base
-	twin.Token, twin.Effects = good.Token, 1
-	set(appendRecordKey(nil, id("twin")), twin)
+	// In good's bucket, after it: so "good" pairs with good, as in layout 2.
+	twin.Token, twin.Effects, twin.Expires = good.Token, 1, good.Expires
+	set(id("twin"), twin)
 	if extra > 0 {
 		// Two more, sorted before every other record, so that a pass
 		// finds them before it has narrowed its share of tokens.
 		early := base
 		early.Token, early.Effects = tok(9), 1
-		set(appendRecordKey(nil, id("0-early-a")), early)
-		set(appendRecordKey(nil, id("0-early-b")), early)
+		set(id("0-early-a"), early)
+		set(id("0-early-b"), early)
 	}
 	// A value without a stamp.
 	require.NoError(t, db.Set(dataKey([]byte("bare")), []byte("x"), nil))
@@ -253,6 +255,18 @@ func unpairedStore(t *testing.T, extra int) *env {
 	v.opts.ReadOnly = true
 	v.open()
 	return v
+}
+
+// storedKey is where the engine keeps rec for id: under its record key
+// while unsettled, in an expiry bucket once completed (the bucket's width
+// does not matter to Check).
+func storedKey(id idemkv.ID, rec *idemkv.Record) []byte {
+	k := appendRecordKey(nil, id)
+	if rec.State != idemkv.StateCompleted {
+		return k
+	}
+	b := record.AppendBucket(nil, rec.Class, record.BucketEnd(rec.Expires, time.Hour))
+	return record.AppendExpiryKey(nil, b, k)
 }
 
 // TestCheckFindsBrokenInvariants writes, with raw Pebble, one entry per
@@ -283,7 +297,30 @@ func TestCheckFindsBrokenInvariants(t *testing.T) {
 	i := 0
 	for _, val := range want {
 		i++
-		require.NoError(t, db.Set(appendRecordKey(nil, id(strings.Repeat("b", i))), val, nil))
+		k := appendRecordKey(nil, id(strings.Repeat("b", i)))
+		if r, err := record.Decode(val); err == nil {
+			k = storedKey(id(strings.Repeat("b", i)), &r)
+		}
+		require.NoError(t, db.Set(k, val, nil))
+	}
+	// Records where layout 3 does not keep them.
+	bucketed := map[string]struct {
+		k   []byte
+		val []byte
+	}{
+		"not in an expiry bucket": {appendRecordKey(nil, id("c")), rec(func(*idemkv.Record) {})},
+		"is in an expiry bucket (only completed": {record.AppendExpiryKey(nil, record.AppendBucket(nil, "", uint64(now.Add(time.Hour).Unix())), appendRecordKey(nil, id("cc"))),
+			rec(func(r *idemkv.Record) {
+				r.State, r.Mode, r.OperationID, r.Result, r.Token = idemkv.StateUncertain, idemkv.ModeRemote, idemkv.OperationID{1}, idemkv.Result{}, 1<<tokenSeqBits|8
+			})},
+		"in a bucket of class": {record.AppendExpiryKey(nil, record.AppendBucket(nil, "money", uint64(now.Add(time.Hour).Unix())), appendRecordKey(nil, id("ccc"))),
+			rec(func(*idemkv.Record) {})},
+		"after its bucket ends": {record.AppendExpiryKey(nil, record.AppendBucket(nil, "", uint64(now.Unix())), appendRecordKey(nil, id("cccc"))),
+			rec(func(*idemkv.Record) {})},
+	}
+	for what, kv := range bucketed {
+		require.NoError(t, db.Set(kv.k, kv.val, nil))
+		want[what] = kv.val
 	}
 	require.NoError(t, db.Set([]byte{nsRecord, 0xff, 0xff}, rec(func(*idemkv.Record) {}), nil))
 	require.NoError(t, db.Set([]byte{0x09, 'x'}, []byte("?"), nil))
@@ -434,6 +471,7 @@ func writeBenchStore(b *testing.B, n int, effects bool) string {
 	_ = batch.Set(layoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)
 	_ = batch.Set(epochKey, binary.BigEndian.AppendUint64(nil, 1), nil)
 	exp := t0.Add(24 * time.Hour)
+	bucket := record.AppendBucket(nil, ttl.DefaultClass, record.BucketEnd(exp, time.Hour))
 	fxCount := 0
 	if effects {
 		fxCount = 1
@@ -445,7 +483,7 @@ func writeBenchStore(b *testing.B, n int, effects bool) string {
 			Created: t0, Expires: exp, Effects: fxCount, Result: idemkv.Result{Status: 201, Pointer: "/v1/payments/pay_0123456789abcdef"}})
 		key := fmt.Sprintf("%08x-4b4a-44fa-b265-7659601dc012", i*2654435761)
 		k = appendRecordKey(k[:0], idemkv.ID{Tenant: fmt.Sprintf("acct_%d", i%1000), Endpoint: "POST /v1/payments", Key: key})
-		_ = batch.Set(k, val, nil)
+		_ = batch.Set(record.AppendExpiryKey(nil, bucket, k), val, nil)
 		if effects {
 			fx = append(record.AppendStamp(fx[:0], tok, exp), `{"amount":5000}`...)
 			_ = batch.Set(dataKey([]byte("pay/"+key)), fx, nil)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv/internal/record"
 )
 
 // The claim filter keeps claims of new keys out of Pebble.
@@ -266,45 +267,80 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 // disk is no guide: they compress to as little as 16 bytes each when their
 // keys are alike.
 func (e *Engine) estimateStoredRecords() (int64, error) {
-	levels, err := e.db.SSTables(pebble.WithProperties(), pebble.WithKeyRangeFilter(recordStart, recordEnd))
-	if err != nil {
-		return 0, err
-	}
 	var n uint64
-	for _, level := range levels {
-		for _, t := range level {
-			if t.Properties != nil {
-				n += t.Properties.NumEntries
+	for _, span := range [][2][]byte{{recordStart, recordEnd}, {expiryStart, expiryEnd}} {
+		levels, err := e.db.SSTables(pebble.WithProperties(), pebble.WithKeyRangeFilter(span[0], span[1]))
+		if err != nil {
+			return 0, err
+		}
+		for _, level := range levels {
+			for _, t := range level {
+				if t.Properties != nil {
+					n += t.Properties.NumEntries
+				}
 			}
 		}
 	}
 	return int64(min(n, math.MaxInt64/4)), nil
 }
 
-// scanRecordKeys adds every stored record key to its shard's next filter
-// and returns how many it found.
+// scanRecordKeys adds to its shard's next filter the record key of every
+// unsettled record and of every completed record in a bucket that has not
+// ended (those in ended buckets have expired: absent is the right answer
+// for them), and returns how many it added.
 func (e *Engine) scanRecordKeys(ctx context.Context) (int64, error) {
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: recordStart, UpperBound: recordEnd})
-	if err != nil {
-		return 0, err
-	}
 	var n int64
-	for valid := it.First(); valid; valid = it.Next() {
+	add := func(k []byte) error {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
-				_ = it.Close()
-				return 0, err
+				return err
 			}
 		}
-		k := it.Key()
 		sh := e.shard(k)
 		sh.mu.Lock()
 		sh.mu.nextFilter.Add(k)
 		sh.mu.Unlock()
 		n++
+		return nil
+	}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: recordStart, UpperBound: recordEnd})
+	if err != nil {
+		return 0, err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		if err := add(it.Key()); err != nil {
+			_ = it.Close()
+			return 0, err
+		}
 	}
 	if err := it.Close(); err != nil {
 		return 0, fmt.Errorf("scan record keys: %w", err)
+	}
+
+	unix := uint64(e.clock.Now().Unix())
+	if it, err = e.db.NewIter(&pebble.IterOptions{LowerBound: expiryStart, UpperBound: expiryEnd}); err != nil {
+		return 0, err
+	}
+	rk := []byte{nsRecord}
+	for valid := it.First(); valid; {
+		bp, _, end, _, err := record.SplitExpiryKey(it.Key())
+		if err != nil {
+			_ = it.Close()
+			return 0, fmt.Errorf("scan expiry keys: %x: %w", it.Key(), err)
+		}
+		if end <= unix {
+			valid = it.SeekGE(prefixEnd(bp)) // ended: every record in it has expired
+			continue
+		}
+		rk = append(rk[:1], it.Key()[len(bp):]...)
+		if err := add(rk); err != nil {
+			_ = it.Close()
+			return 0, err
+		}
+		valid = it.Next()
+	}
+	if err := it.Close(); err != nil {
+		return 0, fmt.Errorf("scan expiry keys: %w", err)
 	}
 	return n, nil
 }

@@ -18,10 +18,8 @@ const maxGroupBytes = 1 << 20
 // with the harness (unique workload, 64 clients, 2 cores, same run): 1
 // group 33.5k req/s, 2 groups 26.9k, 4 groups 26.8k. So one.
 //
-// It must stay one: the sweeper lifts its fence once its batch is queued
-// (sweep.go), which is safe only if groups enter Pebble in queue order,
-// and after a failed commit no other may be in Pebble's pipeline
-// (failstop.go). The array below fails to compile otherwise.
+// It must stay one: after a failed commit no other may be in Pebble's
+// pipeline (failstop.go). The array below fails to compile otherwise.
 const maxRunning = 1
 
 var _ = [1]struct{}{}[maxRunning-1]

@@ -58,13 +58,15 @@
 // record and decides its expiry when it completes. Every read treats a
 // completed record at or past its expiry as absent, at once. A background
 // sweeper (package ttl, started by Open and stopped by Close; Options.Sweep)
-// walks the records in rate-limited chunks and deletes completed records
-// past expiry; each chunk's deletes and the position reached are one
-// batch, so a pass resumes after a restart. It never deletes an unsettled
-// record (in progress or uncertain) or a key a holder is working on, and
-// counts those it keeps (Stats.Sweep). Engine.Sweep runs a pass by hand.
-// Sweeper deletes are not synced: a lost delete brings back a record every
-// read treats as absent anyway.
+// gives the space back: completed records are kept in expiry buckets (a
+// twenty-fourth of their class's window wide), and once a bucket has ended,
+// every record in it has expired, and the sweeper drops it with one range
+// deletion. It reads in rate-limited chunks; each chunk's deletions and the
+// position reached are one batch, so a pass resumes after a restart. An
+// unsettled record (in progress or uncertain) is in no bucket and never
+// deleted; a pass counts those past their expiry (Stats.Sweep).
+// Engine.Sweep runs a pass by hand. Sweeper deletions are not synced: a
+// lost one brings back records every read treats as absent anyway.
 //
 // # Performance
 //

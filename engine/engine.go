@@ -51,6 +51,10 @@ type Engine struct {
 	// sweepUnsaved counts records examined since the sweeper last saved
 	// its position. Only the running pass touches it (passes are serial).
 	sweepUnsaved int
+	// sweepBucket is the ended bucket the sweeper's pass is reading, and
+	// sweepSaved whether a position of the pass is saved in the store.
+	sweepBucket sweepBucket
+	sweepSaved  bool
 
 	// gate admits operations and lets Close wait for those in flight
 	// (including their fsyncs) before it closes Pebble. Admission never
@@ -66,6 +70,9 @@ type Engine struct {
 	// filter keeps claims of new keys out of Pebble (claimfilter.go).
 	filter claimFilter
 
+	// buckets are the expiry buckets lookups probe (expiry.go).
+	buckets bucketSet
+
 	// failed holds the error that poisoned the engine (see ErrFailed).
 	failed atomic.Pointer[error]
 
@@ -74,10 +81,9 @@ type Engine struct {
 	// testHookWait, if set, is called when an operation starts waiting for
 	// a write in flight (tests use it to order events without sleeping).
 	testHookWait func()
-	// testHookSweepScanned, if set, is called by a sweep chunk between its
-	// scan and its deletes; testHookSweepChecked after its checks, just
-	// before it commits.
-	testHookSweepScanned, testHookSweepChecked func()
+	// testHookSweepChecked, if set, is called by a sweep chunk just before
+	// it commits.
+	testHookSweepChecked func()
 }
 
 var _ idemkv.Store = (*Engine)(nil)
@@ -109,34 +115,14 @@ type shard struct {
 		// (claimfilter.go).
 		filter, nextFilter *bloom.BloomFilter
 	}
-	// writes counts the record writes that have ended in this shard. It is
-	// bumped under mu when a write's busy slot is cleared or removed (see
-	// sweep.go).
-	writes atomic.Uint64
-	// fence, while set, is a sweeper batch being committed with deletes
-	// of keys in this shard: no write may begin here until it is closed
-	// (see sweep.go).
-	fence atomic.Pointer[chan struct{}]
 }
 
-// beginWriteLocked marks s busy before a write of its key. If a sweeper
-// batch with deletes in this shard is being committed, it first waits for
-// it, holding sh.mu: the batch holds no engine lock and takes microseconds.
+// beginWriteLocked marks s busy before a write of its key.
 //
 // REQUIRES: sh.mu held; s not busy.
 func (sh *shard) beginWriteLocked(s *slot) {
-	if f := sh.fence.Load(); f != nil {
-		if testHookFenceWait != nil {
-			testHookFenceWait()
-		}
-		<-*f
-	}
 	s.markBusy()
 }
-
-// testHookFenceWait, if set, is called when a write starts waiting at a
-// sweeper's fence.
-var testHookFenceWait func()
 
 // installLocked makes s the slot of k. Every write to k happens under a
 // slot, so this is also where k's replay-cache entry is dropped and where k
@@ -233,6 +219,11 @@ func Open(dir string, opts *Options) (*Engine, error) {
 			_ = db.Close()
 			c.Unref()
 		}
+		return nil, err
+	}
+	if err := e.loadBuckets(); err != nil {
+		_ = db.Close()
+		c.Unref()
 		return nil, err
 	}
 	if e.sweeper, err = ttl.New(sweepTarget{e}, &o.Sweep); err != nil {
@@ -436,12 +427,14 @@ func (e *Engine) nextToken() uint64 {
 	return e.epoch<<tokenSeqBits | e.seq.Add(1)
 }
 
-// readLocked reads the record stored under k. It uses a prefix seek rather
-// than DB.Get because Get skips the bloom filters of L6, where nearly all
-// records live, and nearly every claim looks up a key that is not there.
+// readLocked reads the record stored for k: the unsettled record under k
+// itself, or else a completed record that has not expired at now, in its
+// expiry bucket. It uses prefix seeks rather than DB.Get because Get skips
+// the bloom filters of L6, where nearly all records live, and nearly every
+// probe looks up a key that is not there.
 //
 // REQUIRES: the key's shard mutex held (see shard).
-func (e *Engine) readLocked(k []byte) (idemkv.Record, bool, error) {
+func (e *Engine) readLocked(k []byte, now time.Time) (idemkv.Record, bool, error) {
 	it, err := e.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 	if err != nil {
 		return idemkv.Record{}, false, err
@@ -453,6 +446,8 @@ func (e *Engine) readLocked(k []byte) (idemkv.Record, bool, error) {
 		if v, err = it.ValueAndErr(); err == nil {
 			rec, err = record.Decode(v)
 		}
+	} else if err = it.Error(); err == nil {
+		rec, found, err = e.readBucketsLocked(it, k, now)
 	}
 	if cerr := it.Close(); err == nil {
 		err = cerr
@@ -482,7 +477,7 @@ func (e *Engine) lookupLocked(sh *shard, k []byte, now time.Time) (rec idemkv.Re
 		e.filter.skips.Add(1)
 		return rec, nil, false, nil
 	}
-	rec, found, err = e.readLocked(k)
+	rec, found, err = e.readLocked(k, now)
 	if !found && err == nil && sh.mu.filter != nil {
 		e.filter.misses.Add(1)
 	}
@@ -646,7 +641,6 @@ func (e *Engine) acquireLocked(sh *shard, k []byte, rec idemkv.Record, now time.
 		}
 		sh.mu.Lock()
 		s.durable = true
-		sh.writes.Add(1)
 		s.clearBusy()
 		sh.mu.Unlock()
 	}
@@ -675,12 +669,9 @@ func (e *Engine) writeBusyBatchLocked(sh *shard, k []byte, s *slot, cur idemkv.R
 	if !s.busy {
 		sh.beginWriteLocked(s)
 	}
+	stored := s.durable && cur.State != idemkv.StateCompleted
 	sh.mu.Unlock()
-	if next == nil {
-		_ = b.Delete(k, nil)
-	} else {
-		_ = b.Set(k, record.Encode(nil, next), nil)
-	}
+	e.putRecord(b, k, stored, next)
 	return e.commitBusy(sh, k, s, b, next)
 }
 
@@ -698,7 +689,6 @@ func (e *Engine) commitBusy(sh *shard, k []byte, s *slot, b *pebble.Batch, next 
 	}
 	sh.mu.Lock()
 	delete(sh.mu.slots, string(k))
-	sh.writes.Add(1)
 	if next != nil {
 		sh.mu.cache.put(k, next, e.clock.Now())
 	}
@@ -779,7 +769,7 @@ func (e *Engine) holdLocked(ctx context.Context, sh *shard, k []byte, l idemkv.L
 		s = sh.mu.slots[string(k)]
 	}
 	if s == nil {
-		rec, found, err := e.readLocked(k)
+		rec, found, err := e.readLocked(k, e.clock.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -845,7 +835,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 		_ = b.Close()
 		return err
 	}
-	done := s.rec
+	done, stored := s.rec, s.durable
 	sh.mu.Unlock()
 
 	done.State = idemkv.StateCompleted
@@ -853,7 +843,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	_ = b.Set(k, record.Encode(nil, &done), nil)
+	e.putRecord(b, k, stored, &done)
 	if err := e.commitBusy(sh, k, s, b, &done); err != nil {
 		return err
 	}
@@ -993,7 +983,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 			return err
 		}
 	}
-	cur, found, err := e.readLocked(k)
+	cur, found, err := e.readLocked(k, now)
 	if found && cur.State == idemkv.StateCompleted && !now.Before(cur.Expires) {
 		found = false // past retention: absent to every read
 	}

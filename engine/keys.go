@@ -8,12 +8,14 @@ import (
 	"github.com/idemkv/idemkv/internal/record"
 )
 
-// The key layout is package record's (internal/record/keys.go): records,
-// caller effects and metadata live in separate one-byte namespaces.
+// The key layout is package record's (internal/record/keys.go): unsettled
+// records, completed records in their expiry buckets, caller effects and
+// metadata live in separate one-byte namespaces.
 var (
 	nsMeta    = record.NSMeta
 	nsRecord  = record.NSRecord
 	nsData    = record.NSData
+	nsExpiry  = record.NSExpiry
 	epochKey  = record.EpochKey
 	layoutKey = record.LayoutKey
 )

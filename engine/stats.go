@@ -3,12 +3,13 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/idemkv/idemkv/ttl"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/ttl"
 )
 
 type counters struct {
@@ -193,28 +194,35 @@ func (e *Engine) Census(ctx context.Context) (Census, error) {
 		}
 		sh.mu.Unlock()
 	}
-	it, err := e.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1},
-	})
+	for _, span := range [][2][]byte{{recordStart, recordEnd}, {expiryStart, expiryEnd}} {
+		if err := e.censusSpan(ctx, &c, span[0], span[1], now); err != nil {
+			return Census{}, err
+		}
+	}
+	return c, nil
+}
+
+// censusSpan counts the records in [lower, upper) into c.
+func (e *Engine) censusSpan(ctx context.Context, c *Census, lower, upper []byte, now time.Time) error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return Census{}, err
+		return err
 	}
 	defer it.Close()
 	n := 0
 	for valid := it.First(); valid; valid = it.Next() {
 		if n++; n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
-				return Census{}, err
+				return err
 			}
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return Census{}, err
+			return err
 		}
 		rec, err := record.Decode(v)
 		if err != nil {
-			id, _ := decodeRecordKey(it.Key())
-			return Census{}, fmt.Errorf("engine: census: record %+v: %w", id, err)
+			return fmt.Errorf("engine: census: record %x: %w", it.Key(), err)
 		}
 		switch rec.State {
 		case idemkv.StateInProgress:
@@ -229,5 +237,5 @@ func (e *Engine) Census(ctx context.Context) (Census, error) {
 			}
 		}
 	}
-	return c, it.Error()
+	return it.Error()
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -14,32 +13,36 @@ import (
 	"github.com/idemkv/idemkv/ttl"
 )
 
-// The sweeper (package ttl) walks the record namespace in key order, a
-// chunk at a time, and deletes completed records past their expiry. Each
-// chunk's deletes and the position reached are one atomic batch, so a pass
-// resumes where it stopped after a crash or a restart.
+// The sweeper (package ttl) walks the store in passes, a chunk of records
+// at a time. A pass has two parts:
+//
+//  1. The expiry buckets (expiry.go), in key order. It reads the records
+//     of every bucket that has ended, counting them, and drops each such
+//     bucket with one range deletion once it has read to the bucket's end.
+//     Buckets that have not ended are skipped with a seek.
+//  2. The unsettled records, which it only counts: those past their
+//     expiry are held (ttl.Pass.Held), never deleted.
+//
+// Each chunk's range deletions and the position reached are one atomic
+// batch, so a pass resumes where it stopped after a crash or a restart.
+// The reads exist for the counts and for the rate limit: the deletion
+// itself costs the same for a bucket of any size.
+//
+// No record in an ended bucket can be live: a bucket ends at or after the
+// expiry of every record in it. So the range deletions need no check
+// against concurrent writes. A write that commits into a bucket after it
+// was dropped writes a record that had expired before it was written
+// (its writer stalled past the record's whole retention); reads treat it
+// as absent, and the next pass drops it.
 //
 // Sweeper deletes need no sync of their own. Losing one in a crash brings
-// back a record that every read already treats as absent, and the next
-// pass deletes it again. They go through the committer without asking for
-// a sync: while requests are committing, a chunk's deletes ride in their
-// next group, synced with it, instead of taking a commit of their own; on
-// an idle store a chunk commits alone, unsynced. Either way every Pebble
-// commit the engine makes goes through the committer, one at a time.
-//
-// A delete must not remove a record that a write replaced after the scan
-// read it. Every record write begins by marking its key's slot busy and
-// ends by clearing or removing it and bumping the shard's write count,
-// both under the shard mutex. A chunk reads the counts before it creates
-// its iterator. Then, shard by shard under the mutex: a key with a slot is
-// skipped (a holder or a write is at work on it); a key in a shard whose
-// count has not moved is exactly as the iterator saw it; any other key is
-// read again. Before releasing the mutex of a shard with deletes, the
-// chunk sets the shard's fence, and no write may begin in a fenced shard
-// (beginWriteLocked waits) until the batch is in the committer's queue,
-// which orders it before every write queued later. So no write of a
-// deleted key can begin between its check and the delete, and yet no
-// engine lock is held while the batch commits.
+// back records that every read already treats as absent, and the next
+// pass deletes them again. They go through the committer without asking
+// for a sync: while requests are committing, a chunk's deletes ride in
+// their next group, synced with it, instead of taking a commit of their
+// own; on an idle store a chunk commits alone, unsynced. Either way every
+// Pebble commit the engine makes goes through the committer, one at a
+// time.
 
 // sweepSaveEvery is how many records a pass may read without deleting
 // anything before it saves its position anyway.
@@ -49,6 +52,8 @@ var (
 	sweepKey    = record.SweepKey
 	recordStart = []byte{record.NSRecord}
 	recordEnd   = []byte{record.NSRecord + 1}
+	expiryStart = []byte{record.NSExpiry}
+	expiryEnd   = []byte{record.NSExpiry + 1}
 )
 
 // Sweep runs the sweeper's current pass to its end, deleting every
@@ -68,7 +73,10 @@ func (e *Engine) Sweep(ctx context.Context) (ttl.Pass, error) {
 type sweepTarget struct{ e *Engine }
 
 func (t sweepTarget) SweepCursor() ([]byte, error) {
+	// A pass starts here, resumed or not: it counts only what it reads.
+	t.e.sweepBucket = sweepBucket{}
 	v, closer, err := t.e.db.Get(sweepKey)
+	t.e.sweepSaved = err == nil
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -76,16 +84,26 @@ func (t sweepTarget) SweepCursor() ([]byte, error) {
 		return nil, fmt.Errorf("engine: read sweep cursor: %w", err)
 	}
 	defer closer.Close()
-	if len(v) == 0 || v[0] != record.NSRecord {
-		return nil, fmt.Errorf("engine: read sweep cursor: %w: %q", record.ErrCorrupt, v)
+	if err := checkSweepCursor(v); err != nil {
+		return nil, fmt.Errorf("engine: read sweep cursor: %w", err)
 	}
 	return bytes.Clone(v), nil
 }
 
-type sweepCandidate struct {
-	k     []byte
-	size  int // key and value bytes
-	shard int
+// checkSweepCursor checks a saved sweeper position: an expiry key, or an
+// unsettled record's key (a lone namespace byte starts that part).
+func checkSweepCursor(v []byte) error {
+	switch {
+	case len(v) == 1 && v[0] == nsRecord:
+		return nil
+	case len(v) > 0 && v[0] == nsRecord:
+		_, err := decodeRecordKey(v)
+		return err
+	case len(v) > 0 && v[0] == nsExpiry:
+		_, _, _, _, err := record.SplitExpiryKey(v)
+		return err
+	}
+	return fmt.Errorf("%w: sweeper position %q is not a record or expiry key", record.ErrCorrupt, v)
 }
 
 func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now time.Time) (ttl.Chunk, error) {
@@ -94,113 +112,25 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 		return ttl.Chunk{}, err
 	}
 	defer e.exit()
-
-	gens := make([]uint64, len(e.shards))
-	for i := range e.shards {
-		gens[i] = e.shards[i].writes.Load()
+	var (
+		c   ttl.Chunk
+		b   = e.db.NewBatch()
+		err error
+	)
+	defer b.Close()
+	if cursor == nil || cursor[0] == nsExpiry {
+		c, err = e.sweepBuckets(cursor, n, now, b)
+	} else {
+		c, err = e.sweepUnsettled(cursor, n, now)
 	}
-	lower := recordStart
-	if cursor != nil {
-		lower = append(bytes.Clone(cursor), 0) // the first key after cursor
-	}
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: recordEnd})
 	if err != nil {
 		return ttl.Chunk{}, fmt.Errorf("engine: sweep: %w", err)
 	}
-	var (
-		c     ttl.Chunk
-		cands []sweepCandidate
-		last  []byte
-		valid = it.First()
-	)
-	for ; valid && c.Examined < n; valid = it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			_ = it.Close()
-			return ttl.Chunk{}, fmt.Errorf("engine: sweep: %w", err)
-		}
-		state, expires, err := record.Peek(v)
-		if err != nil {
-			_ = it.Close()
-			return ttl.Chunk{}, fmt.Errorf("engine: sweep: record %q: %w", it.Key(), err)
-		}
-		c.Examined++
-		last = append(last[:0], it.Key()...)
-		if now.Before(expires) {
-			continue
-		}
-		if state != idemkv.StateCompleted {
-			c.Held++ // unsettled: kept until it settles
-			continue
-		}
-		k := bytes.Clone(it.Key())
-		cands = append(cands, sweepCandidate{k: k, size: len(k) + len(v), shard: e.shardIndex(k)})
-	}
-	if err := it.Close(); err != nil {
-		return ttl.Chunk{}, fmt.Errorf("engine: sweep: %w", err)
-	}
-	if valid { // stopped at n with records left
-		c.Next = bytes.Clone(last)
-	}
-
-	if e.testHookSweepScanned != nil {
-		e.testHookSweepScanned()
-	}
-	b := e.db.NewBatch()
-	defer b.Close()
-	slices.SortFunc(cands, func(a, b sweepCandidate) int { return a.shard - b.shard })
-	fence := make(chan struct{})
-	var fenced []*shard
-	lifted := false
-	lift := func() {
-		if !lifted {
-			lifted = true
-			close(fence)
-			for _, sh := range fenced {
-				sh.fence.CompareAndSwap(&fence, nil)
-			}
-		}
-	}
-	defer lift()
-	for i := 0; i < len(cands); {
-		sh := &e.shards[cands[i].shard]
-		sh.mu.Lock()
-		deleted := false
-		for ; i < len(cands) && &e.shards[cands[i].shard] == sh; i++ {
-			cd := cands[i]
-			if sh.mu.slots[string(cd.k)] != nil {
-				c.Held++ // a holder or a write is at work on it
-				continue
-			}
-			if sh.writes.Load() != gens[cd.shard] {
-				rec, found, err := e.readLocked(cd.k)
-				if err != nil {
-					sh.mu.Unlock()
-					return ttl.Chunk{}, err
-				}
-				if !found || rec.State != idemkv.StateCompleted || now.Before(rec.Expires) {
-					continue // replaced since the scan
-				}
-			}
-			sh.mu.cache.drop(cd.k)
-			// The size is a hint for Pebble's compaction picker; key and
-			// value together are what the delete frees.
-			_ = b.DeleteSized(cd.k, uint32(cd.size), nil)
-			c.Deleted++
-			c.DeletedBytes += int64(cd.size)
-			deleted = true
-		}
-		if deleted {
-			// No write may begin in this shard until the batch is in.
-			sh.fence.Store(&fence)
-			fenced = append(fenced, sh)
-		}
-		sh.mu.Unlock()
-	}
 	e.sweepUnsaved += c.Examined
-	if c.Deleted == 0 && (c.Next == nil && cursor == nil || c.Next != nil && e.sweepUnsaved < sweepSaveEvery) {
-		// Nothing to delete, and the position need not be saved yet: a
-		// restart at worst re-reads sweepSaveEvery records.
+	if b.Empty() && (c.Next == nil && !e.sweepSaved || c.Next != nil && e.sweepUnsaved < sweepSaveEvery) {
+		// Nothing to delete, and the position need not be saved yet (a
+		// restart at worst re-reads sweepSaveEvery records), or removed:
+		// none is saved.
 		return c, nil
 	}
 	e.sweepUnsaved = 0
@@ -214,18 +144,132 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	}
 	// The deletes go through the committer, unsynced: while requests are
 	// committing they ride in their next group rather than taking a commit
-	// of their own. Once enqueued they are ordered before any write that
-	// begins after the fence is lifted, so the fence is lifted then, not
-	// after the commit.
+	// of their own.
 	g, first, err := e.commits.enqueue(b, false)
-	lift()
 	if werr := e.commits.wait(g, first); err == nil {
 		err = werr
 	}
 	if err != nil {
 		return ttl.Chunk{}, e.fail(fmt.Errorf("engine: sweep: commit: %w", err))
 	}
+	e.sweepSaved = c.Next != nil
 	e.counters.swept.Add(int64(c.Deleted))
+	return c, nil
+}
+
+// sweepBucket is the ended bucket a pass is reading: its prefix and what
+// it has counted of it so far. Only the sweeper touches it.
+type sweepBucket struct {
+	prefix  []byte
+	records int
+	bytes   int64
+}
+
+// sweepBuckets reads up to n records of ended buckets after cursor, adding
+// to b a range deletion for each bucket it reads to the end. When no
+// bucket is left, it returns the start of the unsettled records as Next.
+func (e *Engine) sweepBuckets(cursor []byte, n int, now time.Time, b *pebble.Batch) (ttl.Chunk, error) {
+	lower := []byte{nsExpiry}
+	if cursor != nil {
+		lower = append(bytes.Clone(cursor), 0) // the first key after cursor
+	}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{nsExpiry + 1}})
+	if err != nil {
+		return ttl.Chunk{}, err
+	}
+	defer it.Close()
+	var (
+		c    ttl.Chunk
+		last []byte
+		sb   = &e.sweepBucket
+		unix = uint64(now.Unix())
+	)
+	// drop deletes the bucket read so far, if any.
+	drop := func() {
+		if sb.prefix != nil {
+			_ = b.DeleteRange(sb.prefix, prefixEnd(sb.prefix), nil)
+			c.Deleted += sb.records
+			c.DeletedBytes += sb.bytes
+		}
+		*sb = sweepBucket{}
+	}
+	valid := it.First()
+	for valid && c.Examined < n {
+		k := it.Key()
+		bp, _, end, _, err := record.SplitExpiryKey(k)
+		if err != nil {
+			return ttl.Chunk{}, fmt.Errorf("expiry key %x: %w", k, err)
+		}
+		if sb.prefix != nil && !bytes.Equal(bp, sb.prefix) {
+			drop() // read to its end
+		}
+		if end > unix {
+			// Not ended, and neither are the class's later buckets.
+			valid = it.SeekGE(prefixEnd(bp[:len(bp)-8]))
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return ttl.Chunk{}, err
+		}
+		if sb.prefix == nil {
+			sb.prefix = bytes.Clone(bp)
+		}
+		sb.records++
+		sb.bytes += int64(len(k) + len(v))
+		c.Examined++
+		last = append(last[:0], k...)
+		valid = it.Next()
+	}
+	if err := it.Error(); err != nil {
+		return ttl.Chunk{}, err
+	}
+	if valid {
+		// Stopped at n with records left. The bucket being read is dropped
+		// by the chunk that reads past its end.
+		c.Next = bytes.Clone(last)
+		return c, nil
+	}
+	drop()
+	e.buckets.forget(unix)
+	c.Next = []byte{nsRecord}
+	return c, nil
+}
+
+// sweepUnsettled reads up to n unsettled records after cursor and counts
+// those past their expiry as held.
+func (e *Engine) sweepUnsettled(cursor []byte, n int, now time.Time) (ttl.Chunk, error) {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: append(bytes.Clone(cursor), 0), UpperBound: recordEnd})
+	if err != nil {
+		return ttl.Chunk{}, err
+	}
+	defer it.Close()
+	var (
+		c    ttl.Chunk
+		last []byte
+	)
+	valid := it.First()
+	for ; valid && c.Examined < n; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return ttl.Chunk{}, err
+		}
+		_, expires, err := record.Peek(v)
+		if err != nil {
+			return ttl.Chunk{}, fmt.Errorf("record %q: %w", it.Key(), err)
+		}
+		c.Examined++
+		last = append(last[:0], it.Key()...)
+		if !now.Before(expires) {
+			c.Held++ // unsettled: kept until it settles
+		}
+	}
+	if err := it.Error(); err != nil {
+		return ttl.Chunk{}, err
+	}
+	if valid {
+		c.Next = bytes.Clone(last)
+	}
 	return c, nil
 }
 

@@ -50,18 +50,24 @@ func (v *env) completeIn(key, class string, fp []byte, status int) idemkv.Lease 
 }
 
 // stored returns the records in Pebble by key, expired or not, bypassing
-// every read path of the engine.
+// every read path of the engine: unsettled records and those in expiry
+// buckets. Of a key in several buckets, it keeps the record that expires
+// last.
 func (v *env) stored() map[string]idemkv.Record {
-	it, err := v.e.db.NewIter(&pebble.IterOptions{LowerBound: recordStart, UpperBound: recordEnd})
-	require.NoError(v.t, err)
-	defer it.Close()
 	out := map[string]idemkv.Record{}
-	for valid := it.First(); valid; valid = it.Next() {
-		rid, err := decodeRecordKey(it.Key())
+	for _, span := range [][2][]byte{{recordStart, recordEnd}, {expiryStart, expiryEnd}} {
+		it, err := v.e.db.NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
 		require.NoError(v.t, err)
-		rec, err := record.Decode(it.Value())
-		require.NoError(v.t, err)
-		out[rid.Key] = rec
+		for valid := it.First(); valid; valid = it.Next() {
+			rid, err := storedRecordID(it.Key())
+			require.NoError(v.t, err)
+			rec, err := record.Decode(it.Value())
+			require.NoError(v.t, err)
+			if have, ok := out[rid.Key]; !ok || have.Expires.Before(rec.Expires) {
+				out[rid.Key] = rec
+			}
+		}
+		require.NoError(v.t, it.Close())
 	}
 	return out
 }
@@ -186,27 +192,28 @@ func TestSweepDeletesOnlyExpiredSettledRecords(t *testing.T) {
 	live.Lease, err = v.e.Renew(ctx, live.Lease, 30*time.Minute)
 	require.NoError(t, err)
 	v.clock.Advance(20 * time.Minute) // past every "short" expiry; the live lease runs to 75 min
-	// A new local holder of an expired key: its old record must stay until
-	// the holder decides.
+	// A new local holder of an expired key.
 	re := v.claim(id("reclaimed"), fpB, idemkv.ModeLocal)
 	require.Equal(t, idemkv.Acquired, re.Outcome)
 
 	p, err := v.e.Sweep(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 20, p.Deleted)
-	require.Equal(t, 4, p.Held, "uncertain, live, abandoned, reclaimed")
-	require.Equal(t, 25, p.Examined)
+	// The old record of "reclaimed" is dropped with its bucket: it has
+	// expired, and the holder's outcome will go into a bucket of its own.
+	require.Equal(t, 21, p.Deleted)
+	require.Equal(t, 3, p.Held, "uncertain, live, abandoned")
+	require.Equal(t, 24, p.Examined, "21 in ended buckets, 3 unsettled")
 	require.Greater(t, p.Chunks, 3)
 
 	left := v.stored()
-	require.Len(t, left, 5)
-	for _, k := range []string{"young", "uncertain", "live", "abandoned", "reclaimed"} {
+	require.Len(t, left, 4)
+	for _, k := range []string{"young", "uncertain", "live", "abandoned"} {
 		require.Contains(t, left, k)
 	}
 	st, err := v.e.Stats()
 	require.NoError(t, err)
-	require.Equal(t, 4, st.Sweep.HeldPastExpiry())
-	require.EqualValues(t, 20, st.Sweep.Deleted)
+	require.Equal(t, 3, st.Sweep.HeldPastExpiry())
+	require.EqualValues(t, 21, st.Sweep.Deleted)
 
 	// The holders finish; the held records then go their ways.
 	require.NoError(t, v.e.Complete(ctx, re.Lease, idemkv.Result{Status: 201}, nil))
@@ -222,13 +229,13 @@ func TestSweepDeletesOnlyExpiredSettledRecords(t *testing.T) {
 	p2, err := v.e.Sweep(ctx)
 	require.NoError(t, err)
 	require.Zero(t, p2.Deleted)
-	require.Len(t, v.stored(), 4)
+	require.Len(t, v.stored(), 4, "young, live, abandoned, reclaimed")
 }
 
 // TestSweepNeverDeletesARewrittenRecord races passes against holders that
 // re-claim and complete expired keys: whatever the interleaving, each new
-// record survives (the write-count check in SweepChunk; without it, a
-// delete decided on the scan's stale view would remove the new record).
+// record survives: it goes into a bucket that has not ended, and the
+// sweeper drops only buckets that have.
 func TestSweepNeverDeletesARewrittenRecord(t *testing.T) {
 	v := newSweepEnv(t, func(o *Options) { o.Sweep.ChunkSize = 3; o.Shards = 4 })
 	const n = 200
@@ -288,72 +295,67 @@ func TestSweepNeverDeletesARewrittenRecord(t *testing.T) {
 	}
 }
 
-// TestSweepRechecksAfterScan changes keys between a chunk's scan and its
-// deletes, deterministically: a key re-claimed and completed must keep its
-// new record, and a key with a holder at work must be left alone.
-func TestSweepRechecksAfterScan(t *testing.T) {
+// TestSweepDropsOnlyEndedBuckets: records go into the bucket of their
+// class that ends at or after their expiry, and a pass drops exactly the
+// buckets that have ended, however the records in them were written; a
+// record rewritten after its old one expired lands in a new bucket and
+// survives the drop of the old one.
+func TestSweepDropsOnlyEndedBuckets(t *testing.T) {
 	v := newSweepEnv(t, nil)
-	v.completeIn("rewritten", "short", fpA, 200)
-	v.completeIn("held", "short", fpA, 200)
-	v.completeIn("plain", "short", fpA, 200)
-	v.clock.Advance(2 * time.Hour)
-	var holder idemkv.Claim
-	v.e.testHookSweepScanned = func() {
-		v.e.testHookSweepScanned = nil
-		v.completeIn("rewritten", "", fpB, 201)
-		holder = v.claim(id("held"), fpB, idemkv.ModeLocal)
-	}
-	p, err := v.e.Sweep(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, p.Deleted, "plain")
-	require.Equal(t, 1, p.Held, "held")
-	left := v.stored()
-	require.Len(t, left, 2)
-	require.Equal(t, 201, left["rewritten"].Result.Status)
-	require.Equal(t, 200, left["held"].Result.Status)
-	require.NoError(t, v.e.Complete(ctx, holder.Lease, idemkv.Result{Status: 202}, nil))
-	require.Equal(t, idemkv.Replay, v.claim(id("held"), fpB, idemkv.ModeLocal).Outcome)
-}
-
-// TestSweepFenceHoldsBackWrites starts a rewrite of a key the chunk has
-// decided to delete, after the decision and before the commit: the write
-// must wait at the shard's fence and land after the delete. Without the
-// fence, it lands first and the delete removes it.
-func TestSweepFenceHoldsBackWrites(t *testing.T) {
-	v := newSweepEnv(t, nil)
-	v.completeIn("k", "short", fpA, 200)
-	v.clock.Advance(2 * time.Hour)
-
-	written := make(chan error, 1)
-	blocked := make(chan struct{}, 1)
-	testHookFenceWait = func() { blocked <- struct{}{} }
-	defer func() { testHookFenceWait = nil }()
-	v.e.testHookSweepChecked = func() {
-		v.e.testHookSweepChecked = nil
-		// The old record is expired, so the claim acquires; a local claim
-		// writes nothing, its Complete does.
-		c := v.claim(id("k"), fpB, idemkv.ModeLocal)
-		go func() { written <- v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil) }()
-		select {
-		case <-blocked: // waiting at the fence
-		case err := <-written: // no fence: the write went first
-			written <- err
+	width := time.Hour / bucketsPerWindow // of "short"
+	// Align the clock to a bucket boundary, so that the records below
+	// fall in the buckets the test expects.
+	end := record.BucketEnd(v.clock.Now(), width)
+	v.clock.Advance(time.Unix(int64(end), 0).Sub(v.clock.Now()))
+	v.completeIn("rewritten", "short", fpA, 200) // in b0's bucket
+	for i := range 3 {
+		for j := range 4 {
+			v.completeIn(fmt.Sprintf("b%d-%d", i, j), "short", fpA, 200)
 		}
+		v.clock.Advance(width)
 	}
+	// The buckets of b0 and b1 have ended (b1's just now); b2's has not.
+	v.clock.Advance(time.Hour - 2*width)
+	require.Equal(t, idemkv.Acquired, v.claim(id("b0-0"), fpB, idemkv.ModeLocal).Outcome, "expired")
+	v.completeIn("rewritten", "", fpB, 201) // into a new bucket
+
 	p, err := v.e.Sweep(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, p.Deleted)
-	require.NoError(t, <-written)
-	require.Equal(t, 201, v.stored()["k"].Result.Status, "the rewrite was deleted by the sweeper")
+	require.Equal(t, 9, p.Deleted, "b0, b1 and the old rewritten")
+	left := v.stored()
+	require.Len(t, left, 5, "b2-0..3, rewritten")
+	for j := range 4 {
+		require.Contains(t, left, fmt.Sprintf("b2-%d", j))
+	}
+	require.Equal(t, 201, left["rewritten"].Result.Status)
+	buckets := 0
+	require.NoError(t, scanBuckets(v.e.db, func([]byte, uint64) error { buckets++; return nil }))
+	require.Equal(t, 2, buckets, "b2's, and the default class's")
+
+	// Past b2's end, only the default class is left.
+	v.clock.Advance(width)
+	p, err = v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, p.Deleted)
+	require.Len(t, v.stored(), 1)
+	require.Equal(t, idemkv.Replay, v.claim(id("rewritten"), fpB, idemkv.ModeLocal).Outcome)
 }
 
+// TestSweepResumesAfterRestart interrupts a pass and restarts the engine:
+// the next pass resumes from the saved position, and drops the bucket it
+// was in the middle of once it has read to its end.
 func TestSweepResumesAfterRestart(t *testing.T) {
 	v := newSweepEnv(t, nil)
-	for i := range 50 {
-		v.completeIn(fmt.Sprintf("k%03d", i), "short", fpA, 200)
+	width := time.Hour / bucketsPerWindow
+	for i := range 5 { // five buckets of ten
+		for j := range 10 {
+			v.completeIn(fmt.Sprintf("k%d%d", i, j), "short", fpA, 200)
+		}
+		v.clock.Advance(width)
 	}
 	v.clock.Advance(2 * time.Hour)
-	// Three chunks by hand, as an interrupted pass would leave them.
+	// Three chunks by hand, as an interrupted pass would leave them: two
+	// buckets read and dropped, one record of the third read.
 	tgt := sweepTarget{v.e}
 	var cursor []byte
 	for range 3 {
@@ -361,7 +363,7 @@ func TestSweepResumesAfterRestart(t *testing.T) {
 		require.NoError(t, err)
 		cursor = c.Next
 	}
-	require.Len(t, v.stored(), 50-21)
+	require.Len(t, v.stored(), 50-20)
 	v.reopen()
 	saved, err := sweepTarget{v.e}.SweepCursor()
 	require.NoError(t, err)
@@ -370,7 +372,7 @@ func TestSweepResumesAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, p.Resumed)
 	require.Equal(t, 29, p.Examined, "the resumed pass starts where the first stopped")
-	require.Equal(t, 29, p.Deleted)
+	require.Equal(t, 29, p.Deleted, "a pass counts the records it read")
 	require.Empty(t, v.stored())
 	saved, err = sweepTarget{v.e}.SweepCursor()
 	require.NoError(t, err)
@@ -400,6 +402,7 @@ func TestSweepCrashMidPass(t *testing.T) {
 				c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id(key), Fingerprint: fpA, Retention: class})
 				require.NoError(t, err)
 				require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 200 + i}, nil))
+				clock.Advance(20 * time.Second) // over several buckets
 			}
 			clock.Advance(2 * time.Hour)
 			tgt := sweepTarget{e}
@@ -459,7 +462,9 @@ func TestBackgroundSweeperDeletesWithinOneInterval(t *testing.T) {
 		v.completeIn("k"+strconv.Itoa(i), "short", fpA, 200)
 	}
 	v.completeIn("keep", "", fpA, 200)
-	v.clock.Advance(time.Hour) // every "short" record expires now
+	// Every "short" record expires within the hour, and the bucket holding
+	// them ends within one bucket's width after that.
+	v.clock.Advance(time.Hour + time.Hour/bucketsPerWindow)
 	ticks <- v.clock.Now()
 	p := <-passes
 	require.Equal(t, 30, p.Deleted)

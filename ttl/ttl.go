@@ -13,21 +13,24 @@
 // # The sweeper
 //
 // Expiry itself needs no sweeper: every read treats a record past its
-// expiry as absent at once. The sweeper only gives the space back. It walks
-// the whole record key space in passes, in key order and in chunks, each
-// chunk a Target.SweepChunk call that deletes the chunk's expired records
-// and saves the position reached in the same atomic write. So a pass
-// interrupted by a crash or a restart resumes where it stopped, and
-// sweeping twice is harmless. The walk is rate-limited (Options.Rate), so
-// it takes a bounded share of the machine while foreground requests run.
+// expiry as absent at once. The sweeper only gives the space back. It
+// works in passes, each a series of chunks in the target's key order:
+// Target.SweepChunk calls that read a bounded number of records, delete
+// those that have expired and may go (the engine drops whole expiry
+// buckets), and save the position reached in the same atomic write. So a
+// pass interrupted by a crash or a restart resumes where it stopped, and
+// sweeping twice is harmless. The reads are rate-limited (Options.Rate),
+// so a pass takes a bounded share of the machine while foreground
+// requests run.
 //
 // Never deleted, whatever their expiry: a record whose outcome is not
 // settled (in progress, or uncertain until a reconciler resolves it), and
 // a key that a holder in this process is working on. A pass counts those
 // it meets past their expiry as held (Pass.Held).
 //
-// Why a walk and not an expiry index or time-bucketed keys: see
-// docs/design.md, "Expiry and the sweeper", for the measurements.
+// Why the engine keeps completed records in expiry buckets rather than
+// deleting them one by one: see docs/design.md, "Expiry and the sweeper",
+// for the measurements.
 package ttl
 
 import (
@@ -192,11 +195,11 @@ type Options struct {
 	// one pass after it expires.
 	Interval time.Duration
 	// Rate is how many records per second a pass examines at most.
-	// Default: 50,000. Negative: no limit. A pass over N live records
+	// Default: 50,000. Negative: no limit. A pass that reads N records
 	// takes at least N/Rate seconds; see docs/operations.md for sizing.
 	Rate float64
 	// ChunkSize is the number of records per SweepChunk. Default: 64.
-	// Smaller chunks hold a shard fence and a CPU for less time at once.
+	// Smaller chunks hold a CPU for less time at once.
 	ChunkSize int
 	// Clock decides expiry. Default: the system clock. The engine passes
 	// its own.

@@ -16,11 +16,22 @@ import (
 //
 //	0x01 meta    store metadata (the layout version, the epoch, the
 //	             sweeper's position)
-//	0x02 record  uvarint(len tenant) tenant uvarint(len endpoint) endpoint key
+//	0x02 record  uvarint(len tenant) tenant uvarint(len endpoint) endpoint key:
+//	             an unsettled record (in progress or uncertain), which
+//	             never expires while it is unsettled
 //	0x03 data    caller effects: 0x03 + the caller's key; the value is a
 //	             stamp (see AppendStamp) and then the caller's value
+//	0x04 expiry  a completed record in its expiry bucket: 0x04, the
+//	             retention class as one length byte and its bytes, the
+//	             bucket's end in unix seconds (big-endian uint64), then the
+//	             record key without its namespace byte
 //
-// Reserved for later capabilities: 0x04 outbox.
+// Reserved for later capabilities: 0x05 outbox.
+//
+// A completed record is never rewritten while it is retained, and every
+// record in a bucket has expired once the bucket has ended, so the sweeper
+// drops a whole bucket with one range deletion rather than deleting its
+// records one by one (docs/design.md, "Expiry and the sweeper").
 //
 // The record key spells out the whole scope rather than a hash of it, so
 // that two tenants can never share a record, even adversarially. Pebble's
@@ -29,6 +40,7 @@ const (
 	NSMeta   byte = 0x01
 	NSRecord byte = 0x02
 	NSData   byte = 0x03
+	NSExpiry byte = 0x04
 )
 
 // EpochKey holds the store's epoch (a big-endian uint64).
@@ -41,11 +53,13 @@ var EpochKey = []byte{NSMeta, 'e', 'p', 'o', 'c', 'h'}
 var LayoutKey = []byte{NSMeta, 'l', 'a', 'y', 'o', 'u', 't'}
 
 // Layout is the version of the key space and value formats described
-// here and in record.go. Version 2 added the stamp on effect values.
-const Layout = 2
+// here and in record.go. Version 2 added the stamp on effect values;
+// version 3 moved completed records into expiry buckets.
+const Layout = 3
 
-// SweepKey holds the sweeper's position: the last record key of the pass
-// in progress. Absent between passes.
+// SweepKey holds the sweeper's position: the last key the pass in progress
+// read (an expiry key or a record key), or the lone byte NSRecord once it
+// has read every expiry bucket. Absent between passes.
 var SweepKey = []byte{NSMeta, 's', 'w', 'e', 'e', 'p'}
 
 // AppendKey appends id's record key to dst.
@@ -82,6 +96,52 @@ func DecodeKey(k []byte) (idemkv.ID, error) {
 		return idemkv.ID{}, ErrBadKey
 	}
 	return idemkv.ID{Tenant: tenant, Endpoint: endpoint, Key: string(k)}, nil
+}
+
+// BucketLen is the length of the bucket prefix of an expiry key of a
+// class whose name is n bytes long.
+func BucketLen(n int) int { return 1 + 1 + n + 8 }
+
+// AppendBucket appends the prefix shared by the expiry keys of the bucket
+// of class that ends at end (unix seconds).
+func AppendBucket(dst []byte, class string, end uint64) []byte {
+	dst = append(dst, NSExpiry, byte(len(class)))
+	dst = append(dst, class...)
+	return binary.BigEndian.AppendUint64(dst, end)
+}
+
+// AppendExpiryKey appends the expiry key of the record whose record key
+// (AppendKey) is recordKey, in the bucket whose prefix is bucket.
+func AppendExpiryKey(dst, bucket, recordKey []byte) []byte {
+	return append(append(dst, bucket...), recordKey[1:]...)
+}
+
+// SplitExpiryKey splits an expiry key into its bucket prefix (aliasing k),
+// the bucket's class and end, and the record key it stands for (a new
+// slice).
+func SplitExpiryKey(k []byte) (bucket []byte, class string, end uint64, recordKey []byte, err error) {
+	if len(k) < 2 || k[0] != NSExpiry {
+		return nil, "", 0, nil, ErrBadKey
+	}
+	n := int(k[1])
+	if len(k) < BucketLen(n) {
+		return nil, "", 0, nil, ErrBadKey
+	}
+	bucket = k[:BucketLen(n)]
+	class = string(k[2 : 2+n])
+	end = binary.BigEndian.Uint64(k[2+n:])
+	recordKey = append([]byte{NSRecord}, k[len(bucket):]...)
+	return bucket, class, end, recordKey, nil
+}
+
+// BucketEnd is the end, in unix seconds, of the bucket of width w that
+// holds a record expiring at expires: the first multiple of w (in whole
+// seconds, at least one) at or after the expiry, so that every record in a
+// bucket has expired once the bucket has ended.
+func BucketEnd(expires time.Time, w time.Duration) uint64 {
+	e := ceilSeconds(expires)
+	ws := max(1, uint64(w/time.Second))
+	return (e + ws - 1) / ws * ws
 }
 
 // DataKey returns the Pebble key of a caller's effect key.

@@ -1,0 +1,268 @@
+package engine
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// Completed records live in expiry buckets (layout 3, internal/record's
+// keys.go): each retention class has buckets bucketsPerWindow to its
+// window, and a completed record goes into the bucket of its class that
+// ends at or after its expiry. Every record in a bucket has expired once the
+// bucket has ended, so the sweeper drops whole buckets with one range
+// deletion each: no per-record tombstones to compact away, and no write
+// can race the drop, because a write into a bucket that has ended writes
+// a record that has expired already.
+//
+// Unsettled records (in progress, uncertain) keep the record key: they
+// never expire while unsettled, and they are rewritten as they move
+// through their states. Settling one moves it: its record key is deleted
+// and its expiry key set in the same batch.
+//
+// A lookup reads the record key first and then, if the claim filter did
+// not rule the key out, probes the key in every bucket that has not
+// ended. The buckets a lookup must probe are kept in memory (bucketSet):
+// all the buckets in the store when it was opened, and every bucket a
+// write has used since, added before the write commits so that a reader
+// who can see the record also probes its bucket.
+
+// BucketsPerWindow is how many expiry buckets span a retention class's
+// window. A completed record is swept at most one bucket's width (its
+// class's window / BucketsPerWindow) plus one sweeper interval and pass
+// after it expires; every read treats it as absent from its expiry on.
+const BucketsPerWindow = bucketsPerWindow
+
+// bucketsPerWindow is how many buckets span a retention class's window.
+// A bucket holds records up to its width past their expiry, so the store
+// keeps about 1/bucketsPerWindow more than the live records; each lookup
+// the claim filter lets through probes about bucketsPerWindow+1 buckets
+// per class in use.
+const bucketsPerWindow = 24
+
+// bucketSet is the set of expiry buckets that lookups probe, the latest
+// end first. Readers load the current slice without locking; writers add
+// under mu, copying.
+type bucketSet struct {
+	mu   sync.Mutex
+	list atomic.Pointer[[]bucket]
+}
+
+// bucket is one expiry bucket: its key prefix and its end.
+type bucket struct {
+	prefix string
+	end    uint64 // unix seconds
+}
+
+func (bs *bucketSet) load() []bucket {
+	if p := bs.list.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// add makes sure b is in the set. Nearly every call finds it there.
+func (bs *bucketSet) add(prefix []byte, end uint64) {
+	for _, b := range bs.load() {
+		if b.end == end && b.prefix == string(prefix) {
+			return
+		}
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	cur := bs.load()
+	for _, b := range cur {
+		if b.end == end && b.prefix == string(prefix) {
+			return
+		}
+	}
+	// Latest end first: a retry usually follows its first attempt closely,
+	// so its record is in one of the newest buckets.
+	i, _ := slices.BinarySearchFunc(cur, end, func(b bucket, end uint64) int { return cmp.Compare(end, b.end) })
+	next := slices.Insert(slices.Clone(cur), i, bucket{prefix: string(prefix), end: end})
+	bs.list.Store(&next)
+}
+
+// forget drops the buckets that ended at or before now: lookups skip them
+// anyway.
+func (bs *bucketSet) forget(now uint64) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	next := slices.DeleteFunc(slices.Clone(bs.load()), func(b bucket) bool { return b.end <= now })
+	bs.list.Store(&next)
+}
+
+// bucketOf returns the prefix of the bucket that rec, a completed record,
+// goes into, and the bucket's end.
+func (e *Engine) bucketOf(rec *idemkv.Record) ([]byte, uint64) {
+	end := record.BucketEnd(rec.Expires, e.window(rec.Class)/bucketsPerWindow)
+	return record.AppendBucket(nil, rec.Class, end), end
+}
+
+// putRecord adds to b the write that makes next (nil: none) k's record,
+// where stored says whether k's current record is stored under its record
+// key (an unsettled record that was written). A completed record goes to
+// its bucket, which is added to the set lookups probe first.
+func (e *Engine) putRecord(b *pebble.Batch, k []byte, stored bool, next *idemkv.Record) {
+	switch {
+	case next == nil:
+		if stored {
+			_ = b.Delete(k, nil)
+		}
+	case next.State == idemkv.StateCompleted:
+		bp, end := e.bucketOf(next)
+		e.buckets.add(bp, end)
+		_ = b.Set(record.AppendExpiryKey(nil, bp, k), record.Encode(nil, next), nil)
+		if stored {
+			_ = b.Delete(k, nil)
+		}
+	default:
+		_ = b.Set(k, record.Encode(nil, next), nil)
+	}
+}
+
+// scanBuckets calls fn with the prefix and end of every bucket in r (the
+// store or a snapshot), in key order, seeking past each bucket's records.
+func scanBuckets(r pebble.Reader, fn func(prefix []byte, end uint64) error) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{nsExpiry}, UpperBound: []byte{nsExpiry + 1}})
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; {
+		bp, _, end, _, err := record.SplitExpiryKey(it.Key())
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("expiry key %x: %w", it.Key(), err)
+		}
+		bp = bytes.Clone(bp)
+		if err := fn(bp, end); err != nil {
+			_ = it.Close()
+			return err
+		}
+		valid = it.SeekGE(prefixEnd(bp))
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return err
+	}
+	return it.Close()
+}
+
+// loadBuckets fills the set lookups probe with the buckets in the store.
+func (e *Engine) loadBuckets() error {
+	now := uint64(e.clock.Now().Unix())
+	err := scanBuckets(e.db, func(bp []byte, end uint64) error {
+		if end > now {
+			e.buckets.add(bp, end)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("engine: open: read expiry buckets: %w", err)
+	}
+	return nil
+}
+
+// readBucketsLocked probes k in every bucket that has not ended, with it,
+// and returns the first completed record it finds that has not expired.
+//
+// REQUIRES: the key's shard mutex held (see shard).
+func (e *Engine) readBucketsLocked(it *pebble.Iterator, k []byte, now time.Time) (idemkv.Record, bool, error) {
+	var probe []byte
+	unix := uint64(now.Unix())
+	for _, b := range e.buckets.load() {
+		if b.end <= unix {
+			continue // every record in it has expired
+		}
+		probe = append(append(probe[:0], b.prefix...), k[1:]...)
+		if !it.SeekPrefixGE(probe) || !bytes.Equal(it.Key(), probe) {
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return idemkv.Record{}, false, err
+		}
+		rec, err := record.Decode(v)
+		if err != nil {
+			return idemkv.Record{}, false, err
+		}
+		if now.Before(rec.Expires) {
+			return rec, true, nil
+		}
+	}
+	return idemkv.Record{}, false, it.Error()
+}
+
+// dropEndedBuckets deletes every bucket in the store that ended at or
+// before now, one range deletion each, through the committer without a
+// sync (as the point deletes of layout 2 did: a drop lost in a crash
+// brings back records every read treats as absent, and the next pass drops
+// them again). It counts the records dropped and their bytes, reading
+// them: about a microsecond each (docs/benchmarks.md).
+func (e *Engine) dropEndedBuckets(ctx context.Context, now time.Time) (records, size int64, err error) {
+	unix := uint64(now.Unix())
+	b := e.db.NewBatch()
+	defer b.Close()
+	err = scanBuckets(e.db, func(bp []byte, end uint64) error {
+		if end > unix {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, sz, err := countRange(e.db, bp, prefixEnd(bp))
+		if err != nil {
+			return err
+		}
+		records += n
+		size += sz
+		return b.DeleteRange(bp, prefixEnd(bp), nil)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("engine: sweep: %w", err)
+	}
+	e.buckets.forget(unix)
+	if b.Empty() {
+		return 0, 0, nil
+	}
+	g, first, err := e.commits.enqueue(b, false)
+	if werr := e.commits.wait(g, first); err == nil {
+		err = werr
+	}
+	if err != nil {
+		return 0, 0, e.fail(fmt.Errorf("engine: sweep: commit: %w", err))
+	}
+	return records, size, nil
+}
+
+// countRange counts the entries in [lower, upper) and their key and value
+// bytes.
+func countRange(r pebble.Reader, lower, upper []byte) (n, size int64, err error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return 0, 0, err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return 0, 0, err
+		}
+		n++
+		size += int64(len(it.Key()) + len(v))
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return 0, 0, err
+	}
+	return n, size, it.Close()
+}
