@@ -7,13 +7,14 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/record"
 )
 
 // BenchmarkLookupProbes prices the two record layouts considered for
-// expiry (docs/design.md, "Expiry and the sweeper"). A claim of a new key
-// must prove the key absent. With the single-probe layout the engine uses,
-// that is one prefix seek (probes=1). With records grouped into time
+// expiry (docs/design.md, "Expiry and the sweeper"), on raw Pebble. A claim
+// of a new key must prove the key absent. With the single-probe layout
+// (layout 2), that is one prefix seek (probes=1). With records grouped into time
 // buckets (so that whole expired buckets could be dropped with one range
 // deletion), the key could be in any live bucket, so a claim seeks once
 // per bucket (probes=k, one iterator). The store holds 200,000 completed
@@ -75,6 +76,78 @@ func BenchmarkLookupProbes(b *testing.B) {
 				}
 				_ = it.Close()
 			}
+		})
+	}
+}
+
+// BenchmarkReplayLookup prices what layout 3's buckets cost the lookups
+// the claim filter lets through: claims of stored keys, with the replay
+// cache off so that each one reads Pebble. 100,000 completed records of
+// the default class (24 h), flushed and compacted, are spread over one
+// bucket or over the 25 buckets a day's completions fill. "recent" claims
+// keys of the newest bucket (a retry soon after its first attempt: the
+// first bucket probed); "any" claims keys of every bucket alike (about
+// half the buckets probed). new= claims keys never stored, which the
+// filter answers.
+func BenchmarkReplayLookup(b *testing.B) {
+	for _, buckets := range []int{1, 25} {
+		b.Run("buckets="+strconv.Itoa(buckets), func(b *testing.B) {
+			const n = 100_000
+			clock := fakeclock.New(t0)
+			e, err := Open(b.TempDir(), &Options{Clock: clock, NoBackgroundSweep: true, ReplayCacheSize: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			<-e.ClaimFilterBuilt()
+			// Completions spread over just under a day, so that none has
+			// expired and each group has a bucket of its own.
+			step := 24 * time.Hour / time.Duration(buckets)
+			key := func(i int) idemkv.ID {
+				return idemkv.ID{Tenant: "acct_" + strconv.Itoa(i%1000), Endpoint: "POST /v1/payments", Key: "k-" + strconv.Itoa(i)}
+			}
+			per := n / buckets
+			for i := range n {
+				if i > 0 && i%per == 0 {
+					clock.Advance(step)
+				}
+				c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: key(i), Fingerprint: fpA})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := e.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Compact(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if got := len(e.buckets.load()); got != buckets {
+				b.Fatalf("%d buckets, want %d", got, buckets)
+			}
+			run := func(name string, pick func(i int) idemkv.ID, want idemkv.Outcome) {
+				b.Run(name, func(b *testing.B) {
+					i := 0
+					for b.Loop() {
+						i++
+						c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: pick(i), Fingerprint: fpA})
+						if err != nil || c.Outcome != want {
+							b.Fatal(c.Outcome, err)
+						}
+						if c.Outcome == idemkv.Acquired {
+							if err := e.Release(ctx, c.Lease); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				})
+			}
+			run("recent", func(i int) idemkv.ID { return key(n - per + i%per) }, idemkv.Replay)
+			run("any", func(i int) idemkv.ID { return key(i * 7919 % n) }, idemkv.Replay)
+			run("new", func(i int) idemkv.ID { return key(n + i) }, idemkv.Acquired)
 		})
 	}
 }
