@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -133,7 +132,7 @@ func (e *Engine) putRecord(b *pebble.Batch, k []byte, stored bool, next *idemkv.
 // scanBuckets calls fn with the prefix and end of every bucket in r (the
 // store or a snapshot), in key order, seeking past each bucket's records.
 func scanBuckets(r pebble.Reader, fn func(prefix []byte, end uint64) error) error {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{nsExpiry}, UpperBound: []byte{nsExpiry + 1}})
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: expiryStart, UpperBound: expiryEnd})
 	if err != nil {
 		return err
 	}
@@ -200,69 +199,4 @@ func (e *Engine) readBucketsLocked(it *pebble.Iterator, k []byte, now time.Time)
 		}
 	}
 	return idemkv.Record{}, false, it.Error()
-}
-
-// dropEndedBuckets deletes every bucket in the store that ended at or
-// before now, one range deletion each, through the committer without a
-// sync (as the point deletes of layout 2 did: a drop lost in a crash
-// brings back records every read treats as absent, and the next pass drops
-// them again). It counts the records dropped and their bytes, reading
-// them: about a microsecond each (docs/benchmarks.md).
-func (e *Engine) dropEndedBuckets(ctx context.Context, now time.Time) (records, size int64, err error) {
-	unix := uint64(now.Unix())
-	b := e.db.NewBatch()
-	defer b.Close()
-	err = scanBuckets(e.db, func(bp []byte, end uint64) error {
-		if end > unix {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n, sz, err := countRange(e.db, bp, prefixEnd(bp))
-		if err != nil {
-			return err
-		}
-		records += n
-		size += sz
-		return b.DeleteRange(bp, prefixEnd(bp), nil)
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("engine: sweep: %w", err)
-	}
-	e.buckets.forget(unix)
-	if b.Empty() {
-		return 0, 0, nil
-	}
-	g, first, err := e.commits.enqueue(b, false)
-	if werr := e.commits.wait(g, first); err == nil {
-		err = werr
-	}
-	if err != nil {
-		return 0, 0, e.fail(fmt.Errorf("engine: sweep: commit: %w", err))
-	}
-	return records, size, nil
-}
-
-// countRange counts the entries in [lower, upper) and their key and value
-// bytes.
-func countRange(r pebble.Reader, lower, upper []byte) (n, size int64, err error) {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return 0, 0, err
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			_ = it.Close()
-			return 0, 0, err
-		}
-		n++
-		size += int64(len(it.Key()) + len(v))
-	}
-	if err := it.Error(); err != nil {
-		_ = it.Close()
-		return 0, 0, err
-	}
-	return n, size, it.Close()
 }

@@ -169,11 +169,11 @@ type sweepBucket struct {
 // to b a range deletion for each bucket it reads to the end. When no
 // bucket is left, it returns the start of the unsettled records as Next.
 func (e *Engine) sweepBuckets(cursor []byte, n int, now time.Time, b *pebble.Batch) (ttl.Chunk, error) {
-	lower := []byte{nsExpiry}
+	lower := expiryStart
 	if cursor != nil {
 		lower = append(bytes.Clone(cursor), 0) // the first key after cursor
 	}
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{nsExpiry + 1}})
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: expiryEnd})
 	if err != nil {
 		return ttl.Chunk{}, err
 	}
