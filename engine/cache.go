@@ -1,16 +1,29 @@
 package engine
 
 import (
-	"container/list"
 	"time"
 
+	"github.com/coocood/freecache"
+
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
 )
 
-// replayCache keeps recently completed records of one stripe in memory, so
-// that replays (retries of finished requests, the common case right after
-// a lost response) are answered without a Pebble read. It is an LRU bounded
-// in bytes.
+// replayCache keeps recently completed records in memory, so that replays
+// (retries of finished requests, the common case right after a lost
+// response) are answered without a Pebble read. Every shard holds the same
+// cache; each key's entry is read and written only under its shard's
+// mutex.
+//
+// The records are kept encoded (the codec of internal/record) in
+// freecache's ring buffers: a few hundred large byte slices without
+// pointers, which the garbage collector never scans. A cache of Go values
+// (a map and a list of records) costs the collector several pointers per
+// entry on every cycle; at the default 128 MiB, hundreds of thousands of
+// entries, that marking showed up as latency on every request of the
+// process that embeds the engine (docs/benchmarks.md, "The HTTP
+// middleware"). Eviction is freecache's: per segment, least recently used
+// first, approximately.
 //
 // Invariant, under the stripe mutex: an entry for k is a durable completed
 // record and equals what Pebble holds for k. It is kept by two rules: every
@@ -19,79 +32,73 @@ import (
 // entry is (re)filled only from a durable source — a disk read with no slot,
 // or a write that has just become durable, as its slot is removed.
 type replayCache struct {
-	budget int64 // bytes; 0 disables the cache
-	used   int64
-	lru    list.List // of *cacheEntry, most recently used at the front
-	byKey  map[string]*list.Element
+	fc *freecache.Cache // nil disables the cache
 }
 
-type cacheEntry struct {
-	key  string
-	rec  idemkv.Record
-	size int64
+// newReplayCache returns a cache of about budget bytes, or a disabled one
+// if budget is not positive. freecache rounds a budget below 512 KiB up to
+// it, and takes an entry (key and encoded record) of at most a 1,024th of
+// the budget: 128 KiB at the default.
+func newReplayCache(budget int64) replayCache {
+	if budget <= 0 {
+		return replayCache{}
+	}
+	return replayCache{fc: freecache.NewCacheCustomTimer(int(budget), noTimer{})}
 }
 
-func (c *replayCache) init(budget int64) {
-	c.budget = budget
-	c.byKey = make(map[string]*list.Element)
-}
+// noTimer is freecache's clock. The engine sets no freecache expiry (the
+// lookup checks a record's own expiry against the engine's clock), so the
+// cache needs no time and reads none.
+type noTimer struct{}
 
-// entrySize approximates the memory an entry holds.
-func entrySize(k []byte, r *idemkv.Record) int64 {
-	return int64(160 + 2*len(k) + len(r.Fingerprint) + len(r.Result.Pointer) + len(r.Result.Body))
-}
+func (noTimer) Now() uint32 { return 0 }
 
-// get returns a copy of the cached record for k, if any. The copy does not
-// alias the cache.
-func (c *replayCache) get(k []byte) (idemkv.Record, bool) {
-	el, ok := c.byKey[string(k)]
-	if !ok {
+// get returns the cached record for k, if any. The record does not alias
+// the cache. Its ID is empty.
+func (c replayCache) get(k []byte) (idemkv.Record, bool) {
+	if c.fc == nil {
 		return idemkv.Record{}, false
 	}
-	c.lru.MoveToFront(el)
-	rec := el.Value.(*cacheEntry).rec
-	rec.Fingerprint = append([]byte(nil), rec.Fingerprint...)
-	if rec.Result.Body != nil {
-		rec.Result.Body = append([]byte(nil), rec.Result.Body...)
+	var (
+		rec idemkv.Record
+		err error
+	)
+	if c.fc.GetFn(k, func(v []byte) error {
+		rec, err = record.Decode(v)
+		return err
+	}) != nil {
+		if err != nil {
+			c.fc.Del(k) // cannot happen: only Encode's output is stored
+		}
+		return idemkv.Record{}, false
 	}
 	return rec, true
 }
 
-// put caches r (a durable completed record) under k, evicting the least
-// recently used entries to stay within budget. It keeps its own copy.
-func (c *replayCache) put(k []byte, r *idemkv.Record, now time.Time) {
-	if c.budget == 0 || r.State != idemkv.StateCompleted || !now.Before(r.Expires) {
+// put caches r (a durable completed record) under k, evicting older
+// entries to stay within budget. A record too large for the cache is not
+// cached.
+func (c replayCache) put(k []byte, r *idemkv.Record, now time.Time) {
+	if c.fc == nil || r.State != idemkv.StateCompleted || !now.Before(r.Expires) {
 		return
 	}
-	size := entrySize(k, r)
-	if size > c.budget/4 {
-		return // one huge body must not flush the whole stripe
-	}
-	c.drop(k)
-	rec := *r
-	rec.ID = idemkv.ID{}
-	rec.Fingerprint = append([]byte(nil), r.Fingerprint...)
-	if r.Result.Body != nil {
-		rec.Result.Body = append([]byte(nil), r.Result.Body...)
-	}
-	e := &cacheEntry{key: string(k), rec: rec, size: size}
-	c.byKey[e.key] = c.lru.PushFront(e)
-	c.used += size
-	for c.used > c.budget {
-		old := c.lru.Back().Value.(*cacheEntry)
-		c.drop([]byte(old.key))
+	var buf [256]byte
+	if c.fc.Set(k, record.Encode(buf[:0], r), 0) != nil {
+		c.fc.Del(k) // no older entry may outlive a failed update
 	}
 }
 
 // drop forgets k.
-func (c *replayCache) drop(k []byte) {
-	el, ok := c.byKey[string(k)]
-	if !ok {
-		return
+func (c replayCache) drop(k []byte) {
+	if c.fc != nil {
+		c.fc.Del(k)
 	}
-	e := c.lru.Remove(el).(*cacheEntry)
-	delete(c.byKey, e.key)
-	c.used -= e.size
 }
 
-func (c *replayCache) len() int { return len(c.byKey) }
+// len returns how many records the cache holds.
+func (c replayCache) len() int {
+	if c.fc == nil {
+		return 0
+	}
+	return int(c.fc.EntryCount())
+}

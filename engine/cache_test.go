@@ -43,12 +43,12 @@ func TestReplayCacheServesReplays(t *testing.T) {
 func TestReplayCacheBounded(t *testing.T) {
 	v := newEnv(t)
 	require.NoError(t, v.e.Close())
-	v.opts.Shards = 1
-	v.opts.ReplayCacheSize = 64 << 10
+	v.opts.ReplayCacheSize = 512 << 10 // freecache's smallest
 	v.open()
-	for i := range 2000 {
+	body := func(i int) string { return fmt.Sprintf("%0300d", i) }
+	for i := range 2000 { // about 700 KB of entries
 		c := v.claim(id(fmt.Sprintf("k%04d", i)), fpA, idemkv.ModeLocal)
-		require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 200, Body: []byte(fmt.Sprint(i))}, nil))
+		require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 200, Body: []byte(body(i))}, nil))
 	}
 	st, err := v.e.Stats()
 	require.NoError(t, err)
@@ -56,7 +56,7 @@ func TestReplayCacheBounded(t *testing.T) {
 	require.Positive(t, st.ReplayCached)
 	for i := range 2000 { // evicted or not, every replay is right
 		r := v.claim(id(fmt.Sprintf("k%04d", i)), fpA, idemkv.ModeLocal)
-		require.Equal(t, fmt.Sprint(i), string(r.Record.Result.Body))
+		require.Equal(t, body(i), string(r.Record.Result.Body))
 	}
 }
 

@@ -209,10 +209,11 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	}
 	e := &Engine{opts: o, clock: o.Clock, dir: dir, db: db, cache: c, commits: newCommitter(db), shards: make([]shard, o.Shards)}
 	e.gate.drained.L = &e.gate.Mutex
+	replay := newReplayCache(o.ReplayCacheSize)
 	for i := range e.shards {
 		e.shards[i].mu.slots = make(map[string]*slot)
 		e.shards[i].mu.reapAt = minReapAt
-		e.shards[i].mu.cache.init(max(0, o.ReplayCacheSize) / int64(o.Shards))
+		e.shards[i].mu.cache = replay
 	}
 	if err := e.advanceEpoch(); err != nil {
 		if !errors.Is(err, errCommitFailed) { // else Pebble may be stuck: see failstop.go

@@ -98,7 +98,6 @@ func (e *Engine) Stats() (Stats, error) {
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
-		st.ReplayCached += sh.mu.cache.len()
 		for _, s := range sh.mu.slots {
 			switch {
 			case s.busy:
@@ -111,6 +110,7 @@ func (e *Engine) Stats() (Stats, error) {
 		}
 		sh.mu.Unlock()
 	}
+	st.ReplayCached = e.shards[0].mu.cache.len() // every shard holds the same cache
 	c := &e.counters
 	st.Claims, st.Acquired, st.Takeovers = c.claims.Load(), c.acquired.Load(), c.takeovers.Load()
 	st.Replays, st.InProgress, st.Mismatches = c.replays.Load(), c.inProgress.Load(), c.mismatches.Load()
