@@ -111,11 +111,14 @@ type Options struct {
 	BloomBitsPerKey int
 
 	// ReplayCacheSize is the memory, in bytes, for recently completed
-	// records kept to answer replays without a Pebble read. Default:
-	// 128 MiB, about 300,000 records without bodies: a minute of
+	// records kept to answer replays without a Pebble read, allocated at
+	// Open and kept out of the garbage collector's scans (cache.go).
+	// Default: 128 MiB, several hundred thousand records without bodies
+	// (about 150 to 200 B each, encoded): more than a minute of
 	// completions at 5,000 requests/s, the window in which most retries of
-	// finished requests arrive. Negative disables it. A replay the cache
-	// misses costs a Pebble read, several times slower.
+	// finished requests arrive. Sizes below 512 KiB are rounded up to it.
+	// Negative disables it. A replay the cache misses costs a Pebble read,
+	// several times slower.
 	ReplayCacheSize int64
 
 	// ClaimFilterBitsPerKey sizes the in-memory bloom filter that answers
