@@ -11,9 +11,8 @@ import (
 
 // replayCache keeps recently completed records in memory, so that replays
 // (retries of finished requests, the common case right after a lost
-// response) are answered without a Pebble read. Every shard holds the same
-// cache; each key's entry is read and written only under its shard's
-// mutex.
+// response) are answered without a Pebble read. The engine has one; each
+// key's entry is read and written only under its shard's mutex.
 //
 // The records are kept encoded (the codec of internal/record) in
 // freecache's ring buffers: a few hundred large byte slices without

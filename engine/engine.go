@@ -33,6 +33,9 @@ type Engine struct {
 	}
 	db    *pebble.DB
 	cache interface{ Unref() }
+	// replay answers replays of recently completed records (cache.go);
+	// each key's entry is used only under its shard's mutex.
+	replay replayCache
 	// commits combines concurrent synced writes (see committer).
 	commits *committer
 
@@ -109,7 +112,6 @@ type shard struct {
 		sync.Mutex
 		slots  map[string]*slot
 		reapAt int // reap expired slots when len(slots) reaches this
-		cache  replayCache
 		// filter, if set, holds every record key of this shard that is
 		// stored or being written; nextFilter is the one being built
 		// (claimfilter.go).
@@ -133,7 +135,7 @@ func (e *Engine) installLocked(sh *shard, k []byte, s *slot) {
 	sh.filterAddLocked(k)
 	e.filter.noteAdd()
 	sh.mu.slots[string(k)] = s
-	sh.mu.cache.drop(k)
+	e.replay.drop(k)
 }
 
 // slot is a record held in progress by a holder in this process, or a key
@@ -209,11 +211,10 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	}
 	e := &Engine{opts: o, clock: o.Clock, dir: dir, db: db, cache: c, commits: newCommitter(db), shards: make([]shard, o.Shards)}
 	e.gate.drained.L = &e.gate.Mutex
-	replay := newReplayCache(o.ReplayCacheSize)
+	e.replay = newReplayCache(o.ReplayCacheSize)
 	for i := range e.shards {
 		e.shards[i].mu.slots = make(map[string]*slot)
 		e.shards[i].mu.reapAt = minReapAt
-		e.shards[i].mu.cache = replay
 	}
 	if err := e.advanceEpoch(); err != nil {
 		if !errors.Is(err, errCommitFailed) { // else Pebble may be stuck: see failstop.go
@@ -470,7 +471,7 @@ func (e *Engine) lookupLocked(sh *shard, k []byte, now time.Time) (rec idemkv.Re
 		rec.Fingerprint = bytes.Clone(rec.Fingerprint) // the slot's copy is not the caller's
 		return rec, s, true, nil
 	}
-	if rec, ok := sh.mu.cache.get(k); ok {
+	if rec, ok := e.replay.get(k); ok {
 		e.counters.cacheHits.Add(1)
 		return rec, nil, now.Before(rec.Expires), nil
 	}
@@ -486,7 +487,7 @@ func (e *Engine) lookupLocked(sh *shard, k []byte, now time.Time) (rec idemkv.Re
 		if !now.Before(rec.Expires) {
 			found = false
 		} else {
-			sh.mu.cache.put(k, &rec, now)
+			e.replay.put(k, &rec, now)
 		}
 	}
 	return rec, nil, found, err
@@ -691,7 +692,7 @@ func (e *Engine) commitBusy(sh *shard, k []byte, s *slot, b *pebble.Batch, next 
 	sh.mu.Lock()
 	delete(sh.mu.slots, string(k))
 	if next != nil {
-		sh.mu.cache.put(k, next, e.clock.Now())
+		e.replay.put(k, next, e.clock.Now())
 	}
 	close(s.done)
 	sh.mu.Unlock()

@@ -110,7 +110,7 @@ func (e *Engine) Stats() (Stats, error) {
 		}
 		sh.mu.Unlock()
 	}
-	st.ReplayCached = e.shards[0].mu.cache.len() // every shard holds the same cache
+	st.ReplayCached = e.replay.len()
 	c := &e.counters
 	st.Claims, st.Acquired, st.Takeovers = c.claims.Load(), c.acquired.Load(), c.takeovers.Load()
 	st.Replays, st.InProgress, st.Mismatches = c.replays.Load(), c.inProgress.Load(), c.mismatches.Load()
