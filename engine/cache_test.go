@@ -68,3 +68,29 @@ func TestConformanceNoReplayCache(t *testing.T) {
 	}
 	storetest.Run(t, storetest.DirHarness(openForConformance(func(o *Options) { o.ReplayCacheSize = -1 }), true))
 }
+
+// TestReplayCacheNeverShadowsANewerRecord covers the first of the cache's
+// two rules: a slot installed for a key drops its entry. The entry here
+// is a completed record past its retention but not yet swept; a new remote
+// claim of the key then leaves an uncertain record on disk and no slot.
+// Had the stale entry survived, the next claim would read it as absent
+// and acquire: the operation would run a second time while the first
+// one's outcome is unknown.
+func TestReplayCacheNeverShadowsANewerRecord(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("k"), fpA, idemkv.ModeLocal)
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+	require.Equal(t, idemkv.Replay, v.claim(id("k"), fpA, idemkv.ModeLocal).Outcome) // cached
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ReplayCached)
+
+	v.clock.Advance(24*time.Hour + time.Second)
+	c = v.claim(id("k"), fpA, idemkv.ModeRemote)
+	require.Equal(t, idemkv.Acquired, c.Outcome)
+	require.NoError(t, v.e.MarkUncertain(ctx, c.Lease, "the downstream call timed out"))
+
+	r := v.claim(id("k"), fpA, idemkv.ModeRemote)
+	require.Equal(t, idemkv.Reconciling, r.Outcome)
+	require.Equal(t, idemkv.StateUncertain, r.Record.State)
+}
