@@ -10,16 +10,47 @@ import (
 // A stored response travels in idemkv.Result: the status in Status, the
 // created object's location in Pointer, and in Body an envelope holding
 // the replayable headers, the fingerprint diagnostics and, unless the
-// response was too large to keep, the body:
+// response was too large to keep, the body. Version 2, written since
+// 2026-12-01:
 //
-//	version byte (1) | flags byte | uvarint header count |
-//	  per header: uvarint len, name, uvarint len, value |
+//	version byte (2) | flags byte | uvarint header count |
+//	  per header: name ref, value ref |
 //	[flagDiag: uvarint len, diagnostics] | [flagBody: the body, to the end]
-const envelopeV1 = 1
+//
+// A ref is a uvarint r. An odd r names entry r>>1 of a static table
+// (headerNames for names, headerValues for values); an even r is followed
+// by r>>1 bytes spelling the string out. Value entry 0 stands for the
+// record's Pointer, so that a Location header naming the created object
+// is not stored twice. A typical JSON 201 (Content-Type and Location) thus
+// stores its headers in 6 bytes instead of about 60.
+//
+// Version 1 (until 2026-12-01) spells every name and value out, each as a
+// uvarint length and its bytes. Records written in it are still read until
+// they expire.
+const (
+	envelopeV1 = 1
+	envelopeV2 = 2
+)
 
 const (
 	flagBody = 1 << iota // the body is stored and replayed byte for byte
 	flagDiag             // fingerprint diagnostics are stored
+)
+
+// The static tables of envelope version 2. Stored records refer to their
+// entries by position: entries may be appended, never changed, removed or
+// reordered.
+var (
+	headerNames = []string{
+		"Content-Type", "Location", "Content-Language", "Content-Encoding",
+		"Cache-Control", "Etag", "Last-Modified", "Link", "Vary", "Retry-After",
+	}
+	headerValues = []string{
+		"", // the record's Pointer; never matched as a literal
+		"application/json", "application/json; charset=utf-8",
+		"application/problem+json", "text/plain; charset=utf-8",
+		"text/html; charset=utf-8", "application/octet-stream", "no-store",
+	}
 )
 
 var errEnvelope = errors.New("httpidem: stored response is malformed")
@@ -39,7 +70,9 @@ func (e *envelope) size() int {
 	return n
 }
 
-func (e *envelope) encode() []byte {
+// encode returns the envelope in version 2; pointer is the Pointer of the
+// Result it will be stored in.
+func (e *envelope) encode(pointer string) []byte {
 	var flags byte
 	if e.haveBody {
 		flags |= flagBody
@@ -48,13 +81,11 @@ func (e *envelope) encode() []byte {
 		flags |= flagDiag
 	}
 	b := make([]byte, 0, e.size())
-	b = append(b, envelopeV1, flags)
+	b = append(b, envelopeV2, flags)
 	b = binary.AppendUvarint(b, uint64(len(e.header)))
 	for _, h := range e.header {
-		b = binary.AppendUvarint(b, uint64(len(h[0])))
-		b = append(b, h[0]...)
-		b = binary.AppendUvarint(b, uint64(len(h[1])))
-		b = append(b, h[1]...)
+		b = appendRef(b, h[0], headerNames, "")
+		b = appendRef(b, h[1], headerValues, pointer)
 	}
 	if e.diag != nil {
 		b = binary.AppendUvarint(b, uint64(len(e.diag)))
@@ -66,16 +97,33 @@ func (e *envelope) encode() []byte {
 	return b
 }
 
-// decodeEnvelope parses b. The result aliases b.
-func decodeEnvelope(b []byte) (envelope, error) {
+// appendRef appends the ref of s: entry 0 of table if s is pointer (not
+// empty; only values are passed one), the entry of table equal to s if
+// there is one, else s spelled out.
+func appendRef(b []byte, s string, table []string, pointer string) []byte {
+	if pointer != "" && s == pointer {
+		return binary.AppendUvarint(b, 1)
+	}
+	for i, t := range table {
+		if t == s && t != "" {
+			return binary.AppendUvarint(b, uint64(i)<<1|1)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(s))<<1)
+	return append(b, s...)
+}
+
+// decodeEnvelope parses b, stored in a Result whose Pointer is pointer.
+// The result aliases b.
+func decodeEnvelope(b []byte, pointer string) (envelope, error) {
 	var e envelope
 	if len(b) < 2 {
 		return e, fmt.Errorf("%w: %d bytes", errEnvelope, len(b))
 	}
-	if b[0] != envelopeV1 {
-		return e, fmt.Errorf("%w: unknown version %d", errEnvelope, b[0])
+	version, flags := b[0], b[1]
+	if version != envelopeV1 && version != envelopeV2 {
+		return e, fmt.Errorf("%w: unknown version %d", errEnvelope, version)
 	}
-	flags := b[1]
 	if flags&^(flagBody|flagDiag) != 0 {
 		return e, fmt.Errorf("%w: unknown flags %#x", errEnvelope, flags)
 	}
@@ -89,14 +137,25 @@ func decodeEnvelope(b []byte) (envelope, error) {
 	}
 	e.header = make([][2]string, 0, n)
 	for i := uint64(0); i < n; i++ {
-		var name, value []byte
-		if name, b, err = lenPrefixed(b); err != nil {
-			return e, err
+		var name, value string
+		if version == envelopeV1 {
+			var nb, vb []byte
+			if nb, b, err = lenPrefixed(b); err != nil {
+				return e, err
+			}
+			if vb, b, err = lenPrefixed(b); err != nil {
+				return e, err
+			}
+			name, value = string(nb), string(vb)
+		} else {
+			if name, b, err = ref(b, headerNames, ""); err != nil {
+				return e, err
+			}
+			if value, b, err = ref(b, headerValues, pointer); err != nil {
+				return e, err
+			}
 		}
-		if value, b, err = lenPrefixed(b); err != nil {
-			return e, err
-		}
-		e.header = append(e.header, [2]string{string(name), string(value)})
+		e.header = append(e.header, [2]string{name, value})
 	}
 	if flags&flagDiag != 0 {
 		if e.diag, b, err = lenPrefixed(b); err != nil {
@@ -109,6 +168,31 @@ func decodeEnvelope(b []byte) (envelope, error) {
 		return e, fmt.Errorf("%w: %d trailing bytes", errEnvelope, len(b))
 	}
 	return e, nil
+}
+
+// ref reads one version 2 ref (see envelopeV2).
+func ref(b []byte, table []string, pointer string) (string, []byte, error) {
+	r, b, err := uvarint(b)
+	if err != nil {
+		return "", nil, err
+	}
+	if r&1 == 0 {
+		if r>>1 > uint64(len(b)) {
+			return "", nil, fmt.Errorf("%w: length %d beyond the %d bytes left", errEnvelope, r>>1, len(b))
+		}
+		return string(b[:r>>1]), b[r>>1:], nil
+	}
+	i := r >> 1
+	switch {
+	case i >= uint64(len(table)):
+		return "", nil, fmt.Errorf("%w: table entry %d of %d", errEnvelope, i, len(table))
+	case i == 0 && table[0] == "":
+		if pointer == "" {
+			return "", nil, fmt.Errorf("%w: a header refers to an empty pointer", errEnvelope)
+		}
+		return pointer, b, nil
+	}
+	return table[i], b, nil
 }
 
 func uvarint(b []byte) (uint64, []byte, error) {

@@ -3,6 +3,7 @@ package httpidem
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -38,25 +39,28 @@ func FuzzParseKey(f *testing.F) {
 }
 
 // FuzzDecodeEnvelope: any stored bytes decode or fail cleanly, and what
-// decodes re-encodes to an envelope that decodes the same.
+// decodes re-encodes to an envelope that decodes the same, whatever the
+// record's pointer.
 func FuzzDecodeEnvelope(f *testing.F) {
-	f.Add((&envelope{header: [][2]string{{"Content-Type", "application/json"}}, haveBody: true, body: []byte(`{"id":1}`)}).encode())
-	f.Add((&envelope{diag: []byte{1, 2, 3}}).encode())
-	f.Add([]byte{1, 0, 0})
-	f.Add([]byte{1, 3, 200, 1})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		e, err := decodeEnvelope(b)
+	f.Add((&envelope{header: [][2]string{{"Content-Type", "application/json"}}, haveBody: true, body: []byte(`{"id":1}`)}).encode(""), "")
+	f.Add((&envelope{header: [][2]string{{"Location", "/p/1"}, {"X-Y", "z"}}}).encode("/p/1"), "/p/1")
+	f.Add((&envelope{diag: []byte{1, 2, 3}}).encode(""), "")
+	f.Add([]byte{1, 0, 0}, "")
+	f.Add([]byte{1, 3, 200, 1}, "")
+	f.Add([]byte{2, 0, 1, 3, 1}, "")
+	f.Fuzz(func(t *testing.T, b []byte, pointer string) {
+		e, err := decodeEnvelope(b, pointer)
 		if err != nil {
 			if !errors.Is(err, errEnvelope) {
 				t.Fatalf("error %v does not wrap errEnvelope", err)
 			}
 			return
 		}
-		e2, err := decodeEnvelope(e.encode())
+		e2, err := decodeEnvelope(e.encode(pointer), pointer)
 		if err != nil {
 			t.Fatalf("re-encoded envelope does not decode: %v", err)
 		}
-		if len(e2.header) != len(e.header) || !bytes.Equal(e2.diag, e.diag) || !bytes.Equal(e2.body, e.body) || e2.haveBody != e.haveBody {
+		if !slices.Equal(e2.header, e.header) || !bytes.Equal(e2.diag, e.diag) || !bytes.Equal(e2.body, e.body) || e2.haveBody != e.haveBody {
 			t.Fatalf("round trip changed the envelope: %+v vs %+v", e, e2)
 		}
 	})

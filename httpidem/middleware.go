@@ -525,14 +525,14 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 			return applyErr
 		}
 	}
-	res := idemkv.Result{Status: status, Pointer: pointer, Body: env.encode()}
+	res := idemkv.Result{Status: status, Pointer: pointer, Body: env.encode(pointer)}
 	err := store.Complete(ctx, op.lease, res, apply)
 	if errors.Is(err, idemkv.ErrInvalidResult) && env.haveBody {
 		// The store bounds bodies more tightly than MaxStoredBody: keep
 		// the outcome without the body rather than lose it.
 		p.m.log.Warn("httpidem: response body refused by the store; stored without it", "endpoint", q.id.Endpoint, "err", err)
 		env.haveBody, env.body = false, nil
-		res.Body = env.encode()
+		res.Body = env.encode(pointer)
 		err = store.Complete(ctx, op.lease, res, apply)
 	}
 	if err != nil && applyErr != nil {
@@ -599,7 +599,7 @@ func (p *protected) storeFailed(w http.ResponseWriter, r *http.Request, q *reque
 // replay answers with a stored outcome.
 func (p *protected) replay(w http.ResponseWriter, r *http.Request, q *request, res idemkv.Result) {
 	q.report.Disposition = Replayed
-	env, err := decodeEnvelope(res.Body)
+	env, err := decodeEnvelope(res.Body, res.Pointer)
 	if err == nil && (res.Status < 100 || res.Status > 999) {
 		err = fmt.Errorf("%w: status %d", errEnvelope, res.Status)
 	}
@@ -641,7 +641,7 @@ func (p *protected) mismatch(w http.ResponseWriter, r *http.Request, q *request)
 	}
 	if q.diag != nil {
 		if rec, err := p.m.store.Get(r.Context(), q.id); err == nil && rec.State == idemkv.StateCompleted {
-			if env, err := decodeEnvelope(rec.Result.Body); err == nil && env.diag != nil {
+			if env, err := decodeEnvelope(rec.Result.Body, rec.Result.Pointer); err == nil && env.diag != nil {
 				if diffs, err := fingerprint.Explain(env.diag, q.fpReq, p.route.Fingerprint); err == nil {
 					for _, d := range diffs {
 						pr.Fields = append(pr.Fields, d.Part)
