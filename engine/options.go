@@ -95,6 +95,15 @@ type Options struct {
 	// Larger memtables mean fewer flushes and longer WAL replay at open.
 	MemTableSize uint64
 
+	// NoBackgroundYield turns off the yield of Pebble's flushes and
+	// compactions to waiting requests (yieldfs.go). By default each write
+	// of a flush or compaction first lets runnable goroutines run, so that
+	// background work does not hold a core for the scheduler's 10 ms
+	// slices while requests wait: on two cores this cut the HTTP
+	// middleware's p99 latency (docs/benchmarks.md). Set it to measure
+	// without the yield.
+	NoBackgroundYield bool
+
 	// CompactionConcurrency is the most compactions Pebble runs at once.
 	// Default: 1 on one or two cores, else half the cores. Compactions
 	// compete with requests for CPU.
@@ -293,8 +302,12 @@ func (o *Options) Validate() error {
 // opens its raw Pebble store with these, so the two differ only in how they
 // use Pebble.
 func (o *Options) PebbleOptions() *pebble.Options {
+	fs := o.FS
+	if !o.NoBackgroundYield {
+		fs = yieldFS{fs}
+	}
 	po := &pebble.Options{
-		FS: o.FS,
+		FS: fs,
 		// Pin the format: a store written by this engine stays readable by
 		// it, and a Pebble upgrade does not silently rewrite the format.
 		FormatMajorVersion: pebble.FormatNewest,

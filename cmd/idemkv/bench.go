@@ -101,6 +101,7 @@ func init() {
 				f.claimFilterBits = n
 				return nil
 			})
+			fs.BoolVar(&f.noYield, "no-background-yield", false, "run Pebble's flushes and compactions without yielding to requests (engine.Options.NoBackgroundYield), for A/B runs")
 			fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
 			fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
 			fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
@@ -123,8 +124,10 @@ type benchFlags struct {
 	scaleRounds   int
 	// claimFilterBits is engine.Options.ClaimFilterBitsPerKey (0: default).
 	claimFilterBits int
-	data            string
-	json, plot      string
+	// noYield is engine.Options.NoBackgroundYield.
+	noYield    bool
+	data       string
+	json, plot string
 }
 
 // runBench runs the benchmark: the table on stdout, a progress bar on
@@ -157,6 +160,12 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 			cfg.Engine = &engine.Options{}
 		}
 		cfg.Engine.ClaimFilterBitsPerKey = f.claimFilterBits
+	}
+	if f.noYield {
+		if cfg.Engine == nil {
+			cfg.Engine = &engine.Options{}
+		}
+		cfg.Engine.NoBackgroundYield = true
 	}
 	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {
 		cfg.Progress = progress

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/engine"
 )
 
 func init() {
 	register(&command{
 		name:    "bench http",
-		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--data DIR] [--json FILE]",
+		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--no-background-yield] [--data DIR] [--json FILE]",
 		summary: "measure the HTTP middleware's latency overhead over a bare handler on loopback (docs/benchmarks.md)",
 		flags:   benchHTTPFlags,
 	})
@@ -26,6 +27,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		clients, n    int
 		slice         time.Duration
 		data, jsonOut string
+		noYield       bool
 	)
 	profileFlag(fs, &profile, "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)",
 		func(s string) error { _, err := bench.HTTPProfile(s); return err })
@@ -33,6 +35,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.IntVar(&clients, "clients", 0, "concurrent clients (default 64)")
 	fs.DurationVar(&slice, "slice", 0, "how long each handler is driven at a time (default: the profile's)")
 	fs.IntVar(&n, "slices", 0, "measured slices per handler (default: the profile's)")
+	fs.BoolVar(&noYield, "no-background-yield", false, "run Pebble's flushes and compactions without yielding to requests (engine.Options.NoBackgroundYield), for A/B runs")
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
 	return func(ctx context.Context, stdout io.Writer) error {
@@ -41,6 +44,9 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			return err
 		}
 		cfg.Rate, cfg.Clients, cfg.Dir = rate, clients, data
+		if noYield {
+			cfg.Engine = &engine.Options{NoBackgroundYield: true}
+		}
 		if slice != 0 {
 			cfg.Slice = slice
 		}

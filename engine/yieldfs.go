@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// yieldFS makes Pebble's flushes and compactions give way to the requests.
+//
+// A flush or a compaction runs on one goroutine that builds and writes its
+// sstables without blocking: tens to hundreds of milliseconds of CPU. The
+// Go scheduler lets a goroutine that does not block run for up to 10 ms
+// before it preempts it, so on a machine with few cores a compaction holds
+// a processor for long stretches while requests queue behind it. With two
+// cores, that halves the capacity left for requests for as long as the
+// compaction runs, and shows as latency spikes in every request of the
+// process (docs/benchmarks.md, "The HTTP middleware").
+//
+// yieldFS wraps the files that flushes and compactions create, and a
+// write to them first calls runtime.Gosched once yieldInterval has passed
+// since the last: the goroutine goes to the back of the run queue and
+// requests waiting for a processor run first. When nothing else is
+// runnable, Gosched returns at once and costs about a hundred nanoseconds.
+//
+// This changes no data and no order of writes, only when the background
+// work runs. If requests kept both cores busy without pause, flushes and
+// compactions would run slower and Pebble would throttle writes (its
+// memtable and L0 stop thresholds) as it does whenever compactions fall
+// behind; Options.NoBackgroundYield turns the wrapper off.
+type yieldFS struct{ vfs.FS }
+
+// yieldCategories are the writes that give way: Pebble's names for the
+// sstables (and blob files) of flushes and compactions. The WAL is never
+// wrapped: its writes are the requests' own.
+var yieldCategories = map[vfs.DiskWriteCategory]bool{
+	"pebble-memtable-flush":    true,
+	"pebble-compaction":        true,
+	"pebble-blob-file-rewrite": true,
+}
+
+// Create implements vfs.FS.
+func (fs yieldFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, category)
+	if err != nil || !yieldCategories[category] {
+		return f, err
+	}
+	yf := &yieldFile{File: f}
+	yf.last.Store(nanotime())
+	return yf, nil
+}
+
+// yieldInterval is how long a flush or compaction may write before it
+// gives way. Yielding at every write (a few KiB, tens of microseconds of
+// work) starved compactions when requests kept the cores busy: each yield
+// waited behind every runnable goroutine, compactions fell behind, Pebble
+// stalled writes, and the unique workload lost about a sixth of its throughput
+// at 256 clients (docs/benchmarks.md). Once a millisecond bounds the
+// delay a compaction adds to a waiting request at a tenth of the
+// scheduler's own slice, and leaves compactions most of their share of a
+// saturated machine.
+const yieldInterval = time.Millisecond
+
+// yieldFile is a file whose writes give way first, at most once per
+// yieldInterval. Pebble writes a file from one goroutine at a time.
+type yieldFile struct {
+	vfs.File
+	last atomic.Int64 // monotonic nanoseconds of the last yield
+}
+
+// Write implements vfs.File.
+func (f *yieldFile) Write(p []byte) (int, error) {
+	if now := nanotime(); now-f.last.Load() >= int64(yieldInterval) {
+		runtime.Gosched()
+		f.last.Store(nanotime())
+	}
+	return f.File.Write(p)
+}
+
+// epoch anchors nanotime: time.Since reads the monotonic clock.
+var epoch = time.Now()
+
+func nanotime() int64 { return int64(time.Since(epoch)) }
