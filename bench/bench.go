@@ -754,8 +754,8 @@ func engineOptions(o *engine.Options) EngineOptions {
 	return EngineOptions{
 		CacheBytes: o.CacheSize, MemTableBytes: o.MemTableSize, BloomBitsPerKey: o.BloomBitsPerKey,
 		Compression: comp, CompactionConcurrency: o.CompactionConcurrency, Shards: o.Shards,
-		ClaimFilterBitsPerKey: o.ClaimFilterBitsPerKey,
-		LeaseSeconds:          o.Lease.Seconds(), RetentionSeconds: o.Retention.Seconds(),
+		ClaimFilterBitsPerKey: o.ClaimFilterBitsPerKey, BackgroundYield: !o.NoBackgroundYield,
+		LeaseSeconds: o.Lease.Seconds(), RetentionSeconds: o.Retention.Seconds(),
 	}
 }
 

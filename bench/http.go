@@ -132,7 +132,10 @@ type HTTPMeta struct {
 	Clients      int     `json:"clients"`
 	SliceSeconds float64 `json:"slice_seconds"`
 	Slices       int     `json:"slices"`
-	WallSeconds  float64 `json:"wall_seconds"`
+	// BackgroundYield is the engine's yield of flushes and compactions to
+	// requests (engine.Options.NoBackgroundYield inverted), for both stores.
+	BackgroundYield bool    `json:"background_yield"`
+	WallSeconds     float64 `json:"wall_seconds"`
 }
 
 // HTTPLatency is a latency distribution in µs, measured by the client from
@@ -266,7 +269,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	rep := &HTTPReport{Meta: HTTPMeta{
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUModel: cpuModel(), NumCPU: runtime.NumCPU(),
 		Profile: c.Profile, Rate: c.Rate, Clients: c.Clients, SliceSeconds: c.Slice.Seconds(), Slices: c.Slices,
-		WallSeconds: time.Since(start).Seconds(),
+		BackgroundYield: !eopts.NoBackgroundYield, WallSeconds: time.Since(start).Seconds(),
 	}}
 	for _, t := range targets {
 		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist)}

@@ -73,6 +73,7 @@ type EngineOptions struct {
 	CompactionConcurrency int     `json:"compaction_concurrency"`
 	Shards                int     `json:"shards"`
 	ClaimFilterBitsPerKey int     `json:"claim_filter_bits_per_key"`
+	BackgroundYield       bool    `json:"background_yield"`
 	LeaseSeconds          float64 `json:"lease_seconds"`
 	RetentionSeconds      float64 `json:"retention_seconds"`
 }
