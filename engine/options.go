@@ -303,8 +303,10 @@ func (o *Options) Validate() error {
 // use Pebble.
 func (o *Options) PebbleOptions() *pebble.Options {
 	fs := o.FS
+	var yfs *yieldFS
 	if !o.NoBackgroundYield {
-		fs = yieldFS{fs}
+		yfs = newYieldFS(fs)
+		fs = yfs
 	}
 	po := &pebble.Options{
 		FS: fs,
@@ -325,6 +327,10 @@ func (o *Options) PebbleOptions() *pebble.Options {
 		l.FilterType = pebble.TableFilter
 		prof := o.Compression
 		l.Compression = func() *sstable.CompressionProfile { return prof }
+	}
+	if yfs != nil {
+		po.EventListener = &pebble.EventListener{}
+		yfs.listen(po.EventListener)
 	}
 	po.EnsureDefaults()
 	return po

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -26,11 +27,27 @@ import (
 // runnable, Gosched returns at once and costs about a hundred nanoseconds.
 //
 // This changes no data and no order of writes, only when the background
-// work runs. If requests kept both cores busy without pause, flushes and
-// compactions would run slower and Pebble would throttle writes (its
-// memtable and L0 stop thresholds) as it does whenever compactions fall
-// behind; Options.NoBackgroundYield turns the wrapper off.
-type yieldFS struct{ vfs.FS }
+// work runs. While Pebble stalls writes because flushes or compactions are
+// behind (its memtable and L0 stop thresholds), nothing yields: the
+// background work is then what the requests wait for.
+// Options.NoBackgroundYield turns the wrapper off.
+type yieldFS struct {
+	vfs.FS
+	stalled atomic.Bool // between Pebble's WriteStallBegin and WriteStallEnd
+	// yield and now are runtime.Gosched and nanotime; tests replace them.
+	yield func()
+	now   func() int64
+}
+
+func newYieldFS(fs vfs.FS) *yieldFS {
+	return &yieldFS{FS: fs, yield: runtime.Gosched, now: nanotime}
+}
+
+// listen makes l keep fs's stall flag.
+func (fs *yieldFS) listen(l *pebble.EventListener) {
+	l.WriteStallBegin = func(pebble.WriteStallBeginInfo) { fs.stalled.Store(true) }
+	l.WriteStallEnd = func() { fs.stalled.Store(false) }
+}
 
 // yieldCategories are the writes that give way: Pebble's names for the
 // sstables (and blob files) of flushes and compactions. The WAL is never
@@ -42,39 +59,40 @@ var yieldCategories = map[vfs.DiskWriteCategory]bool{
 }
 
 // Create implements vfs.FS.
-func (fs yieldFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+func (fs *yieldFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.Create(name, category)
 	if err != nil || !yieldCategories[category] {
 		return f, err
 	}
-	yf := &yieldFile{File: f}
-	yf.last.Store(nanotime())
+	yf := &yieldFile{File: f, fs: fs}
+	yf.last.Store(fs.now())
 	return yf, nil
 }
 
 // yieldInterval is how long a flush or compaction may write before it
 // gives way. Yielding at every write (a few KiB, tens of microseconds of
 // work) starved compactions when requests kept the cores busy: each yield
-// waited behind every runnable goroutine, compactions fell behind, Pebble
-// stalled writes, and the unique workload lost about a sixth of its throughput
-// at 256 clients (docs/benchmarks.md). Once a millisecond bounds the
-// delay a compaction adds to a waiting request at a tenth of the
-// scheduler's own slice, and leaves compactions most of their share of a
-// saturated machine.
+// waited behind every runnable goroutine, compactions fell behind, and the
+// unique workload lost about a sixth of its throughput at 256 clients
+// (docs/benchmarks.md). Once a millisecond bounds the delay a compaction
+// adds to a waiting request at a tenth of the scheduler's own slice, and
+// leaves compactions most of their share of a saturated machine.
 const yieldInterval = time.Millisecond
 
 // yieldFile is a file whose writes give way first, at most once per
-// yieldInterval. Pebble writes a file from one goroutine at a time.
+// yieldInterval and never while Pebble stalls writes. Pebble writes a file
+// from one goroutine at a time.
 type yieldFile struct {
 	vfs.File
-	last atomic.Int64 // monotonic nanoseconds of the last yield
+	fs   *yieldFS
+	last atomic.Int64 // fs.now() at the last yield, or at creation
 }
 
 // Write implements vfs.File.
 func (f *yieldFile) Write(p []byte) (int, error) {
-	if now := nanotime(); now-f.last.Load() >= int64(yieldInterval) {
-		runtime.Gosched()
-		f.last.Store(nanotime())
+	if now := f.fs.now(); now-f.last.Load() >= int64(yieldInterval) && !f.fs.stalled.Load() {
+		f.fs.yield()
+		f.last.Store(f.fs.now())
 	}
 	return f.File.Write(p)
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/idemkv/idemkv"
 	"github.com/stretchr/testify/require"
@@ -36,8 +37,13 @@ func TestBackgroundWritesYield(t *testing.T) {
 	require.NoError(t, v.e.Close())
 	v.opts.FS = rec
 	v.open()
-	_, ok := v.opts.PebbleOptions().FS.(yieldFS)
+	po := v.opts.PebbleOptions()
+	yfs, ok := po.FS.(*yieldFS)
 	require.True(t, ok, "the default Pebble options wrap the filesystem")
+	po.EventListener.WriteStallBegin(pebble.WriteStallBeginInfo{Reason: "test"})
+	require.True(t, yfs.stalled.Load(), "Pebble's write stalls reach the wrapper")
+	po.EventListener.WriteStallEnd()
+	require.False(t, yfs.stalled.Load())
 
 	for round := range 3 {
 		for i := range 200 {
@@ -65,7 +71,7 @@ func TestBackgroundWritesYield(t *testing.T) {
 	require.Contains(t, rec.seen, ".sst pebble-compaction")
 
 	// Each category the flushes and compactions used is wrapped.
-	fs := yieldFS{vfs.NewMem()}
+	fs := newYieldFS(vfs.NewMem())
 	for k, category := range rec.seen {
 		f, err := fs.Create(strings.ReplaceAll(k, " ", "_"), category)
 		require.NoError(t, err)
@@ -78,4 +84,49 @@ func TestBackgroundWritesYield(t *testing.T) {
 	o := v.opts
 	o.NoBackgroundYield = true
 	require.Same(t, rec, o.PebbleOptions().FS)
+}
+
+// TestYieldOncePerIntervalAndNotWhileStalled: a background write yields
+// once yieldInterval has passed since the file's last yield (or its
+// creation), and never while Pebble stalls writes.
+func TestYieldOncePerIntervalAndNotWhileStalled(t *testing.T) {
+	var now int64
+	yields := 0
+	fs := newYieldFS(vfs.NewMem())
+	fs.now = func() int64 { return now }
+	fs.yield = func() { yields++ }
+	f, err := fs.Create("000001.sst", "pebble-compaction")
+	require.NoError(t, err)
+	defer f.Close()
+	write := func() {
+		_, err := f.Write([]byte("block"))
+		require.NoError(t, err)
+	}
+
+	write()
+	require.Equal(t, 0, yields, "a new file has not written for an interval yet")
+	now += int64(yieldInterval) - 1
+	write()
+	require.Equal(t, 0, yields)
+	now++
+	write()
+	require.Equal(t, 1, yields)
+	write()
+	require.Equal(t, 1, yields, "once per interval")
+
+	fs.stalled.Store(true)
+	now += 5 * int64(yieldInterval)
+	write()
+	require.Equal(t, 1, yields, "no yield while writes are stalled")
+	fs.stalled.Store(false)
+	write()
+	require.Equal(t, 2, yields)
+
+	wal, err := fs.Create("000002.log", "pebble-wal")
+	require.NoError(t, err)
+	defer wal.Close()
+	now += 5 * int64(yieldInterval)
+	_, err = wal.Write([]byte("record"))
+	require.NoError(t, err)
+	require.Equal(t, 2, yields, "the WAL never yields")
 }
