@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +157,11 @@ type HTTPTarget struct {
 	RequestsPerSec       float64     `json:"requests_per_sec"`
 	Latency              HTTPLatency `json:"latency_us"`
 	CPUSecondsPerRequest float64     `json:"cpu_seconds_per_request"`
+	// SliceP99US is the p99 latency of each measured slice, in µs, in the
+	// order they ran. Background work (the engine's flushes and
+	// compactions) lands in some slices and not others; these show how
+	// much of Latency.P99 comes from a few slices.
+	SliceP99US []float64 `json:"slice_p99_us"`
 }
 
 func httpLatencyOf(h *hdrhistogram.Histogram) HTTPLatency {
@@ -175,6 +181,7 @@ type httpTarget struct {
 	requests int64
 	seconds  float64
 	cpu      time.Duration
+	sliceP99 []float64 // µs, one per measured slice
 }
 
 func (t *httpTarget) close() {
@@ -272,7 +279,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 		BackgroundYield: !eopts.NoBackgroundYield, WallSeconds: time.Since(start).Seconds(),
 	}}
 	for _, t := range targets {
-		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist)}
+		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist), SliceP99US: t.sliceP99}
 		if t.seconds > 0 {
 			ht.RequestsPerSec = float64(t.requests) / t.seconds
 		}
@@ -296,6 +303,7 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 		mu       sync.Mutex
 		requests atomic.Int64
 		firstErr error
+		slice    = newHist()
 	)
 	cpu0, t0 := cpuTime(), time.Now()
 	for _, hc := range t.conns {
@@ -305,6 +313,7 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 				mu.Lock()
 				if measured {
 					t.hist.Merge(h)
+					slice.Merge(h)
 				}
 				mu.Unlock()
 			}()
@@ -337,6 +346,7 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 		return err
 	}
 	if measured {
+		t.sliceP99 = append(t.sliceP99, float64(slice.ValueAtQuantile(99))/1e3)
 		t.requests += requests.Load()
 		t.seconds += time.Since(t0).Seconds()
 		if cpu0 >= 0 {
@@ -494,6 +504,22 @@ func (r *HTTPReport) WriteTable(w io.Writer) error {
 		row(t.Name, t.RequestsPerSec, t.Latency, t.CPUSecondsPerRequest, false)
 	}
 	row("overhead", 0, r.Overhead, 0, true)
+	fmt.Fprintf(&b, "\np99 of each slice, median (lowest to highest):")
+	for i, t := range r.Targets {
+		if len(t.SliceP99US) == 0 {
+			continue
+		}
+		v := slices.Sorted(slices.Values(t.SliceP99US))
+		med := v[len(v)/2]
+		if len(v)%2 == 0 {
+			med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
+		sep := ";"
+		if i == len(r.Targets)-1 {
+			sep = "\n"
+		}
+		fmt.Fprintf(&b, " %s %s (%s to %s)%s", t.Name, us(med), us(v[0]), us(v[len(v)-1]), sep)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -14,7 +14,7 @@ func TestHTTPRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for a second")
 	}
-	cfg := HTTPConfig{Rate: 300, Clients: 4, Slice: 200 * time.Millisecond, Slices: 1, Tenants: 10, Dir: t.TempDir()}
+	cfg := HTTPConfig{Rate: 300, Clients: 4, Slice: 200 * time.Millisecond, Slices: 2, Tenants: 10, Dir: t.TempDir()}
 	rep, err := RunHTTP(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Len(t, rep.Targets, 2)
@@ -23,17 +23,24 @@ func TestHTTPRun(t *testing.T) {
 	for _, tg := range rep.Targets {
 		require.Positive(t, tg.Requests, tg.Name)
 		require.Positive(t, tg.Latency.P99, tg.Name)
+		require.Len(t, tg.SliceP99US, cfg.Slices, tg.Name)
+		for _, p99 := range tg.SliceP99US {
+			require.Positive(t, p99, tg.Name)
+			require.LessOrEqual(t, p99, tg.Latency.Max, tg.Name)
+		}
 	}
 	require.Equal(t, rep.Targets[1].Latency.P99-rep.Targets[0].Latency.P99, rep.Overhead.P99)
 
 	var out bytes.Buffer
 	require.NoError(t, rep.WriteTable(&out))
 	require.Contains(t, out.String(), "overhead")
+	require.Contains(t, out.String(), "p99 of each slice")
 	out.Reset()
 	require.NoError(t, rep.WriteJSON(&out))
 	var back HTTPReport
 	require.NoError(t, json.Unmarshal(out.Bytes(), &back))
 	require.Equal(t, rep.Targets[1].Requests, back.Targets[1].Requests)
+	require.Equal(t, rep.Targets[1].SliceP99US, back.Targets[1].SliceP99US)
 
 	require.Error(t, HTTPConfig{Rate: -1}.Validate())
 	_, err = HTTPProfile("slow")
