@@ -96,12 +96,12 @@ type Options struct {
 	MemTableSize uint64
 
 	// NoBackgroundYield turns off the yield of Pebble's flushes and
-	// compactions to waiting requests (yieldfs.go). By default each write
-	// of a flush or compaction first lets runnable goroutines run, so that
-	// background work does not hold a core for the scheduler's 10 ms
-	// slices while requests wait: on two cores this cut the HTTP
-	// middleware's p99 latency (docs/benchmarks.md). Set it to measure
-	// without the yield.
+	// compactions to waiting requests (yieldfs.go). By default a flush or
+	// compaction lets runnable goroutines run once per millisecond of
+	// writing, except while Pebble stalls writes, so that background work
+	// does not hold a core for the scheduler's 10 ms slices while requests
+	// wait: on two cores this shortened the HTTP middleware's p99 latency
+	// (docs/benchmarks.md). Set it to measure without the yield.
 	NoBackgroundYield bool
 
 	// CompactionConcurrency is the most compactions Pebble runs at once.
@@ -297,8 +297,11 @@ func (o *Options) Validate() error {
 
 // PebbleOptions returns the Pebble options the engine opens its store
 // with, for o with defaults applied: the format version, memtable size,
-// bloom filters on every level, compression and compaction concurrency. It
-// sets no block cache; Open adds one of CacheSize. The benchmark baseline
+// bloom filters on every level, compression, compaction concurrency and,
+// unless NoBackgroundYield, the filesystem wrapper and event listener of
+// the background yield (a caller that replaces EventListener should keep
+// its WriteStallBegin and WriteStallEnd). It sets no block cache; Open adds
+// one of CacheSize. The benchmark baseline
 // opens its raw Pebble store with these, so the two differ only in how they
 // use Pebble.
 func (o *Options) PebbleOptions() *pebble.Options {
