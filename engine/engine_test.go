@@ -332,6 +332,21 @@ func TestOptionsValidate(t *testing.T) {
 	require.ErrorContains(t, err, "exceeds Retention")
 }
 
+// The engine's L0 thresholds reach Pebble: by default L0 compacts at 8
+// sublevels (Pebble starts at half the threshold) and stops writes at 48,
+// and a caller's threshold replaces both.
+func TestL0CompactionThreshold(t *testing.T) {
+	po := (&Options{}).EnsureDefaults().PebbleOptions()
+	require.Equal(t, 16, po.L0CompactionThreshold)
+	require.Equal(t, 48, po.L0StopWritesThreshold)
+	po = (&Options{L0CompactionThreshold: 4}).EnsureDefaults().PebbleOptions()
+	require.Equal(t, 4, po.L0CompactionThreshold)
+	require.Equal(t, 12, po.L0StopWritesThreshold)
+	require.NoError(t, po.Validate())
+	_, err := Open(t.TempDir(), &Options{L0CompactionThreshold: -1})
+	require.ErrorContains(t, err, "L0CompactionThreshold")
+}
+
 func TestTokensGrowAcrossRestarts(t *testing.T) {
 	fs := vfs.NewMem()
 	clock := fakeclock.New(t0)
