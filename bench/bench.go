@@ -755,7 +755,8 @@ func engineOptions(o *engine.Options) EngineOptions {
 		CacheBytes: o.CacheSize, MemTableBytes: o.MemTableSize, BloomBitsPerKey: o.BloomBitsPerKey,
 		Compression: comp, CompactionConcurrency: o.CompactionConcurrency, Shards: o.Shards,
 		ClaimFilterBitsPerKey: o.ClaimFilterBitsPerKey, BackgroundYield: !o.NoBackgroundYield,
-		LeaseSeconds: o.Lease.Seconds(), RetentionSeconds: o.Retention.Seconds(),
+		L0CompactionThreshold: o.L0CompactionThreshold,
+		LeaseSeconds:          o.Lease.Seconds(), RetentionSeconds: o.Retention.Seconds(),
 	}
 }
 

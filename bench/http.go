@@ -135,8 +135,11 @@ type HTTPMeta struct {
 	Slices       int     `json:"slices"`
 	// BackgroundYield is the engine's yield of flushes and compactions to
 	// requests (engine.Options.NoBackgroundYield inverted), for both stores.
-	BackgroundYield bool    `json:"background_yield"`
-	WallSeconds     float64 `json:"wall_seconds"`
+	BackgroundYield bool `json:"background_yield"`
+	// L0CompactionThreshold is engine.Options.L0CompactionThreshold, for
+	// both stores.
+	L0CompactionThreshold int     `json:"l0_compaction_threshold"`
+	WallSeconds           float64 `json:"wall_seconds"`
 }
 
 // HTTPLatency is a latency distribution in µs, measured by the client from
@@ -276,7 +279,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	rep := &HTTPReport{Meta: HTTPMeta{
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUModel: cpuModel(), NumCPU: runtime.NumCPU(),
 		Profile: c.Profile, Rate: c.Rate, Clients: c.Clients, SliceSeconds: c.Slice.Seconds(), Slices: c.Slices,
-		BackgroundYield: !eopts.NoBackgroundYield, WallSeconds: time.Since(start).Seconds(),
+		BackgroundYield: !eopts.NoBackgroundYield, L0CompactionThreshold: eopts.L0CompactionThreshold, WallSeconds: time.Since(start).Seconds(),
 	}}
 	for _, t := range targets {
 		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist), SliceP99US: t.sliceP99}

@@ -101,6 +101,7 @@ func init() {
 				f.claimFilterBits = n
 				return nil
 			})
+			fs.IntVar(&f.l0Threshold, "l0-compaction-threshold", 0, "engine.Options.L0CompactionThreshold for both targets, for A/B runs (default 16)")
 			fs.BoolVar(&f.noYield, "no-background-yield", false, "run Pebble's flushes and compactions without yielding to requests (engine.Options.NoBackgroundYield), for A/B runs")
 			fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
 			fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
@@ -125,9 +126,11 @@ type benchFlags struct {
 	// claimFilterBits is engine.Options.ClaimFilterBitsPerKey (0: default).
 	claimFilterBits int
 	// noYield is engine.Options.NoBackgroundYield.
-	noYield    bool
-	data       string
-	json, plot string
+	noYield bool
+	// l0Threshold is engine.Options.L0CompactionThreshold (0: default).
+	l0Threshold int
+	data        string
+	json, plot  string
 }
 
 // runBench runs the benchmark: the table on stdout, a progress bar on
@@ -166,6 +169,12 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 			cfg.Engine = &engine.Options{}
 		}
 		cfg.Engine.NoBackgroundYield = true
+	}
+	if f.l0Threshold != 0 {
+		if cfg.Engine == nil {
+			cfg.Engine = &engine.Options{}
+		}
+		cfg.Engine.L0CompactionThreshold = f.l0Threshold
 	}
 	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {
 		cfg.Progress = progress

@@ -14,7 +14,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench http",
-		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--no-background-yield] [--data DIR] [--json FILE]",
+		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--no-background-yield] [--l0-compaction-threshold N] [--data DIR] [--json FILE]",
 		summary: "measure the HTTP middleware's latency overhead over a bare handler on loopback (docs/benchmarks.md)",
 		flags:   benchHTTPFlags,
 	})
@@ -28,6 +28,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		slice         time.Duration
 		data, jsonOut string
 		noYield       bool
+		l0Threshold   int
 	)
 	profileFlag(fs, &profile, "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)",
 		func(s string) error { _, err := bench.HTTPProfile(s); return err })
@@ -36,6 +37,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&slice, "slice", 0, "how long each handler is driven at a time (default: the profile's)")
 	fs.IntVar(&n, "slices", 0, "measured slices per handler (default: the profile's)")
 	fs.BoolVar(&noYield, "no-background-yield", false, "run Pebble's flushes and compactions without yielding to requests (engine.Options.NoBackgroundYield), for A/B runs")
+	fs.IntVar(&l0Threshold, "l0-compaction-threshold", 0, "engine.Options.L0CompactionThreshold for both stores, for A/B runs (default 16)")
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
 	return func(ctx context.Context, stdout io.Writer) error {
@@ -44,8 +46,8 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			return err
 		}
 		cfg.Rate, cfg.Clients, cfg.Dir = rate, clients, data
-		if noYield {
-			cfg.Engine = &engine.Options{NoBackgroundYield: true}
+		if noYield || l0Threshold != 0 {
+			cfg.Engine = &engine.Options{NoBackgroundYield: noYield, L0CompactionThreshold: l0Threshold}
 		}
 		if slice != 0 {
 			cfg.Slice = slice
