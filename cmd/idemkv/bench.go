@@ -101,8 +101,7 @@ func init() {
 				f.claimFilterBits = n
 				return nil
 			})
-			fs.IntVar(&f.l0Threshold, "l0-compaction-threshold", 0, "engine.Options.L0CompactionThreshold for both targets, for A/B runs (default 16)")
-			fs.BoolVar(&f.noYield, "no-background-yield", false, "run Pebble's flushes and compactions without yielding to requests (engine.Options.NoBackgroundYield), for A/B runs")
+			f.pebble.register(fs)
 			fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
 			fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
 			fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
@@ -125,12 +124,43 @@ type benchFlags struct {
 	scaleRounds   int
 	// claimFilterBits is engine.Options.ClaimFilterBitsPerKey (0: default).
 	claimFilterBits int
-	// noYield is engine.Options.NoBackgroundYield.
-	noYield bool
-	// l0Threshold is engine.Options.L0CompactionThreshold (0: default).
-	l0Threshold int
-	data        string
-	json, plot  string
+	pebble          pebbleFlags
+	data            string
+	json, plot      string
+}
+
+// pebbleFlags are the engine's Pebble settings that bench and bench http
+// take for A/B runs; both targets of a run share them.
+type pebbleFlags struct {
+	noYield     bool // engine.Options.NoBackgroundYield
+	l0Threshold int  // engine.Options.L0CompactionThreshold (0: default)
+}
+
+func (p *pebbleFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&p.noYield, "no-background-yield", false, "run Pebble's flushes and compactions without yielding to requests (engine.Options.NoBackgroundYield), for A/B runs")
+	fs.Func("l0-compaction-threshold", "engine.Options.L0CompactionThreshold for both stores, for A/B runs (default 16)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return fmt.Errorf("bad threshold %q (want 1..1000)", s)
+		}
+		p.l0Threshold = n
+		return nil
+	})
+}
+
+// apply sets the flags given into o, allocating it if needed.
+func (p pebbleFlags) apply(o *engine.Options) *engine.Options {
+	if p == (pebbleFlags{}) {
+		return o
+	}
+	if o == nil {
+		o = &engine.Options{}
+	}
+	o.NoBackgroundYield = o.NoBackgroundYield || p.noYield
+	if p.l0Threshold != 0 {
+		o.L0CompactionThreshold = p.l0Threshold
+	}
+	return o
 }
 
 // runBench runs the benchmark: the table on stdout, a progress bar on
@@ -164,18 +194,7 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 		}
 		cfg.Engine.ClaimFilterBitsPerKey = f.claimFilterBits
 	}
-	if f.noYield {
-		if cfg.Engine == nil {
-			cfg.Engine = &engine.Options{}
-		}
-		cfg.Engine.NoBackgroundYield = true
-	}
-	if f.l0Threshold != 0 {
-		if cfg.Engine == nil {
-			cfg.Engine = &engine.Options{}
-		}
-		cfg.Engine.L0CompactionThreshold = f.l0Threshold
-	}
+	cfg.Engine = f.pebble.apply(cfg.Engine)
 	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {
 		cfg.Progress = progress
 		return bench.Run(ctx, cfg)

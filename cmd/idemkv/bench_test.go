@@ -102,6 +102,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--duration", "-1s"}, `bad duration "-1s"`},
 		{[]string{"--retry-fraction", "2"}, `bad fraction "2"`},
 		{[]string{"--remote-latency", "x"}, `bad duration "x"`},
+		{[]string{"--l0-compaction-threshold", "0"}, `bad threshold "0"`},
+		{[]string{"http", "--l0-compaction-threshold", "-4"}, `bad threshold "-4"`},
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {

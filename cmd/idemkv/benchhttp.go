@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv/bench"
-	"github.com/idemkv/idemkv/engine"
 )
 
 func init() {
@@ -27,8 +26,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		clients, n    int
 		slice         time.Duration
 		data, jsonOut string
-		noYield       bool
-		l0Threshold   int
+		pf            pebbleFlags
 	)
 	profileFlag(fs, &profile, "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)",
 		func(s string) error { _, err := bench.HTTPProfile(s); return err })
@@ -36,8 +34,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.IntVar(&clients, "clients", 0, "concurrent clients (default 64)")
 	fs.DurationVar(&slice, "slice", 0, "how long each handler is driven at a time (default: the profile's)")
 	fs.IntVar(&n, "slices", 0, "measured slices per handler (default: the profile's)")
-	fs.BoolVar(&noYield, "no-background-yield", false, "run Pebble's flushes and compactions without yielding to requests (engine.Options.NoBackgroundYield), for A/B runs")
-	fs.IntVar(&l0Threshold, "l0-compaction-threshold", 0, "engine.Options.L0CompactionThreshold for both stores, for A/B runs (default 16)")
+	pf.register(fs)
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
 	return func(ctx context.Context, stdout io.Writer) error {
@@ -46,9 +43,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			return err
 		}
 		cfg.Rate, cfg.Clients, cfg.Dir = rate, clients, data
-		if noYield || l0Threshold != 0 {
-			cfg.Engine = &engine.Options{NoBackgroundYield: noYield, L0CompactionThreshold: l0Threshold}
-		}
+		cfg.Engine = pf.apply(cfg.Engine)
 		if slice != 0 {
 			cfg.Slice = slice
 		}
