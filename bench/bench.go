@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -365,6 +366,13 @@ func (r *runner) workload(ctx context.Context, wl *workload) (pts []Point, err e
 	for _, conc := range r.cfg.Concurrency {
 		stream := r.newStream()
 		for ti, t := range r.cfg.Targets {
+			// Goroutines inherit profiler labels from the goroutine that
+			// starts them, so a CPU profile (IDEMKV_CPUPROFILE) can be cut
+			// by point: go tool pprof -tagfocus point=unique/256/engine.
+			// Pebble relabels its flushes, compactions and WAL syncs
+			// (label "pebble"); they are not attributed to a point.
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(
+				"point", fmt.Sprintf("%s/%d/%s", wl.name, conc, t.Name))))
 			o := shared[ti]
 			if o == nil {
 				if o, err = r.open(t); err != nil {
@@ -387,6 +395,7 @@ func (r *runner) workload(ctx context.Context, wl *workload) (pts []Point, err e
 					err = cerr
 				}
 			}
+			pprof.SetGoroutineLabels(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s at concurrency %d on %s: %w", wl.name, conc, t.Name, err)
 			}
