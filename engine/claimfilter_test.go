@@ -112,6 +112,32 @@ func TestClaimFilterHoldsStoredKeys(t *testing.T) {
 	require.Equal(t, int64(1000), st.ClaimFilterSkips+st.ClaimFilterMisses)
 }
 
+// A claim the filter answers "absent" does not look in the replay cache
+// either: a key the filter has never seen is neither stored nor cached.
+func TestClaimFilterAnswersBeforeTheReplayCache(t *testing.T) {
+	fs := hookFilter(t)
+	v := newEnv(t)
+	fs.await(t, "built")
+	v.complete(id("stored"))
+	require.Equal(t, idemkv.Replay, v.claim(id("stored"), fpA, idemkv.ModeLocal).Outcome)
+	looked := v.e.replay.fc.LookupCount()
+	require.Positive(t, looked, "the replay must have looked in the cache")
+
+	st0, err := v.e.Stats()
+	require.NoError(t, err)
+	for i := range 200 {
+		c := v.claim(id(fmt.Sprintf("new-%d", i)), fpA, idemkv.ModeLocal)
+		require.Equal(t, idemkv.Acquired, c.Outcome)
+	}
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	skips := st.ClaimFilterSkips - st0.ClaimFilterSkips
+	require.Greater(t, skips, int64(150))
+	// Only the claims the filter let through (its false positives) may
+	// have looked in the cache.
+	require.Equal(t, looked+200-skips, v.e.replay.fc.LookupCount())
+}
+
 // A rebuild covers a write whose slot existed before the build began but
 // which commits after the build's snapshot, and a key first claimed while
 // the build runs.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -64,6 +65,8 @@ var SweepKey = []byte{NSMeta, 's', 'w', 'e', 'e', 'p'}
 
 // AppendKey appends id's record key to dst.
 func AppendKey(dst []byte, id idemkv.ID) []byte {
+	// One allocation at most: the uvarints take up to 10 bytes each.
+	dst = slices.Grow(dst, 1+2*binary.MaxVarintLen64+len(id.Tenant)+len(id.Endpoint)+len(id.Key))
 	dst = append(dst, NSRecord)
 	dst = binary.AppendUvarint(dst, uint64(len(id.Tenant)))
 	dst = append(dst, id.Tenant...)
