@@ -466,6 +466,14 @@ func (r *runner) measure(ctx context.Context, wl *workload, p *point, o *opened,
 		})
 	}
 	ready.Wait()
+	cs, _ := o.Store.(commitStats)
+	var c0 engine.Stats
+	if cs != nil {
+		var err error
+		if c0, err = cs.Stats(); err != nil {
+			return Point{}, err
+		}
+	}
 	io0, cpu0 := o.fs.Counts(), cpuTime()
 	t0 := time.Now()
 	close(startGun)
@@ -514,6 +522,13 @@ func (r *runner) measure(ctx context.Context, wl *workload, p *point, o *opened,
 	if cpu1 >= 0 && cpu0 >= 0 {
 		pt.CPUSecondsPerRequest = (cpu1 - cpu0).Seconds() / n
 	}
+	if cs != nil {
+		c1, err := cs.Stats()
+		if err != nil {
+			return Point{}, err
+		}
+		setCommits(&pt, c0, c1, elapsed)
+	}
 	if !wl.readOnly {
 		pt.KeysStored = int64(pt.Outcomes.Acquired)
 	}
@@ -529,6 +544,28 @@ func (r *runner) measure(ctx context.Context, wl *workload, p *point, o *opened,
 	}
 	pt.VerifiedKeys = v
 	return pt, nil
+}
+
+// commitStats is implemented by stores whose synced writes go through the
+// engine's committer.
+type commitStats interface {
+	Stats() (engine.Stats, error)
+}
+
+// setCommits sets pt's committer figures from two engine snapshots taken
+// elapsed apart.
+func setCommits(pt *Point, c0, c1 engine.Stats, elapsed time.Duration) {
+	pt.Commits = c1.CommitGroups - c0.CommitGroups
+	if pt.Commits <= 0 {
+		return
+	}
+	busy := c1.CommitTime - c0.CommitTime
+	pt.WritesPerCommit = float64(c1.CommitWrites-c0.CommitWrites) / float64(pt.Commits)
+	pt.CommitMeanUS = float64(busy.Microseconds()) / float64(pt.Commits)
+	pt.CommitBusy = busy.Seconds() / elapsed.Seconds()
+	if busy > 0 {
+		pt.CommitSyncWaitShare = (c1.CommitSyncWait - c0.CommitSyncWait).Seconds() / busy.Seconds()
+	}
 }
 
 // verify checks a sample (or all, by Config.VerifyKeys) of the keys the

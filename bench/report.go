@@ -115,6 +115,18 @@ type Point struct {
 	WALBytesPerRequest      float64 `json:"wal_bytes_per_request"`
 	CPUSecondsPerRequest    float64 `json:"cpu_seconds_per_request"`
 
+	// The committer's work over the point, for targets that combine
+	// writes (the engine; zero for the baseline, whose commits are
+	// Pebble's own): commits made, writes per commit, their mean
+	// duration, the share of the point's time one was running (near 1:
+	// the commit path is the bottleneck), and the share of commit time
+	// Pebble waited for the WAL fsync (engine.Stats.CommitTime).
+	Commits             int64   `json:"commits"`
+	WritesPerCommit     float64 `json:"writes_per_commit"`
+	CommitMeanUS        float64 `json:"commit_mean_us"`
+	CommitBusy          float64 `json:"commit_busy"`
+	CommitSyncWaitShare float64 `json:"commit_sync_wait_share"`
+
 	KeysStored      int64   `json:"keys_stored"`
 	TableBytes      uint64  `json:"table_bytes"`
 	DiskBytesPerKey float64 `json:"disk_bytes_per_key"`
@@ -242,6 +254,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	return err
 }
 
+// point returns the point of target at workload and concurrency, if any.
+func (r *Report) point(workload string, concurrency int, target string) *Point {
+	for i := range r.Points {
+		if p := &r.Points[i]; p.Workload == workload && p.Concurrency == concurrency && p.Target == target {
+			return p
+		}
+	}
+	return nil
+}
+
 // writeReadOffs prints the figures the issue's goals are stated in.
 func (r *Report) writeReadOffs(b *strings.Builder) {
 	var lines []string
@@ -258,8 +280,13 @@ func (r *Report) writeReadOffs(b *strings.Builder) {
 			if c.Workload == Remote {
 				goal = "1.5"
 			}
-			lines = append(lines, fmt.Sprintf("%s, concurrency %d: %s/%s = %.2f x (goal >= %s)",
-				c.Workload, c.Concurrency, c.Target, c.Reference, c.Ratio, goal))
+			l := fmt.Sprintf("%s, concurrency %d: %s/%s = %.2f x (goal >= %s)",
+				c.Workload, c.Concurrency, c.Target, c.Reference, c.Ratio, goal)
+			if p := r.point(c.Workload, c.Concurrency, c.Target); p != nil && p.Commits > 0 {
+				l += fmt.Sprintf("; commit path busy %.0f%%, %.1f writes a commit, %s each, %.0f%% of it waiting for the fsync",
+					100*p.CommitBusy, p.WritesPerCommit, us(p.CommitMeanUS), 100*p.CommitSyncWaitShare)
+			}
+			lines = append(lines, l)
 		}
 		if c.Workload == Replay && c.Concurrency == 64 {
 			lines = append(lines, fmt.Sprintf("replay, concurrency 64: %s %s req/s (goal >= 300,000)", c.Target, count(c.TargetRequestsPerSec)))

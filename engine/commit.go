@@ -3,6 +3,7 @@ package engine
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -48,6 +49,10 @@ type committer struct {
 	}
 	// groups and writes count commits and the batches they carried.
 	groups, writes atomic.Int64
+	// busy and syncWait sum, in nanoseconds, the time groups spent being
+	// committed and the part of it Pebble waited for the WAL fsync
+	// (Stats.CommitTime, Stats.CommitSyncWait).
+	busy, syncWait atomic.Int64
 	// failed is set once a commit has failed: no commit is tried after it.
 	failed atomic.Pointer[error]
 }
@@ -141,6 +146,7 @@ func (c *committer) lead(g *commitGroup) {
 		c.mu.Unlock()
 	}()
 
+	start := time.Now()
 	// g is closed to newcomers now: g.sync is final.
 	wo := pebble.NoSync
 	if g.sync {
@@ -155,6 +161,8 @@ func (c *committer) lead(g *commitGroup) {
 		// pipeline may be stuck: no commit follows a failed one.
 		c.failed.CompareAndSwap(nil, &g.err)
 	}
+	c.busy.Add(int64(time.Since(start)))
+	c.syncWait.Add(int64(g.b.CommitStats().CommitWaitDuration))
 	_ = g.b.Close()
 	c.groups.Add(1)
 	c.writes.Add(int64(g.n))

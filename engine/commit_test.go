@@ -11,6 +11,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv"
 )
 
 // TestCommitterCombines: concurrent writers share commits, every write is
@@ -151,4 +153,37 @@ func TestCommitterUnsyncedRidesAlong(t *testing.T) {
 	require.NoError(t, err, "the set queued after the delete wins")
 	require.Equal(t, "k", string(v))
 	closer.Close()
+}
+
+// Stats reports the committer's work: every synced write of the engine is
+// counted in a group, and the fsync wait is part of the commit time.
+func TestStatsReportCommits(t *testing.T) {
+	v := newEnv(t)
+	st0, err := v.e.Stats()
+	require.NoError(t, err)
+
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			k := id(fmt.Sprintf("k%03d", i))
+			c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: k, Fingerprint: fpA})
+			if err == nil {
+				err = v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	groups, writes := st.CommitGroups-st0.CommitGroups, st.CommitWrites-st0.CommitWrites
+	require.EqualValues(t, n, writes, "one synced write per local completion")
+	require.Positive(t, groups)
+	require.LessOrEqual(t, groups, writes)
+	busy, wait := st.CommitTime-st0.CommitTime, st.CommitSyncWait-st0.CommitSyncWait
+	require.Positive(t, wait, "a synced commit waits for its fsync")
+	require.LessOrEqual(t, wait, busy)
 }

@@ -56,6 +56,20 @@ type Stats struct {
 	ClaimFilterKeys, ClaimFilterStored  int64
 	ClaimFilterBuilds                   int64
 
+	// The committer, which combines concurrent synced writes into one
+	// Pebble commit and one fsync (docs/design.md, "Concurrency inside the
+	// engine"):
+	// CommitGroups commits since Open carried CommitWrites writes.
+	// CommitTime is the time they took; groups commit one at a time, so
+	// its growth divided by the wall-clock time between two snapshots is
+	// how busy the commit path was. Near 1, it is saturated: synced writes
+	// queue for it, and the disk's fsync latency bounds the engine's write
+	// rate (docs/operations.md, "What to watch").
+	// CommitSyncWait is the part of CommitTime that Pebble waited for the
+	// WAL fsync; the rest is its WAL write and memtable insert.
+	CommitGroups, CommitWrites int64
+	CommitTime, CommitSyncWait time.Duration
+
 	// Sweep is the sweeper's totals: passes, records examined and deleted,
 	// the last pass and the one running. Sweep.HeldPastExpiry() is how many
 	// records past their expiry the sweeper had to keep, because their
@@ -121,6 +135,9 @@ func (e *Engine) Stats() (Stats, error) {
 	st.ClaimFilterSkips, st.ClaimFilterMisses = f.skips.Load(), f.misses.Load()
 	st.ClaimFilterKeys, st.ClaimFilterStored, st.ClaimFilterBuilds = f.capacity.Load(), f.stored.Load(), f.builds.Load()
 	st.Sweep = e.sweeper.Stats()
+	cm := e.commits
+	st.CommitGroups, st.CommitWrites = cm.groups.Load(), cm.writes.Load()
+	st.CommitTime, st.CommitSyncWait = time.Duration(cm.busy.Load()), time.Duration(cm.syncWait.Load())
 
 	m := e.db.Metrics()
 	st.DiskBytes = m.DiskSpaceUsage()

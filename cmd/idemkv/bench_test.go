@@ -53,12 +53,23 @@ func TestBench(t *testing.T) {
 		requireFields(t, p, "workload", "concurrency", "target", "duration_seconds", "requests", "requests_per_sec",
 			"outcomes", "latency_us", "fsyncs", "fsyncs_per_request", "wal_fsyncs_per_request", "synced_batches",
 			"synced_batches_per_request", "wal_bytes_per_request", "cpu_seconds_per_request", "keys_stored",
-			"table_bytes", "disk_bytes_per_key", "write_amp", "verified_keys")
+			"table_bytes", "disk_bytes_per_key", "write_amp", "verified_keys",
+			"commits", "writes_per_commit", "commit_mean_us", "commit_busy", "commit_sync_wait_share")
 		requireFields(t, p["latency_us"].(map[string]any), "p50", "p99", "p999", "max", "mean")
 		requireFields(t, p["outcomes"].(map[string]any), "acquired", "replay", "in_progress", "mismatch")
 		require.Equal(t, "unique", p["workload"])
 		require.Greater(t, p["requests"].(float64), 0.0)
 		require.Greater(t, p["fsyncs"].(float64), 0.0)
+		if p["target"] == "engine" {
+			// Every synced write of the engine goes through its committer.
+			require.Greater(t, p["commits"].(float64), 0.0)
+			require.GreaterOrEqual(t, p["writes_per_commit"].(float64), 1.0)
+			require.Greater(t, p["commit_busy"].(float64), 0.0)
+			require.Greater(t, p["commit_sync_wait_share"].(float64), 0.0)
+			require.LessOrEqual(t, p["commit_sync_wait_share"].(float64), 1.0)
+		} else {
+			require.Zero(t, p["commits"].(float64), "the baseline commits through Pebble alone")
+		}
 	}
 	for _, c := range rep["comparisons"].([]any) {
 		requireFields(t, c.(map[string]any), "workload", "concurrency", "target", "reference",

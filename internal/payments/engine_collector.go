@@ -26,6 +26,10 @@ var engineMetrics = []struct {
 	{"idemkv_engine_claim_filter_skips_total", "Lookups the claim filter answered absent without reading the store.", true, func(s engine.Stats) float64 { return float64(s.ClaimFilterSkips) }},
 	{"idemkv_engine_claim_filter_misses_total", "Lookups the claim filter let through that found no record.", true, func(s engine.Stats) float64 { return float64(s.ClaimFilterMisses) }},
 	{"idemkv_engine_claim_filter_keys", "Records the claim filter in use is sized for (0 until its first build after start).", false, func(s engine.Stats) float64 { return float64(s.ClaimFilterKeys) }},
+	{"idemkv_engine_commits_total", "Commits of combined synced writes (one batch, one fsync each).", true, func(s engine.Stats) float64 { return float64(s.CommitGroups) }},
+	{"idemkv_engine_commit_writes_total", "Synced writes carried by those commits.", true, func(s engine.Stats) float64 { return float64(s.CommitWrites) }},
+	{"idemkv_engine_commit_seconds_total", "Time spent committing; its rate is how busy the commit path is (near 1: saturated).", true, func(s engine.Stats) float64 { return s.CommitTime.Seconds() }},
+	{"idemkv_engine_commit_sync_wait_seconds_total", "The part of the commit time spent waiting for the WAL fsync.", true, func(s engine.Stats) float64 { return s.CommitSyncWait.Seconds() }},
 	{"idemkv_engine_disk_bytes", "Bytes of every file of the store.", false, func(s engine.Stats) float64 { return float64(s.DiskBytes) }},
 	{"idemkv_engine_read_amp", "Sublevels a read may visit.", false, func(s engine.Stats) float64 { return float64(s.ReadAmp) }},
 }

@@ -224,6 +224,8 @@ func TestHealthAndMetrics(t *testing.T) {
 		`idemkv_provider_calls_total{result="charged"} 1`,
 		`idemkv_http_request_duration_seconds_count{disposition="stored"} 1`,
 		`idemkv_engine_claims_total 3`,
+		`idemkv_engine_commit_writes_total `,
+		`idemkv_engine_commit_seconds_total `,
 		`idemkv_engine_claim_filter_skips_total `, // 0 or 1: the filter's first build races the first claim
 	} {
 		assert.Contains(t, m, want)
