@@ -527,7 +527,9 @@ func (r *runner) measure(ctx context.Context, wl *workload, p *point, o *opened,
 		if err != nil {
 			return Point{}, err
 		}
-		setCommits(&pt, c0, c1, elapsed)
+		var d commitDelta
+		d.add(c0, c1, elapsed)
+		pt.CommitFigures = d.figures()
 	}
 	if !wl.readOnly {
 		pt.KeysStored = int64(pt.Outcomes.Acquired)
@@ -550,22 +552,6 @@ func (r *runner) measure(ctx context.Context, wl *workload, p *point, o *opened,
 // engine's committer.
 type commitStats interface {
 	Stats() (engine.Stats, error)
-}
-
-// setCommits sets pt's committer figures from two engine snapshots taken
-// elapsed apart.
-func setCommits(pt *Point, c0, c1 engine.Stats, elapsed time.Duration) {
-	pt.Commits = c1.CommitGroups - c0.CommitGroups
-	if pt.Commits <= 0 {
-		return
-	}
-	busy := c1.CommitTime - c0.CommitTime
-	pt.WritesPerCommit = float64(c1.CommitWrites-c0.CommitWrites) / float64(pt.Commits)
-	pt.CommitMeanUS = float64(busy.Microseconds()) / float64(pt.Commits)
-	pt.CommitBusy = busy.Seconds() / elapsed.Seconds()
-	if busy > 0 {
-		pt.CommitSyncWaitShare = (c1.CommitSyncWait - c0.CommitSyncWait).Seconds() / busy.Seconds()
-	}
 }
 
 // verify checks a sample (or all, by Config.VerifyKeys) of the keys the

@@ -165,6 +165,8 @@ type HTTPTarget struct {
 	// compactions) lands in some slices and not others; these show how
 	// much of Latency.P99 comes from a few slices.
 	SliceP99US []float64 `json:"slice_p99_us"`
+	// The engine's committer over the measured slices (middleware only).
+	CommitFigures
 }
 
 func httpLatencyOf(h *hdrhistogram.Histogram) HTTPLatency {
@@ -184,7 +186,9 @@ type httpTarget struct {
 	requests int64
 	seconds  float64
 	cpu      time.Duration
-	sliceP99 []float64 // µs, one per measured slice
+	sliceP99 []float64      // µs, one per measured slice
+	engine   *engine.Engine // the middleware's store; nil for the bare handler
+	commits  commitDelta
 }
 
 func (t *httpTarget) close() {
@@ -238,7 +242,8 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	for _, t := range []struct {
 		name string
 		h    http.Handler
-	}{{"bare", bare}, {"middleware", protected}} {
+		e    *engine.Engine
+	}{{"bare", bare, nil}, {"middleware", protected, e}} {
 		mux := http.NewServeMux()
 		mux.Handle("POST /v1/payments", t.h)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -248,7 +253,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 		srv := &http.Server{Handler: mux}
 		go srv.Serve(ln)
 		defer srv.Close()
-		targets = append(targets, &httpTarget{name: t.name, addr: ln.Addr().String(), hist: newHist()})
+		targets = append(targets, &httpTarget{name: t.name, addr: ln.Addr().String(), hist: newHist(), engine: t.e})
 	}
 	for _, t := range targets {
 		defer t.close()
@@ -282,7 +287,8 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 		BackgroundYield: !eopts.NoBackgroundYield, L0CompactionThreshold: eopts.L0CompactionThreshold, WallSeconds: time.Since(start).Seconds(),
 	}}
 	for _, t := range targets {
-		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist), SliceP99US: t.sliceP99}
+		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist), SliceP99US: t.sliceP99,
+			CommitFigures: t.commits.figures()}
 		if t.seconds > 0 {
 			ht.RequestsPerSec = float64(t.requests) / t.seconds
 		}
@@ -308,6 +314,13 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 		firstErr error
 		slice    = newHist()
 	)
+	var c0 engine.Stats
+	if t.engine != nil {
+		var err error
+		if c0, err = t.engine.Stats(); err != nil {
+			return err
+		}
+	}
 	cpu0, t0 := cpuTime(), time.Now()
 	for _, hc := range t.conns {
 		wg.Go(func() {
@@ -354,6 +367,13 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 		t.seconds += time.Since(t0).Seconds()
 		if cpu0 >= 0 {
 			t.cpu += cpuTime() - cpu0
+		}
+		if t.engine != nil {
+			c1, err := t.engine.Stats()
+			if err != nil {
+				return err
+			}
+			t.commits.add(c0, c1, time.Since(t0))
 		}
 	}
 	return nil
@@ -522,6 +542,12 @@ func (r *HTTPReport) WriteTable(w io.Writer) error {
 			sep = "\n"
 		}
 		fmt.Fprintf(&b, " %s %s (%s to %s)%s", t.Name, us(med), us(v[0]), us(v[len(v)-1]), sep)
+	}
+	for _, t := range r.Targets {
+		if t.Commits > 0 {
+			fmt.Fprintf(&b, "%s: commit path busy %.0f%%, %.1f writes a commit, %s each, %.0f%% of it waiting for the fsync\n",
+				t.Name, 100*t.CommitBusy, t.WritesPerCommit, us(t.CommitMeanUS), 100*t.CommitSyncWaitShare)
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

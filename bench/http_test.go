@@ -30,11 +30,20 @@ func TestHTTPRun(t *testing.T) {
 		}
 	}
 	require.Equal(t, rep.Targets[1].Latency.P99-rep.Targets[0].Latency.P99, rep.Overhead.P99)
+	// Every protected request commits through the engine's committer; the
+	// bare handler does not use it.
+	require.Zero(t, rep.Targets[0].Commits)
+	mw := rep.Targets[1]
+	require.Positive(t, mw.Commits)
+	require.GreaterOrEqual(t, float64(mw.Requests), float64(mw.Commits)*mw.WritesPerCommit)
+	require.Positive(t, mw.CommitBusy)
+	require.Positive(t, mw.CommitSyncWaitShare)
 
 	var out bytes.Buffer
 	require.NoError(t, rep.WriteTable(&out))
 	require.Contains(t, out.String(), "overhead")
 	require.Contains(t, out.String(), "p99 of each slice")
+	require.Contains(t, out.String(), "middleware: commit path busy")
 	out.Reset()
 	require.NoError(t, rep.WriteJSON(&out))
 	var back HTTPReport

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
+
+	"github.com/idemkv/idemkv/engine"
 )
 
 // The guide's sizing estimate the report is set against: 5,000 unsafe
@@ -115,23 +118,61 @@ type Point struct {
 	WALBytesPerRequest      float64 `json:"wal_bytes_per_request"`
 	CPUSecondsPerRequest    float64 `json:"cpu_seconds_per_request"`
 
-	// The committer's work over the point, for targets that combine
-	// writes (the engine; zero for the baseline, whose commits are
-	// Pebble's own): commits made, writes per commit, their mean
-	// duration, the share of the point's time one was running (near 1:
-	// the commit path is the bottleneck), and the share of commit time
-	// Pebble waited for the WAL fsync (engine.Stats.CommitTime).
-	Commits             int64   `json:"commits"`
-	WritesPerCommit     float64 `json:"writes_per_commit"`
-	CommitMeanUS        float64 `json:"commit_mean_us"`
-	CommitBusy          float64 `json:"commit_busy"`
-	CommitSyncWaitShare float64 `json:"commit_sync_wait_share"`
+	// The committer's work over the point (zero for the baseline).
+	CommitFigures
 
 	KeysStored      int64   `json:"keys_stored"`
 	TableBytes      uint64  `json:"table_bytes"`
 	DiskBytesPerKey float64 `json:"disk_bytes_per_key"`
 	WriteAmp        float64 `json:"write_amp"`
 	VerifiedKeys    int     `json:"verified_keys"`
+}
+
+// CommitFigures is the engine committer's work over a measurement, for
+// targets that combine writes (the engine; zero for the baseline and the
+// bare handler, whose commits are Pebble's own): commits made, writes per
+// commit, their mean duration, the share of the measured time one was
+// running (near 1: the commit path is the bottleneck), and the share of
+// commit time Pebble waited for the WAL fsync (engine.Stats.CommitTime).
+type CommitFigures struct {
+	Commits             int64   `json:"commits"`
+	WritesPerCommit     float64 `json:"writes_per_commit"`
+	CommitMeanUS        float64 `json:"commit_mean_us"`
+	CommitBusy          float64 `json:"commit_busy"`
+	CommitSyncWaitShare float64 `json:"commit_sync_wait_share"`
+}
+
+// commitDelta accumulates the growth of the engine's commit counters over
+// one or more measured intervals.
+type commitDelta struct {
+	groups, writes int64
+	busy, wait     time.Duration
+	elapsed        time.Duration
+}
+
+// add adds the growth from c0 to c1 over elapsed.
+func (d *commitDelta) add(c0, c1 engine.Stats, elapsed time.Duration) {
+	d.groups += c1.CommitGroups - c0.CommitGroups
+	d.writes += c1.CommitWrites - c0.CommitWrites
+	d.busy += c1.CommitTime - c0.CommitTime
+	d.wait += c1.CommitSyncWait - c0.CommitSyncWait
+	d.elapsed += elapsed
+}
+
+func (d commitDelta) figures() CommitFigures {
+	if d.groups <= 0 || d.elapsed <= 0 {
+		return CommitFigures{}
+	}
+	f := CommitFigures{
+		Commits:         d.groups,
+		WritesPerCommit: float64(d.writes) / float64(d.groups),
+		CommitMeanUS:    float64(d.busy.Microseconds()) / float64(d.groups),
+		CommitBusy:      d.busy.Seconds() / d.elapsed.Seconds(),
+	}
+	if d.busy > 0 {
+		f.CommitSyncWaitShare = d.wait.Seconds() / d.busy.Seconds()
+	}
+	return f
 }
 
 // Outcomes counts the claim answers of a point's requests.
