@@ -35,7 +35,7 @@ func TestHTTPRun(t *testing.T) {
 	require.Zero(t, rep.Targets[0].Commits)
 	mw := rep.Targets[1]
 	require.Positive(t, mw.Commits)
-	require.GreaterOrEqual(t, float64(mw.Requests), float64(mw.Commits)*mw.WritesPerCommit)
+	require.GreaterOrEqual(t, mw.WritesPerCommit, 1.0)
 	require.Positive(t, mw.CommitBusy)
 	require.Positive(t, mw.CommitSyncWaitShare)
 
