@@ -204,7 +204,9 @@ func TestAppendKeyAllocatesOnce(t *testing.T) {
 	id := idemkv.ID{Tenant: "tenant-0042", Endpoint: "POST /v1/payments", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"}
 	var k []byte
 	allocs := testing.AllocsPerRun(100, func() { k = AppendKey(nil, id) })
-	require.Equal(t, 1.0, allocs)
+	if !raceEnabled {
+		require.Equal(t, 1.0, allocs)
+	}
 	got, err := DecodeKey(k)
 	require.NoError(t, err)
 	require.Equal(t, id, got)
