@@ -138,8 +138,11 @@ type HTTPMeta struct {
 	BackgroundYield bool `json:"background_yield"`
 	// L0CompactionThreshold is engine.Options.L0CompactionThreshold, for
 	// both stores.
-	L0CompactionThreshold int     `json:"l0_compaction_threshold"`
-	WallSeconds           float64 `json:"wall_seconds"`
+	L0CompactionThreshold int `json:"l0_compaction_threshold"`
+	// Compression is the name of engine.Options.Compression, for both
+	// stores.
+	Compression string  `json:"compression"`
+	WallSeconds float64 `json:"wall_seconds"`
 }
 
 // HTTPLatency is a latency distribution in µs, measured by the client from
@@ -284,7 +287,8 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	rep := &HTTPReport{Meta: HTTPMeta{
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUModel: cpuModel(), NumCPU: runtime.NumCPU(),
 		Profile: c.Profile, Rate: c.Rate, Clients: c.Clients, SliceSeconds: c.Slice.Seconds(), Slices: c.Slices,
-		BackgroundYield: !eopts.NoBackgroundYield, L0CompactionThreshold: eopts.L0CompactionThreshold, WallSeconds: time.Since(start).Seconds(),
+		BackgroundYield: !eopts.NoBackgroundYield, L0CompactionThreshold: eopts.L0CompactionThreshold, Compression: eopts.Compression.Name,
+		WallSeconds: time.Since(start).Seconds(),
 	}}
 	for _, t := range targets {
 		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist), SliceP99US: t.sliceP99,

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/schollz/progressbar/v3"
@@ -132,8 +134,9 @@ type benchFlags struct {
 // pebbleFlags are the engine's Pebble settings that bench and bench http
 // take for A/B runs; both targets of a run share them.
 type pebbleFlags struct {
-	noYield     bool // engine.Options.NoBackgroundYield
-	l0Threshold int  // engine.Options.L0CompactionThreshold (0: default)
+	noYield     bool                        // engine.Options.NoBackgroundYield
+	l0Threshold int                         // engine.Options.L0CompactionThreshold (0: default)
+	compression *sstable.CompressionProfile // engine.Options.Compression (nil: default)
 }
 
 func (p *pebbleFlags) register(fs *flag.FlagSet) {
@@ -144,6 +147,12 @@ func (p *pebbleFlags) register(fs *flag.FlagSet) {
 			return fmt.Errorf("bad threshold %q (want 1..1000)", s)
 		}
 		p.l0Threshold = n
+		return nil
+	})
+	fs.Func("compression", "engine.Options.Compression for both stores, by Pebble's profile name (Snappy, Fastest, Fast, Balanced, Good, ZSTD, MinLZ, NoCompression), for A/B runs (default Snappy)", func(s string) error {
+		if p.compression = block.CompressionProfileByName(s); p.compression == nil {
+			return fmt.Errorf("unknown compression profile %q", s)
+		}
 		return nil
 	})
 }
@@ -159,6 +168,9 @@ func (p pebbleFlags) apply(o *engine.Options) *engine.Options {
 	o.NoBackgroundYield = o.NoBackgroundYield || p.noYield
 	if p.l0Threshold != 0 {
 		o.L0CompactionThreshold = p.l0Threshold
+	}
+	if p.compression != nil {
+		o.Compression = p.compression
 	}
 	return o
 }

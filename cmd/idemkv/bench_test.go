@@ -115,6 +115,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--remote-latency", "x"}, `bad duration "x"`},
 		{[]string{"--l0-compaction-threshold", "0"}, `bad threshold "0"`},
 		{[]string{"http", "--l0-compaction-threshold", "-4"}, `bad threshold "-4"`},
+		{[]string{"--compression", "lz4"}, `unknown compression profile "lz4"`},
+		{[]string{"http", "--compression", ""}, `unknown compression profile ""`},
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
