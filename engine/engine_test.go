@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
@@ -483,4 +484,41 @@ func TestEnsureDefaultsIsIdempotent(t *testing.T) {
 	require.Zero(t, st.ClaimFilterBuilds)
 	require.Zero(t, st.ReplayCacheHits)
 	require.Zero(t, st.ReplayCached)
+}
+
+// The default compression (zstd, Pebble's Balanced profile) stores
+// completed records in clearly less space than Snappy, the previous
+// default: 60 against 94 bytes a record in the full benchmark.
+func TestDefaultCompressionShrinksRecords(t *testing.T) {
+	tableBytes := func(o *Options) uint64 {
+		e, err := Open(t.TempDir(), o)
+		require.NoError(t, err)
+		defer e.Close()
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for i := range 500 {
+					k := id(fmt.Sprintf("%08x-4e2a-4b1c-9d3e-%012x", w, i*7919))
+					c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: k, Fingerprint: []byte{1, byte(i), byte(w), 9, 8, 7, 6, 5, 4}})
+					if err == nil {
+						err = e.Complete(ctx, c.Lease, idemkv.Result{Status: 201, Pointer: fmt.Sprintf("/v1/payments/pay_%08x%016x", w, i)}, nil)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		require.NoError(t, e.Flush())
+		require.NoError(t, e.Compact(ctx))
+		st, err := e.Stats()
+		require.NoError(t, err)
+		return st.TableBytes
+	}
+	def := tableBytes(&Options{})
+	snappy := tableBytes(&Options{Compression: sstable.SnappyCompression})
+	t.Logf("8,000 records: %d table bytes with the default, %d with Snappy", def, snappy)
+	require.Less(t, float64(def), 0.85*float64(snappy))
 }

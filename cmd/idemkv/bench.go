@@ -149,7 +149,7 @@ func (p *pebbleFlags) register(fs *flag.FlagSet) {
 		p.l0Threshold = n
 		return nil
 	})
-	fs.Func("compression", "engine.Options.Compression for both stores, by Pebble's profile name (Snappy, Fastest, Fast, Balanced, Good, ZSTD, MinLZ, NoCompression), for A/B runs (default Snappy)", func(s string) error {
+	fs.Func("compression", "engine.Options.Compression for both stores, by Pebble's profile name (Snappy, Fastest, Fast, Balanced, Good, ZSTD, MinLZ, NoCompression), for A/B runs (default Balanced)", func(s string) error {
 		if p.compression = block.CompressionProfileByName(s); p.compression == nil {
 			return fmt.Errorf("unknown compression profile %q", s)
 		}
