@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/engine"
@@ -134,9 +133,9 @@ type benchFlags struct {
 // pebbleFlags are the engine's Pebble settings that bench and bench http
 // take for A/B runs; both targets of a run share them.
 type pebbleFlags struct {
-	noYield     bool                        // engine.Options.NoBackgroundYield
-	l0Threshold int                         // engine.Options.L0CompactionThreshold (0: default)
-	compression *sstable.CompressionProfile // engine.Options.Compression (nil: default)
+	noYield     bool                      // engine.Options.NoBackgroundYield
+	l0Threshold int                       // engine.Options.L0CompactionThreshold (0: default)
+	compression *block.CompressionProfile // engine.Options.Compression (nil: default)
 }
 
 func (p *pebbleFlags) register(fs *flag.FlagSet) {
