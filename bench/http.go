@@ -170,6 +170,9 @@ type HTTPTarget struct {
 	SliceP99US []float64 `json:"slice_p99_us"`
 	// The engine's committer over the measured slices (middleware only).
 	CommitFigures
+	// Runtime is the Go runtime's scheduler wait and collector work over
+	// the measured slices: the whole process's, clients included.
+	Runtime RuntimeFigures `json:"runtime"`
 }
 
 func httpLatencyOf(h *hdrhistogram.Histogram) HTTPLatency {
@@ -192,6 +195,7 @@ type httpTarget struct {
 	sliceP99 []float64      // µs, one per measured slice
 	engine   *engine.Engine // the middleware's store; nil for the bare handler
 	commits  commitDelta
+	runtime  runtimeDelta
 }
 
 func (t *httpTarget) close() {
@@ -292,7 +296,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	}}
 	for _, t := range targets {
 		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist), SliceP99US: t.sliceP99,
-			CommitFigures: t.commits.figures()}
+			CommitFigures: t.commits.figures(), Runtime: t.runtime.figures(t.requests)}
 		if t.seconds > 0 {
 			ht.RequestsPerSec = float64(t.requests) / t.seconds
 		}
@@ -325,7 +329,7 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 			return err
 		}
 	}
-	cpu0, t0 := cpuTime(), time.Now()
+	rt0, cpu0, t0 := readRuntime(), cpuTime(), time.Now()
 	for _, hc := range t.conns {
 		wg.Go(func() {
 			h := newHist()
@@ -369,6 +373,7 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 		t.sliceP99 = append(t.sliceP99, float64(slice.ValueAtQuantile(99))/1e3)
 		t.requests += requests.Load()
 		t.seconds += time.Since(t0).Seconds()
+		t.runtime.add(rt0, readRuntime())
 		if cpu0 >= 0 {
 			t.cpu += cpuTime() - cpu0
 		}
@@ -546,6 +551,11 @@ func (r *HTTPReport) WriteTable(w io.Writer) error {
 			sep = "\n"
 		}
 		fmt.Fprintf(&b, " %s %s (%s to %s)%s", t.Name, us(med), us(v[0]), us(v[len(v)-1]), sep)
+	}
+	for _, t := range r.Targets {
+		rt := t.Runtime
+		fmt.Fprintf(&b, "%s: goroutines waited for a core p50 %s, p99 %s, p99.9 %s; %d GC cycles, GC CPU %.1f µs/req\n",
+			t.Name, us(rt.SchedLatencyUS.P50), us(rt.SchedLatencyUS.P99), us(rt.SchedLatencyUS.P999), rt.GCCycles, rt.GCCPUSecondsPerRequest*1e6)
 	}
 	for _, t := range r.Targets {
 		if t.Commits > 0 {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -28,6 +30,12 @@ func TestHTTPRun(t *testing.T) {
 			require.Positive(t, p99, tg.Name)
 			require.LessOrEqual(t, p99, tg.Latency.Max, tg.Name)
 		}
+		// Every request wakes goroutines, so the scheduler measured waits
+		// in each target's slices.
+		sl := tg.Runtime.SchedLatencyUS
+		require.Positive(t, sl.P99, tg.Name)
+		require.LessOrEqual(t, sl.P50, sl.P99, tg.Name)
+		require.LessOrEqual(t, sl.P99, sl.P999, tg.Name)
 	}
 	require.Equal(t, rep.Targets[1].Latency.P99-rep.Targets[0].Latency.P99, rep.Overhead.P99)
 	// Every protected request commits through the engine's committer; the
@@ -44,6 +52,7 @@ func TestHTTPRun(t *testing.T) {
 	require.Contains(t, out.String(), "overhead")
 	require.Contains(t, out.String(), "p99 of each slice")
 	require.Contains(t, out.String(), "middleware: commit path busy")
+	require.Contains(t, out.String(), "bare: goroutines waited for a core")
 	out.Reset()
 	require.NoError(t, rep.WriteJSON(&out))
 	var back HTTPReport
@@ -54,4 +63,31 @@ func TestHTTPRun(t *testing.T) {
 	require.Error(t, HTTPConfig{Rate: -1}.Validate())
 	_, err = HTTPProfile("slow")
 	require.Error(t, err)
+}
+
+// runtimeDelta sums the growth of the scheduler's histogram over slices
+// and reads quantiles off bucket bounds.
+func TestRuntimeDeltaQuantiles(t *testing.T) {
+	inf := math.Inf(1)
+	buckets := []float64{math.Inf(-1), 1e-6, 10e-6, 100e-6, 1e-3, inf}
+	sample := func(counts ...uint64) *runtimeSample {
+		s := &runtimeSample{{Name: metricSchedLatency}, {Name: metricGCCycles}, {Name: metricGCCPU}}
+		// Build the values through a real read, then overwrite the
+		// histogram's counts: metrics.Value has no constructor.
+		metrics.Read(s[:])
+		h := s[0].Value.Float64Histogram()
+		h.Buckets, h.Counts = buckets, counts
+		return s
+	}
+	var d runtimeDelta
+	// Two slices, each counted from its own start: 100 and 200 waits.
+	d.add(sample(0, 0, 0, 0, 0), sample(0, 0, 50, 0, 0))
+	d.add(sample(7, 7, 7, 7, 7), sample(7, 7, 47, 16, 8))
+	require.Equal(t, []uint64{0, 0, 90, 9, 1}, d.counts, "the growth of both slices, not what came before")
+	// Of 100 waits: 90 of 10 to 100 µs, 9 of 100 µs to 1 ms, 1 over 1 ms.
+	f := d.figures(100)
+	require.InDelta(t, 100, f.SchedLatencyUS.P50, 1e-9)
+	require.InDelta(t, 1000, f.SchedLatencyUS.P99, 1e-9)
+	require.InDelta(t, 1000, f.SchedLatencyUS.P999, 1e-9, "the unbounded bucket reports its lower bound")
+	require.Zero(t, (&runtimeDelta{}).quantileUS(0.5), "no samples")
 }
