@@ -168,6 +168,9 @@ type HTTPTarget struct {
 	// compactions) lands in some slices and not others; these show how
 	// much of Latency.P99 comes from a few slices.
 	SliceP99US []float64 `json:"slice_p99_us"`
+	// SliceBackground is the flush and compaction work the two stores
+	// completed during each measured slice, in the order of SliceP99US.
+	SliceBackground []BackgroundWork `json:"slice_background"`
 	// The engine's committer over the measured slices (middleware only).
 	CommitFigures
 	// Runtime is the Go runtime's scheduler wait and collector work over
@@ -183,6 +186,34 @@ func httpLatencyOf(h *hdrhistogram.Histogram) HTTPLatency {
 	}
 }
 
+// BackgroundWork is flush and compaction work that Pebble completed: both
+// stores', since both share the machine whichever handler is driven.
+type BackgroundWork struct {
+	Flushes     int64 `json:"flushes"`
+	Compactions int64 `json:"compactions"`
+	// WrittenMB is what those flushes and compactions wrote, in MB.
+	WrittenMB float64 `json:"written_mb"`
+}
+
+// readBackground returns the work db and e have completed so far.
+func readBackground(db *pebble.DB, e *engine.Engine) (BackgroundWork, error) {
+	st, err := e.Stats()
+	if err != nil {
+		return BackgroundWork{}, err
+	}
+	m := db.Metrics()
+	total := m.Total()
+	return BackgroundWork{
+		Flushes:     m.Flush.Count + st.Flushes,
+		Compactions: m.Compact.Count + st.Compactions,
+		WrittenMB:   float64(total.TableBytesFlushed+total.TableBytesCompacted+st.TableBytesWritten) / 1e6,
+	}, nil
+}
+
+func (b BackgroundWork) minus(a BackgroundWork) BackgroundWork {
+	return BackgroundWork{Flushes: b.Flushes - a.Flushes, Compactions: b.Compactions - a.Compactions, WrittenMB: b.WrittenMB - a.WrittenMB}
+}
+
 // httpTarget is one running server and what was measured of it.
 type httpTarget struct {
 	name     string
@@ -193,6 +224,7 @@ type httpTarget struct {
 	seconds  float64
 	cpu      time.Duration
 	sliceP99 []float64      // µs, one per measured slice
+	sliceBg  []BackgroundWork
 	engine   *engine.Engine // the middleware's store; nil for the bare handler
 	commits  commitDelta
 	runtime  runtimeDelta
@@ -279,7 +311,8 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	for s := 0; s <= c.Slices; s++ {
 		for _, t := range targets {
 			measured := s > 0 // the first slice of each target warms it up
-			if err := httpSlice(ctx, c, t, stream, &next, measured); err != nil {
+			bg := func() (BackgroundWork, error) { return readBackground(db, e) }
+			if err := httpSlice(ctx, c, t, stream, &next, bg, measured); err != nil {
 				return nil, fmt.Errorf("bench: http: %s: %w", t.name, err)
 			}
 			if c.Progress != nil {
@@ -295,7 +328,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 		WallSeconds: time.Since(start).Seconds(),
 	}}
 	for _, t := range targets {
-		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist), SliceP99US: t.sliceP99,
+		ht := HTTPTarget{Name: t.name, Requests: t.requests, Latency: httpLatencyOf(t.hist), SliceP99US: t.sliceP99, SliceBackground: t.sliceBg,
 			CommitFigures: t.commits.figures(), Runtime: t.runtime.figures(t.requests)}
 		if t.seconds > 0 {
 			ht.RequestsPerSec = float64(t.requests) / t.seconds
@@ -311,7 +344,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 }
 
 // httpSlice drives t at the configured rate for one slice.
-func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, next *atomic.Uint64, measured bool) error {
+func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, next *atomic.Uint64, background func() (BackgroundWork, error), measured bool) error {
 	sctx, cancel := context.WithTimeout(ctx, c.Slice)
 	defer cancel()
 	lim := rate.NewLimiter(rate.Limit(c.Rate), 1)
@@ -328,6 +361,10 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 		if c0, err = t.engine.Stats(); err != nil {
 			return err
 		}
+	}
+	bg0, err := background()
+	if err != nil {
+		return err
 	}
 	rt0, cpu0, t0 := readRuntime(), cpuTime(), time.Now()
 	for _, hc := range t.conns {
@@ -371,6 +408,11 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 	}
 	if measured {
 		t.sliceP99 = append(t.sliceP99, float64(slice.ValueAtQuantile(99))/1e3)
+		bg1, err := background()
+		if err != nil {
+			return err
+		}
+		t.sliceBg = append(t.sliceBg, bg1.minus(bg0))
 		t.requests += requests.Load()
 		t.seconds += time.Since(t0).Seconds()
 		t.runtime.add(rt0, readRuntime())
@@ -542,15 +584,32 @@ func (r *HTTPReport) WriteTable(w io.Writer) error {
 			continue
 		}
 		v := slices.Sorted(slices.Values(t.SliceP99US))
-		med := v[len(v)/2]
-		if len(v)%2 == 0 {
-			med = (v[len(v)/2-1] + v[len(v)/2]) / 2
-		}
+		med := median(v)
 		sep := ";"
 		if i == len(r.Targets)-1 {
 			sep = "\n"
 		}
 		fmt.Fprintf(&b, " %s %s (%s to %s)%s", t.Name, us(med), us(v[0]), us(v[len(v)-1]), sep)
+	}
+	for _, t := range r.Targets {
+		if len(t.SliceBackground) != len(t.SliceP99US) || len(t.SliceP99US) == 0 {
+			continue
+		}
+		var with, without []float64
+		var flushes int64
+		for i, bg := range t.SliceBackground {
+			flushes += bg.Flushes
+			if bg.Compactions > 0 {
+				with = append(with, t.SliceP99US[i])
+			} else {
+				without = append(without, t.SliceP99US[i])
+			}
+		}
+		fmt.Fprintf(&b, "%s: %d flushes in its slices; %d of %d slices saw a compaction end", t.Name, flushes, len(with), len(t.SliceP99US))
+		if len(with) > 0 && len(without) > 0 {
+			fmt.Fprintf(&b, "; slice p99 median %s in those, %s in the others", us(median(with)), us(median(without)))
+		}
+		b.WriteString("\n")
 	}
 	for _, t := range r.Targets {
 		rt := t.Runtime
@@ -565,4 +624,13 @@ func (r *HTTPReport) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// median returns the median of v, which must not be empty.
+func median(v []float64) float64 {
+	v = slices.Sorted(slices.Values(v))
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
 }

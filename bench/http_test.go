@@ -10,13 +10,18 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv/engine"
 )
 
 func TestHTTPRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for a second")
 	}
-	cfg := HTTPConfig{Rate: 300, Clients: 4, Slice: 200 * time.Millisecond, Slices: 2, Tenants: 10, Dir: t.TempDir()}
+	// Memtables small enough that the slices flush, so that their
+	// background work is counted.
+	cfg := HTTPConfig{Rate: 1000, Clients: 4, Slice: 200 * time.Millisecond, Slices: 2, Tenants: 10, Dir: t.TempDir(),
+		Engine: &engine.Options{MemTableSize: 64 << 10}}
 	rep, err := RunHTTP(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Len(t, rep.Targets, 2)
@@ -30,6 +35,13 @@ func TestHTTPRun(t *testing.T) {
 			require.Positive(t, p99, tg.Name)
 			require.LessOrEqual(t, p99, tg.Latency.Max, tg.Name)
 		}
+		require.Len(t, tg.SliceBackground, cfg.Slices, tg.Name)
+		var flushes int64
+		for _, bg := range tg.SliceBackground {
+			flushes += bg.Flushes
+			require.GreaterOrEqual(t, bg.WrittenMB, 0.0, tg.Name)
+		}
+		require.Positive(t, flushes, "%s: the stores flushed during its slices", tg.Name)
 		// Every request wakes goroutines, so the scheduler measured waits
 		// in each target's slices.
 		sl := tg.Runtime.SchedLatencyUS
@@ -53,6 +65,8 @@ func TestHTTPRun(t *testing.T) {
 	require.Contains(t, out.String(), "p99 of each slice")
 	require.Contains(t, out.String(), "middleware: commit path busy")
 	require.Contains(t, out.String(), "bare: goroutines waited for a core")
+	require.Contains(t, out.String(), "middleware: ")
+	require.Contains(t, out.String(), "slices saw a compaction end")
 	out.Reset()
 	require.NoError(t, rep.WriteJSON(&out))
 	var back HTTPReport
