@@ -223,7 +223,7 @@ type httpTarget struct {
 	requests int64
 	seconds  float64
 	cpu      time.Duration
-	sliceP99 []float64      // µs, one per measured slice
+	sliceP99 []float64 // µs, one per measured slice
 	sliceBg  []BackgroundWork
 	engine   *engine.Engine // the middleware's store; nil for the bare handler
 	commits  commitDelta
