@@ -193,6 +193,9 @@ type BackgroundWork struct {
 	Compactions int64 `json:"compactions"`
 	// WrittenMB is what those flushes and compactions wrote, in MB.
 	WrittenMB float64 `json:"written_mb"`
+	// FilterBuilds counts the engine's claim-filter builds that ended:
+	// each scans every stored record key.
+	FilterBuilds int64 `json:"filter_builds"`
 }
 
 // readBackground returns the work db and e have completed so far.
@@ -204,14 +207,16 @@ func readBackground(db *pebble.DB, e *engine.Engine) (BackgroundWork, error) {
 	m := db.Metrics()
 	total := m.Total()
 	return BackgroundWork{
-		Flushes:     m.Flush.Count + st.Flushes,
-		Compactions: m.Compact.Count + st.Compactions,
-		WrittenMB:   float64(total.TableBytesFlushed+total.TableBytesCompacted+st.TableBytesWritten) / 1e6,
+		Flushes:      m.Flush.Count + st.Flushes,
+		Compactions:  m.Compact.Count + st.Compactions,
+		WrittenMB:    float64(total.TableBytesFlushed+total.TableBytesCompacted+st.TableBytesWritten) / 1e6,
+		FilterBuilds: st.ClaimFilterBuilds,
 	}, nil
 }
 
 func (b BackgroundWork) minus(a BackgroundWork) BackgroundWork {
-	return BackgroundWork{Flushes: b.Flushes - a.Flushes, Compactions: b.Compactions - a.Compactions, WrittenMB: b.WrittenMB - a.WrittenMB}
+	return BackgroundWork{Flushes: b.Flushes - a.Flushes, Compactions: b.Compactions - a.Compactions,
+		WrittenMB: b.WrittenMB - a.WrittenMB, FilterBuilds: b.FilterBuilds - a.FilterBuilds}
 }
 
 // httpTarget is one running server and what was measured of it.
