@@ -463,7 +463,7 @@ func heapInUse() uint64 {
 // store, with one stamped effect each if effects, and compacts it: a
 // store as the engine would have left it, built in seconds. It returns
 // the store's directory.
-func writeBenchStore(b *testing.B, n int, effects bool) string {
+func writeBenchStore(b testing.TB, n int, effects bool) string {
 	dir := b.TempDir()
 	db, err := pebble.Open(dir, (&Options{}).EnsureDefaults().PebbleOptions())
 	require.NoError(b, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -86,6 +87,14 @@ type claimFilter struct {
 // after step 1, "scanned" after step 2, "built" after step 3, or "failed"
 // when step 2 fails.
 var testHookClaimFilter func(stage string)
+
+// scanNow reads the clock a build's scan paces its yields by (monotonic
+// nanoseconds); tests replace it.
+var scanNow = nanotime
+
+// testHookFilterYield, if set, is called each time a build's scan gives
+// way to other goroutines.
+var testHookFilterYield func()
 
 // filterAddLocked adds k to the shard's filters, if it has any.
 //
@@ -290,10 +299,24 @@ func (e *Engine) estimateStoredRecords() (int64, error) {
 // for them), and returns how many it added.
 func (e *Engine) scanRecordKeys(ctx context.Context) (int64, error) {
 	var n int64
+	lastYield := scanNow()
 	add := func(k []byte) error {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+		}
+		// A scan does not block while the blocks it reads are cached, and
+		// Go preempts such a goroutine only after 10 ms: give way to
+		// waiting requests once per yieldInterval, like flushes and
+		// compactions (yieldfs.go).
+		if n%256 == 0 && !e.opts.NoBackgroundYield {
+			if now := scanNow(); now-lastYield >= int64(yieldInterval) {
+				runtime.Gosched()
+				lastYield = scanNow()
+				if testHookFilterYield != nil {
+					testHookFilterYield()
+				}
 			}
 		}
 		sh := e.shard(k)

@@ -257,6 +257,40 @@ func BenchmarkClaimFilterBuild(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
 }
 
+// A build's scan gives way to other goroutines once per yieldInterval,
+// unless NoBackgroundYield: it reads cached blocks without blocking, and
+// Go would otherwise let it hold a core for 10 ms at a time while requests
+// wait (docs/benchmarks.md: the HTTP slices with a build had long tails).
+func TestClaimFilterBuildYields(t *testing.T) {
+	const n = 20_000
+	dir := writeBenchStore(t, n, false)
+	// A clock that moves a millisecond at every reading: every check
+	// finds the interval passed.
+	var clock atomic.Int64
+	scanNow = func() int64 { return clock.Add(int64(time.Millisecond)) }
+	defer func() { scanNow = nanotime }()
+	var yields atomic.Int64
+	testHookFilterYield = func() { yields.Add(1) }
+	defer func() { testHookFilterYield = nil }()
+
+	for _, noYield := range []bool{false, true} {
+		yields.Store(0)
+		e, err := Open(dir, &Options{Clock: fakeclock.New(t0), ClaimFilterBitsPerKey: -1, NoBackgroundYield: noYield})
+		require.NoError(t, err)
+		// Build by hand: there is no builder goroutine.
+		e.filter.bitsPerKey, e.filter.hashes, e.filter.built = 10, 7, make(chan struct{})
+		require.NoError(t, e.buildClaimFilter(context.Background()))
+		require.EqualValues(t, n, e.filter.stored.Load())
+		if noYield {
+			require.Zero(t, yields.Load(), "NoBackgroundYield")
+		} else {
+			// A check every 256 keys, each finding a millisecond gone.
+			require.InDelta(t, n/256, yields.Load(), 2)
+		}
+		require.NoError(t, e.Close())
+	}
+}
+
 // The first build after Open sizes the filter for at least twice the
 // records it will find, so it is not full as soon as it is built, even
 // when the records compress to a fraction of their size (alike keys, small

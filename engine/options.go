@@ -114,12 +114,14 @@ type Options struct {
 	L0CompactionThreshold int
 
 	// NoBackgroundYield turns off the yield of Pebble's flushes and
-	// compactions to waiting requests (yieldfs.go). By default a flush or
-	// compaction lets runnable goroutines run once per millisecond of
-	// writing, except while Pebble stalls writes, so that background work
-	// does not hold a core for the scheduler's 10 ms slices while requests
-	// wait: on two cores this shortened the HTTP middleware's p99 latency
-	// (docs/benchmarks.md). Set it to measure without the yield.
+	// compactions, and of the claim filter's builds, to waiting requests
+	// (yieldfs.go, claimfilter.go). By default a flush or compaction lets
+	// runnable goroutines run once per millisecond of writing, except
+	// while Pebble stalls writes, and a filter build once per millisecond
+	// of scanning, so that background work does not hold a core for the
+	// scheduler's 10 ms slices while requests wait: on two cores this
+	// shortened the HTTP middleware's p99 latency (docs/benchmarks.md).
+	// Set it to measure without the yield.
 	NoBackgroundYield bool
 
 	// CompactionConcurrency is the most compactions Pebble runs at once.
