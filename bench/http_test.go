@@ -18,15 +18,16 @@ func TestHTTPRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for a second")
 	}
-	// Memtables small enough that the slices flush, so that their
-	// background work is counted.
+	// Memtables small enough that the stores flush during the slices, so
+	// that their background work is counted.
 	cfg := HTTPConfig{Rate: 1000, Clients: 4, Slice: 200 * time.Millisecond, Slices: 2, Tenants: 10, Dir: t.TempDir(),
-		Engine: &engine.Options{MemTableSize: 64 << 10}}
+		Engine: &engine.Options{MemTableSize: 16 << 10}}
 	rep, err := RunHTTP(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Len(t, rep.Targets, 2)
 	require.Equal(t, "bare", rep.Targets[0].Name)
 	require.Equal(t, "middleware", rep.Targets[1].Name)
+	var flushes int64
 	for _, tg := range rep.Targets {
 		require.Positive(t, tg.Requests, tg.Name)
 		require.Positive(t, tg.Latency.P99, tg.Name)
@@ -36,12 +37,10 @@ func TestHTTPRun(t *testing.T) {
 			require.LessOrEqual(t, p99, tg.Latency.Max, tg.Name)
 		}
 		require.Len(t, tg.SliceBackground, cfg.Slices, tg.Name)
-		var flushes int64
 		for _, bg := range tg.SliceBackground {
 			flushes += bg.Flushes
 			require.GreaterOrEqual(t, bg.WrittenMB, 0.0, tg.Name)
 		}
-		require.Positive(t, flushes, "%s: the stores flushed during its slices", tg.Name)
 		// Every request wakes goroutines, so the scheduler measured waits
 		// in each target's slices.
 		sl := tg.Runtime.SchedLatencyUS
@@ -49,6 +48,10 @@ func TestHTTPRun(t *testing.T) {
 		require.LessOrEqual(t, sl.P50, sl.P99, tg.Name)
 		require.LessOrEqual(t, sl.P99, sl.P999, tg.Name)
 	}
+	// A few hundred protected requests fill several 16 KiB memtables;
+	// which handler's slices the flushes land in depends on timing.
+	t.Logf("%d flushes in the measured slices", flushes)
+	require.Positive(t, flushes, "the stores flushed during the measured slices")
 	require.Equal(t, rep.Targets[1].Latency.P99-rep.Targets[0].Latency.P99, rep.Overhead.P99)
 	// Every protected request commits through the engine's committer; the
 	// bare handler does not use it.
