@@ -69,7 +69,7 @@ func TestHTTPRun(t *testing.T) {
 	require.Contains(t, out.String(), "middleware: commit path busy")
 	require.Contains(t, out.String(), "bare: goroutines waited for a core")
 	require.Contains(t, out.String(), "middleware: ")
-	require.Contains(t, out.String(), "slices saw a compaction end")
+	require.Contains(t, out.String(), "slices had a compaction running")
 	out.Reset()
 	require.NoError(t, rep.WriteJSON(&out))
 	var back HTTPReport
@@ -107,4 +107,17 @@ func TestRuntimeDeltaQuantiles(t *testing.T) {
 	require.InDelta(t, 1000, f.SchedLatencyUS.P99, 1e-9)
 	require.InDelta(t, 1000, f.SchedLatencyUS.P999, 1e-9, "the unbounded bucket reports its lower bound")
 	require.Zero(t, (&runtimeDelta{}).quantileUS(0.5), "no samples")
+}
+
+// A slice's background work: counters as growth over the slice, the
+// compactions in progress as read at its start and at its end.
+func TestBackgroundWorkMinus(t *testing.T) {
+	start := BackgroundWork{Flushes: 3, Compactions: 1, WrittenMB: 10, FilterBuilds: 1, running: 1}
+	end := BackgroundWork{Flushes: 5, Compactions: 1, WrittenMB: 25, FilterBuilds: 1, running: 0}
+	got := end.minus(start)
+	require.Equal(t, BackgroundWork{Flushes: 2, WrittenMB: 15, CompactingAtStart: 1}, got)
+	require.True(t, got.compacted(), "a compaction was running when the slice began")
+	require.False(t, BackgroundWork{Flushes: 2}.compacted())
+	require.True(t, BackgroundWork{CompactingAtEnd: 1}.compacted())
+	require.True(t, BackgroundWork{Compactions: 1}.compacted())
 }

@@ -81,18 +81,21 @@ type Stats struct {
 	// LiveBytes is the live sstables and WAL: DiskBytes without files
 	// awaiting deletion, recycled WAL files, sstables kept only for open
 	// iterators and the output of compactions in progress.
-	LiveBytes        uint64
-	ReadAmp          int // sublevels a read may visit
-	L0Files          int64
-	CompactionDebt   uint64 // bytes compaction must still rewrite
-	Flushes          int64
-	Compactions      int64
-	WALBytesIn       uint64 // logical bytes written to the WAL
-	WALBytesWritten  uint64 // physical bytes, including padding
-	BlockCacheHits   int64
-	BlockCacheMisses int64
-	FilterHits       int64 // lookups a bloom filter answered "absent"
-	MemTableBytes    uint64
+	LiveBytes      uint64
+	ReadAmp        int // sublevels a read may visit
+	L0Files        int64
+	CompactionDebt uint64 // bytes compaction must still rewrite
+	Flushes        int64
+	Compactions    int64
+	// CompactionsRunning is how many compactions are in progress now
+	// (Compactions counts them when they end).
+	CompactionsRunning int64
+	WALBytesIn         uint64 // logical bytes written to the WAL
+	WALBytesWritten    uint64 // physical bytes, including padding
+	BlockCacheHits     int64
+	BlockCacheMisses   int64
+	FilterHits         int64 // lookups a bloom filter answered "absent"
+	MemTableBytes      uint64
 	// TableBytes is the size of all live sstables; WriteAmp is the bytes
 	// Pebble wrote to sstables (flushes and compactions) per byte that
 	// entered through flushes, over the store's life.
@@ -147,6 +150,7 @@ func (e *Engine) Stats() (Stats, error) {
 	st.CompactionDebt = m.Compact.EstimatedDebt
 	st.Flushes = m.Flush.Count
 	st.Compactions = m.Compact.Count
+	st.CompactionsRunning = m.Compact.NumInProgress
 	st.WALBytesIn = m.WAL.BytesIn
 	st.WALBytesWritten = m.WAL.BytesWritten
 	st.BlockCacheHits = m.BlockCache.Hits
