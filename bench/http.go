@@ -210,11 +210,12 @@ func (b BackgroundWork) compacted() bool {
 	return b.Compactions > 0 || b.CompactingAtStart > 0 || b.CompactingAtEnd > 0
 }
 
-// readBackground returns the work db and e have completed so far.
-func readBackground(db *pebble.DB, e *engine.Engine) (BackgroundWork, error) {
+// readBackground returns the work db and e have completed so far, and
+// e's Stats it read for it.
+func readBackground(db *pebble.DB, e *engine.Engine) (BackgroundWork, engine.Stats, error) {
 	st, err := e.Stats()
 	if err != nil {
-		return BackgroundWork{}, err
+		return BackgroundWork{}, st, err
 	}
 	m := db.Metrics()
 	total := m.Total()
@@ -224,7 +225,7 @@ func readBackground(db *pebble.DB, e *engine.Engine) (BackgroundWork, error) {
 		WrittenMB:    float64(total.TableBytesFlushed+total.TableBytesCompacted+st.TableBytesWritten) / 1e6,
 		FilterBuilds: st.ClaimFilterBuilds,
 		running:      m.Compact.NumInProgress + st.CompactionsRunning,
-	}, nil
+	}, st, nil
 }
 
 func (b BackgroundWork) minus(a BackgroundWork) BackgroundWork {
@@ -327,10 +328,10 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	stream := uint64(time.Now().UnixNano())
 	var next atomic.Uint64
 	total := 2 * (c.Slices + 1)
+	bg := func() (BackgroundWork, engine.Stats, error) { return readBackground(db, e) }
 	for s := 0; s <= c.Slices; s++ {
 		for _, t := range targets {
 			measured := s > 0 // the first slice of each target warms it up
-			bg := func() (BackgroundWork, error) { return readBackground(db, e) }
 			if err := httpSlice(ctx, c, t, stream, &next, bg, measured); err != nil {
 				return nil, fmt.Errorf("bench: http: %s: %w", t.name, err)
 			}
@@ -363,7 +364,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 }
 
 // httpSlice drives t at the configured rate for one slice.
-func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, next *atomic.Uint64, background func() (BackgroundWork, error), measured bool) error {
+func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, next *atomic.Uint64, background func() (BackgroundWork, engine.Stats, error), measured bool) error {
 	sctx, cancel := context.WithTimeout(ctx, c.Slice)
 	defer cancel()
 	lim := rate.NewLimiter(rate.Limit(c.Rate), 1)
@@ -374,14 +375,9 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 		firstErr error
 		slice    = newHist()
 	)
-	var c0 engine.Stats
-	if t.engine != nil {
-		var err error
-		if c0, err = t.engine.Stats(); err != nil {
-			return err
-		}
-	}
-	bg0, err := background()
+	// The engine's Stats serve both the background work and, for the
+	// middleware, the committer's figures.
+	bg0, c0, err := background()
 	if err != nil {
 		return err
 	}
@@ -427,7 +423,7 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 	}
 	if measured {
 		t.sliceP99 = append(t.sliceP99, float64(slice.ValueAtQuantile(99))/1e3)
-		bg1, err := background()
+		bg1, c1, err := background()
 		if err != nil {
 			return err
 		}
@@ -439,10 +435,6 @@ func httpSlice(ctx context.Context, c HTTPConfig, t *httpTarget, stream uint64, 
 			t.cpu += cpuTime() - cpu0
 		}
 		if t.engine != nil {
-			c1, err := t.engine.Stats()
-			if err != nil {
-				return err
-			}
 			t.commits.add(c0, c1, time.Since(t0))
 		}
 	}
@@ -602,13 +594,12 @@ func (r *HTTPReport) WriteTable(w io.Writer) error {
 		if len(t.SliceP99US) == 0 {
 			continue
 		}
-		v := slices.Sorted(slices.Values(t.SliceP99US))
-		med := median(v)
+		lo, hi := slices.Min(t.SliceP99US), slices.Max(t.SliceP99US)
 		sep := ";"
 		if i == len(r.Targets)-1 {
 			sep = "\n"
 		}
-		fmt.Fprintf(&b, " %s %s (%s to %s)%s", t.Name, us(med), us(v[0]), us(v[len(v)-1]), sep)
+		fmt.Fprintf(&b, " %s %s (%s to %s)%s", t.Name, us(median(t.SliceP99US)), us(lo), us(hi), sep)
 	}
 	for _, t := range r.Targets {
 		if len(t.SliceBackground) != len(t.SliceP99US) || len(t.SliceP99US) == 0 {
