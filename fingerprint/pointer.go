@@ -49,7 +49,7 @@ func pointerTokens(p string) []string {
 
 // escapeToken escapes a member name as a pointer reference token.
 func escapeToken(name string) string {
-	if strings.IndexAny(name, "~/") < 0 {
+	if !strings.ContainsAny(name, "~/") {
 		return name
 	}
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(name)
