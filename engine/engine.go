@@ -33,6 +33,7 @@ type Engine struct {
 	}
 	db    *pebble.DB
 	cache interface{ Unref() }
+	yfs   *yieldFS // the store's filesystem wrapper, if any (yieldfs.go)
 	// replay answers replays of recently completed records (cache.go);
 	// each key's entry is used only under its shard's mutex.
 	replay replayCache
@@ -210,6 +211,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
 	e := &Engine{opts: o, clock: o.Clock, dir: dir, db: db, cache: c, commits: newCommitter(db), shards: make([]shard, o.Shards)}
+	e.yfs, _ = po.FS.(*yieldFS)
 	e.gate.drained.L = &e.gate.Mutex
 	e.replay = newReplayCache(o.ReplayCacheSize)
 	for i := range e.shards {

@@ -331,6 +331,10 @@ func TestOptionsValidate(t *testing.T) {
 	require.ErrorContains(t, err, "Lease")
 	_, err = Open(t.TempDir(), &Options{Lease: time.Hour, Retention: time.Minute})
 	require.ErrorContains(t, err, "exceeds Retention")
+	for _, n := range []int{-1, 20} {
+		_, err = Open(t.TempDir(), &Options{BackgroundNice: n})
+		require.ErrorContains(t, err, "BackgroundNice")
+	}
 }
 
 // The engine's L0 thresholds reach Pebble: by default L0 compacts at 8

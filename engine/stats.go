@@ -90,12 +90,16 @@ type Stats struct {
 	// CompactionsRunning is how many compactions are in progress now
 	// (Compactions counts them when they end).
 	CompactionsRunning int64
-	WALBytesIn         uint64 // logical bytes written to the WAL
-	WALBytesWritten    uint64 // physical bytes, including padding
-	BlockCacheHits     int64
-	BlockCacheMisses   int64
-	FilterHits         int64 // lookups a bloom filter answered "absent"
-	MemTableBytes      uint64
+	// LowPriorityTables counts the sstables that flushes and compactions
+	// wrote at Options.BackgroundNice since Open: 0 when the option is off,
+	// or when lowering failed (logged once) or is not supported here.
+	LowPriorityTables int64
+	WALBytesIn        uint64 // logical bytes written to the WAL
+	WALBytesWritten   uint64 // physical bytes, including padding
+	BlockCacheHits    int64
+	BlockCacheMisses  int64
+	FilterHits        int64 // lookups a bloom filter answered "absent"
+	MemTableBytes     uint64
 	// TableBytes is the size of all live sstables; WriteAmp is the bytes
 	// Pebble wrote to sstables (flushes and compactions) per byte that
 	// entered through flushes, over the store's life.
@@ -128,6 +132,9 @@ func (e *Engine) Stats() (Stats, error) {
 		sh.mu.Unlock()
 	}
 	st.ReplayCached = e.replay.len()
+	if e.yfs != nil {
+		st.LowPriorityTables = e.yfs.lowered.Load()
+	}
 	c := &e.counters
 	st.Claims, st.Acquired, st.Takeovers = c.claims.Load(), c.acquired.Load(), c.takeovers.Load()
 	st.Replays, st.InProgress, st.Mismatches = c.replays.Load(), c.inProgress.Load(), c.mismatches.Load()

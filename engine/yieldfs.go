@@ -31,12 +31,23 @@ import (
 // behind (its memtable and L0 stop thresholds), nothing yields: the
 // background work is then what the requests wait for.
 // Options.NoBackgroundYield turns the wrapper off.
+//
+// The same wrapper lowers the OS priority of flushes and compactions when
+// Options.BackgroundNice is set (lowerPriority).
 type yieldFS struct {
 	vfs.FS
 	stalled atomic.Bool // between Pebble's WriteStallBegin and WriteStallEnd
 	// yield and now are runtime.Gosched and nanotime; tests replace them.
 	yield func()
 	now   func() int64
+
+	noYield bool          // Options.NoBackgroundYield: only lower priorities
+	nice    int           // Options.BackgroundNice; 0: leave priorities alone
+	logger  pebble.Logger // told once if priorities cannot be lowered
+	// lowered counts the sstables written at the lowered priority;
+	// lowerFailed is set by the first failure to lower one.
+	lowered     atomic.Int64
+	lowerFailed atomic.Bool
 }
 
 func newYieldFS(fs vfs.FS) *yieldFS {
@@ -63,6 +74,12 @@ func (fs *yieldFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File
 	f, err := fs.FS.Create(name, category)
 	if err != nil || !yieldCategories[category] {
 		return f, err
+	}
+	if fs.nice > 0 {
+		fs.lowerPriority()
+	}
+	if fs.noYield {
+		return f, nil
 	}
 	yf := &yieldFile{File: f, fs: fs}
 	yf.last.Store(fs.now())
@@ -101,3 +118,67 @@ func (f *yieldFile) Write(p []byte) (int, error) {
 var epoch = time.Now()
 
 func nanotime() int64 { return int64(time.Since(epoch)) }
+
+// lowerPriority runs the calling flush or compaction at nice value fs.nice
+// for the rest of its life (lowerThreadPriority), unless Pebble is
+// stalling writes, when the requests are waiting for it.
+//
+// On a machine with few cores a compaction is CPU work that does not
+// block for hundreds of milliseconds. While it holds one of the Go
+// scheduler's processors, requests share the others, and on two cores
+// that is one (docs/benchmarks.md, "The HTTP middleware"). Given a
+// processor more than the machine has cores (GOMAXPROCS), the kernel
+// schedules the threads, and a thread at a high nice value runs when a
+// core is free of the requests' threads rather than in turn with them.
+// With GOMAXPROCS at the number of cores, every processor's thread has a
+// core and the nice value changes little.
+//
+// Pebble creates a flush's or compaction's sstables on the goroutine
+// that builds them. Only goroutines Pebble started for one are lowered
+// (onPebbleBackground): never a caller's goroutine that would go on to
+// serve requests.
+func (fs *yieldFS) lowerPriority() {
+	if fs.stalled.Load() || !onPebbleBackground() {
+		return
+	}
+	err := lowerThreadPriority(fs.nice)
+	if testHookLowered != nil {
+		testHookLowered(err)
+	}
+	if err != nil {
+		if !fs.lowerFailed.Swap(true) && fs.logger != nil {
+			fs.logger.Errorf("engine: BackgroundNice %d: %v; flushes and compactions keep the process's priority", fs.nice, err)
+		}
+		return
+	}
+	fs.lowered.Add(1)
+}
+
+// testHookLowered, if set, is called on the lowered goroutine after each
+// attempt to lower its priority, with the attempt's error.
+var testHookLowered func(error)
+
+// pebbleBackgroundFuncs are the functions Pebble runs a flush and a
+// compaction in, each on a goroutine of its own (compaction.go in
+// Pebble: go d.flush(), go d.compact(...)). TestBackgroundNice fails if
+// a Pebble upgrade renames them.
+var pebbleBackgroundFuncs = map[string]bool{
+	"github.com/cockroachdb/pebble/v2.(*DB).flush":   true,
+	"github.com/cockroachdb/pebble/v2.(*DB).compact": true,
+}
+
+// onPebbleBackground reports whether the caller runs inside one of
+// pebbleBackgroundFuncs.
+func onPebbleBackground() bool {
+	var pcs [64]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
+	for {
+		f, more := frames.Next()
+		if pebbleBackgroundFuncs[f.Function] {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
