@@ -786,7 +786,7 @@ func engineOptions(o *engine.Options) EngineOptions {
 	return EngineOptions{
 		CacheBytes: o.CacheSize, MemTableBytes: o.MemTableSize, BloomBitsPerKey: o.BloomBitsPerKey,
 		Compression: comp, CompactionConcurrency: o.CompactionConcurrency, Shards: o.Shards,
-		ClaimFilterBitsPerKey: o.ClaimFilterBitsPerKey, BackgroundYield: !o.NoBackgroundYield,
+		ClaimFilterBitsPerKey: o.ClaimFilterBitsPerKey, BackgroundYield: !o.NoBackgroundYield, BackgroundNice: o.BackgroundNice,
 		L0CompactionThreshold: o.L0CompactionThreshold,
 		LeaseSeconds:          o.Lease.Seconds(), RetentionSeconds: o.Retention.Seconds(),
 	}

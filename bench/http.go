@@ -141,8 +141,12 @@ type HTTPMeta struct {
 	L0CompactionThreshold int `json:"l0_compaction_threshold"`
 	// Compression is the name of engine.Options.Compression, for both
 	// stores.
-	Compression string  `json:"compression"`
-	WallSeconds float64 `json:"wall_seconds"`
+	Compression string `json:"compression"`
+	// GOMAXPROCS is the Go processors the run had, and BackgroundNice
+	// engine.Options.BackgroundNice, for both stores.
+	GOMAXPROCS     int     `json:"gomaxprocs"`
+	BackgroundNice int     `json:"background_nice"`
+	WallSeconds    float64 `json:"wall_seconds"`
 }
 
 // HTTPLatency is a latency distribution in µs, measured by the client from
@@ -345,6 +349,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUModel: cpuModel(), NumCPU: runtime.NumCPU(),
 		Profile: c.Profile, Rate: c.Rate, Clients: c.Clients, SliceSeconds: c.Slice.Seconds(), Slices: c.Slices,
 		BackgroundYield: !eopts.NoBackgroundYield, L0CompactionThreshold: eopts.L0CompactionThreshold, Compression: eopts.Compression.Name,
+		GOMAXPROCS: runtime.GOMAXPROCS(0), BackgroundNice: eopts.BackgroundNice,
 		WallSeconds: time.Since(start).Seconds(),
 	}}
 	for _, t := range targets {
@@ -561,7 +566,10 @@ func (r *HTTPReport) WriteJSON(w io.Writer) error {
 func (r *HTTPReport) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	m := r.Meta
-	fmt.Fprintf(&b, "idemkv bench http, profile %s, %s, %s, %d CPUs, %s\n", m.Profile, m.Date, m.CPUModel, m.NumCPU, m.GoVersion)
+	fmt.Fprintf(&b, "idemkv bench http, profile %s, %s, %s, %d CPUs (GOMAXPROCS %d), %s\n", m.Profile, m.Date, m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion)
+	if m.BackgroundNice > 0 {
+		fmt.Fprintf(&b, "flushes and compactions at nice %d\n", m.BackgroundNice)
+	}
 	fmt.Fprintf(&b, "%.0f requests/s from %d clients over loopback, %d alternating slices of %v per handler\n\n",
 		m.Rate, m.Clients, m.Slices, time.Duration(m.SliceSeconds*float64(time.Second)))
 	fmt.Fprintf(&b, "%-11s %9s %9s %9s %9s %9s %9s %9s %11s\n", "handler", "req/s", "p50", "p90", "p99", "p99.9", "max", "mean", "CPU µs/req")

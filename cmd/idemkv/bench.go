@@ -103,6 +103,7 @@ func init() {
 				return nil
 			})
 			f.pebble.register(fs)
+			f.bg.register(fs, false)
 			fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
 			fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
 			fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
@@ -126,6 +127,7 @@ type benchFlags struct {
 	// claimFilterBits is engine.Options.ClaimFilterBitsPerKey (0: default).
 	claimFilterBits int
 	pebble          pebbleFlags
+	bg              backgroundFlags
 	data            string
 	json, plot      string
 }
@@ -204,6 +206,12 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 			cfg.Engine = &engine.Options{}
 		}
 		cfg.Engine.ClaimFilterBitsPerKey = f.claimFilterBits
+	}
+	if err := f.bg.validate(); err != nil {
+		return usageError{err}
+	}
+	if f.bg != (backgroundFlags{}) {
+		cfg.Engine = f.bg.apply(cfg.Engine)
 	}
 	cfg.Engine = f.pebble.apply(cfg.Engine)
 	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {

@@ -117,6 +117,9 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"http", "--l0-compaction-threshold", "-4"}, `bad threshold "-4"`},
 		{[]string{"--compression", "lz4"}, `unknown compression profile "lz4"`},
 		{[]string{"http", "--compression", ""}, `unknown compression profile ""`},
+		{[]string{"--background-nice", "20"}, "--background-nice 20 outside 0..19"},
+		{[]string{"http", "--background-nice", "-1"}, "--background-nice -1 outside 0..19"},
+		{[]string{"http", "--gomaxprocs", "-2"}, "--gomaxprocs may not be negative"},
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {

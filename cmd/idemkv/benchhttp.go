@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench http",
-		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--no-background-yield] [--l0-compaction-threshold N] [--data DIR] [--json FILE]",
+		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--no-background-yield] [--l0-compaction-threshold N] [--gomaxprocs N] [--background-nice N] [--data DIR] [--json FILE]",
 		summary: "measure the HTTP middleware's latency overhead over a bare handler on loopback (docs/benchmarks.md)",
 		flags:   benchHTTPFlags,
 	})
@@ -27,6 +27,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		slice         time.Duration
 		data, jsonOut string
 		pf            pebbleFlags
+		bg            backgroundFlags
 	)
 	profileFlag(fs, &profile, "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)",
 		func(s string) error { _, err := bench.HTTPProfile(s); return err })
@@ -35,6 +36,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&slice, "slice", 0, "how long each handler is driven at a time (default: the profile's)")
 	fs.IntVar(&n, "slices", 0, "measured slices per handler (default: the profile's)")
 	pf.register(fs)
+	bg.register(fs, true)
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
 	return func(ctx context.Context, stdout io.Writer) error {
@@ -43,7 +45,10 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			return err
 		}
 		cfg.Rate, cfg.Clients, cfg.Dir = rate, clients, data
-		cfg.Engine = pf.apply(cfg.Engine)
+		if err := bg.validate(); err != nil {
+			return usageError{err}
+		}
+		cfg.Engine = bg.apply(pf.apply(cfg.Engine))
 		if slice != 0 {
 			cfg.Slice = slice
 		}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/idemkv/idemkv/engine"
@@ -19,7 +20,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F]",
+		args:    "[--addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -32,6 +33,7 @@ type serveConfig struct {
 	wait     time.Duration
 	lease    time.Duration
 	provider payments.ProviderOptions
+	bg       backgroundFlags
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
@@ -43,6 +45,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor takes")
 	fs.Float64Var(&c.provider.FailRate, "provider-fail-rate", 0, "fraction of processor calls refused before charging (the client gets 503 and may retry)")
 	fs.Float64Var(&c.provider.TimeoutRate, "provider-timeout-rate", 0, "fraction of processor calls that charge and then time out (the payment stays uncertain; retries get 409)")
+	c.bg.register(fs, true)
 	return func(ctx context.Context, stdout io.Writer) error {
 		for _, r := range []float64{c.provider.FailRate, c.provider.TimeoutRate, c.provider.FailRate + c.provider.TimeoutRate} {
 			if r < 0 || r > 1 {
@@ -51,6 +54,9 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		}
 		if c.provider.Latency < 0 || c.wait < 0 || c.lease < 0 {
 			return usageError{errors.New("durations may not be negative")}
+		}
+		if err := c.bg.validate(); err != nil {
+			return usageError{err}
 		}
 		ln, err := net.Listen("tcp", c.addr)
 		if err != nil {
@@ -65,7 +71,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 // stored before the store closes.
 func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	e, err := engine.Open(c.dir, nil)
+	e, err := engine.Open(c.dir, c.bg.apply(nil))
 	if err != nil {
 		ln.Close()
 		return err
@@ -83,7 +89,8 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s)\n", ln.Addr(), c.dir)
+	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; GOMAXPROCS %d, flushes and compactions at nice %d)\n",
+		ln.Addr(), c.dir, runtime.GOMAXPROCS(0), c.bg.nice)
 	fmt.Fprintf(stdout, "try: curl -si -X POST http://%s/v1/payments -H 'Authorization: Bearer acct_1' -H 'Idempotency-Key: order-1' -d '{\"amount\":5000,\"currency\":\"USD\",\"card\":\"tok_123\"}'\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

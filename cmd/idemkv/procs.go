@@ -1,0 +1,67 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/idemkv/idemkv/engine"
+)
+
+// goProcs is Go's GOMAXPROCS when the program started, before a command
+// changed it.
+var goProcs = runtime.GOMAXPROCS(0)
+
+// backgroundFlags are the flags of the commands that serve requests
+// (serve, bench http): how many Go processors the process runs, and the
+// nice value of Pebble's flushes and compactions
+// (engine.Options.BackgroundNice). With one processor more than Go's
+// default and the background work at nice 19, the kernel runs flushes
+// and compactions in the CPU time the requests leave, instead of giving
+// them a processor's share (docs/operations.md, "Background work and
+// GOMAXPROCS").
+type backgroundFlags struct {
+	procs int // GOMAXPROCS to set; 0 leaves Go's
+	nice  int // engine.Options.BackgroundNice
+}
+
+// register adds the flags to fs. With on, their defaults are the
+// service's: one processor more than Go's own (unless the GOMAXPROCS
+// environment variable is set) and nice 19; without, both default to 0,
+// which changes nothing.
+func (b *backgroundFlags) register(fs *flag.FlagSet, on bool) {
+	procs, nice := 0, 0
+	if on {
+		nice = 19
+		if os.Getenv("GOMAXPROCS") == "" {
+			procs = goProcs + 1
+		}
+	}
+	fs.IntVar(&b.procs, "gomaxprocs", procs, "Go processors (GOMAXPROCS) to run with; 0 keeps Go's own (the service's default is one more than Go's own, for Pebble's flushes and compactions, unless the GOMAXPROCS environment variable is set)")
+	fs.IntVar(&b.nice, "background-nice", nice, "nice value, 1 to 19, of Pebble's flushes and compactions on Linux (engine.Options.BackgroundNice); 0 leaves them at the process's")
+}
+
+func (b backgroundFlags) validate() error {
+	if b.procs < 0 {
+		return errors.New("--gomaxprocs may not be negative")
+	}
+	if b.nice < 0 || b.nice > 19 {
+		return fmt.Errorf("--background-nice %d outside 0..19", b.nice)
+	}
+	return nil
+}
+
+// apply sets GOMAXPROCS and returns o (allocated if nil) with
+// BackgroundNice set.
+func (b backgroundFlags) apply(o *engine.Options) *engine.Options {
+	if b.procs > 0 {
+		runtime.GOMAXPROCS(b.procs)
+	}
+	if o == nil {
+		o = &engine.Options{}
+	}
+	o.BackgroundNice = b.nice
+	return o
+}
