@@ -135,7 +135,7 @@ type Options struct {
 	// own, and the nice value makes the kernel give the cores to the
 	// requests' threads first. On two cores at 5,000 requests/s, 19 with
 	// GOMAXPROCS 3 took the HTTP middleware's p99 overhead from a median
-	// of +2.3 ms to +0.7 ms in five alternated pairs of runs
+	// of +2.56 ms to +0.36 ms in eight alternated pairs of runs
 	// (docs/benchmarks.md). `idemkv serve` sets both. A flush or compaction that starts while Pebble stalls writes
 	// keeps the normal priority. A machine kept busy by other processes
 	// at normal priority can starve the background work until Pebble
