@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -59,20 +58,6 @@ func newNiceEnv(t *testing.T, nice int) *env {
 	v.open()
 	t.Cleanup(func() { _ = v.e.Close() })
 	return v
-}
-
-// flushAndCompact writes three overlapping rounds of records, flushing
-// each, and compacts them: a compaction that rewrites tables rather than
-// moving them.
-func flushAndCompact(t *testing.T, v *env) {
-	for round := range 3 {
-		for i := range 200 {
-			c := v.claim(id(fmt.Sprintf("k%d-%d", i, round)), fpA, idemkv.ModeLocal)
-			require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
-		}
-		require.NoError(t, v.e.Flush())
-	}
-	require.NoError(t, v.e.Compact(ctx))
 }
 
 // TestBackgroundNice: with Options.BackgroundNice, Pebble's flushes and

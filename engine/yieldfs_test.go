@@ -27,6 +27,20 @@ func (fs *categoryFS) Create(name string, category vfs.DiskWriteCategory) (vfs.F
 	return fs.FS.Create(name, category)
 }
 
+// flushAndCompact writes three rounds of records, flushing each, and
+// compacts them. Every round spans the same keys, so that the compaction
+// rewrites the tables rather than moving them.
+func flushAndCompact(t testing.TB, v *env) {
+	for round := range 3 {
+		for i := range 200 {
+			c := v.claim(id(fmt.Sprintf("k%d-%d", i, round)), fpA, idemkv.ModeLocal)
+			require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+		}
+		require.NoError(t, v.e.Flush())
+	}
+	require.NoError(t, v.e.Compact(ctx))
+}
+
 // TestBackgroundWritesYield: the sstables of flushes and compactions are
 // created through yieldFS under the categories it wraps, and the WAL is
 // not. A Pebble upgrade that renamed its categories would silently end
@@ -45,16 +59,7 @@ func TestBackgroundWritesYield(t *testing.T) {
 	po.EventListener.WriteStallEnd()
 	require.False(t, yfs.stalled.Load())
 
-	for round := range 3 {
-		for i := range 200 {
-			// Every round spans the same keys, so that the compaction
-			// rewrites the tables rather than moving them.
-			c := v.claim(id(fmt.Sprintf("k%d-%d", i, round)), fpA, idemkv.ModeLocal)
-			require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
-		}
-		require.NoError(t, v.e.Flush())
-	}
-	require.NoError(t, v.e.Compact(ctx))
+	flushAndCompact(t, v)
 
 	var wal int
 	for k, category := range rec.seen {
