@@ -568,7 +568,7 @@ func (r *HTTPReport) WriteTable(w io.Writer) error {
 	m := r.Meta
 	fmt.Fprintf(&b, "idemkv bench http, profile %s, %s, %s, %d CPUs (GOMAXPROCS %d), %s\n", m.Profile, m.Date, m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion)
 	if m.BackgroundNice > 0 {
-		fmt.Fprintf(&b, "flushes and compactions at nice %d\n", m.BackgroundNice)
+		fmt.Fprintf(&b, "compactions at nice %d\n", m.BackgroundNice)
 	}
 	fmt.Fprintf(&b, "%.0f requests/s from %d clients over loopback, %d alternating slices of %v per handler\n\n",
 		m.Rate, m.Clients, m.Slices, time.Duration(m.SliceSeconds*float64(time.Second)))

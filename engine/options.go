@@ -124,11 +124,11 @@ type Options struct {
 	// Set it to measure without the yield.
 	NoBackgroundYield bool
 
-	// BackgroundNice, on Linux, runs each of Pebble's flushes and
-	// compactions on an OS thread of its own at this nice value, 1 (a
-	// little below normal) to 19 (only when a core is free). 0, the
-	// default, leaves them at the process's priority. Other systems
-	// ignore it.
+	// BackgroundNice, on Linux, runs each of Pebble's compactions on an
+	// OS thread of its own at this nice value, 1 (a little below normal)
+	// to 19 (only when a core is free). 0, the default, leaves them at the
+	// process's priority. Other systems ignore it. Flushes keep the
+	// normal priority: writes wait for them.
 	//
 	// It pays only with more Go processors than cores: GOMAXPROCS at the
 	// number of cores plus one lets a compaction have a processor of its
@@ -136,10 +136,10 @@ type Options struct {
 	// requests' threads first. On two cores at 5,000 requests/s, 19 with
 	// GOMAXPROCS 3 took the HTTP middleware's p99 overhead from a median
 	// of +2.56 ms to +0.36 ms in eight alternated pairs of runs
-	// (docs/benchmarks.md). `idemkv serve` sets both. A flush or compaction that starts while Pebble stalls writes
-	// keeps the normal priority. A machine kept busy by other processes
-	// at normal priority can starve the background work until Pebble
-	// stalls writes; see docs/operations.md.
+	// (docs/benchmarks.md). `idemkv serve` sets both. A compaction that
+	// starts while Pebble stalls writes keeps the normal priority. Other
+	// processes keeping every core busy at normal priority starve the
+	// lowered compactions, and level 0 grows; see docs/operations.md.
 	BackgroundNice int
 
 	// CompactionConcurrency is the most compactions Pebble runs at once.

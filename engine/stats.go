@@ -90,9 +90,9 @@ type Stats struct {
 	// CompactionsRunning is how many compactions are in progress now
 	// (Compactions counts them when they end).
 	CompactionsRunning int64
-	// LowPriorityTables counts the sstables that flushes and compactions
-	// wrote at Options.BackgroundNice since Open: 0 when the option is off,
-	// or when lowering failed (logged once) or is not supported here.
+	// LowPriorityTables counts the sstables that compactions wrote at
+	// Options.BackgroundNice since Open: 0 when the option is off, or when
+	// lowering failed (logged once) or is not supported here.
 	LowPriorityTables int64
 	WALBytesIn        uint64 // logical bytes written to the WAL
 	WALBytesWritten   uint64 // physical bytes, including padding

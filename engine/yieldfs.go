@@ -32,7 +32,7 @@ import (
 // background work is then what the requests wait for.
 // Options.NoBackgroundYield turns the wrapper off.
 //
-// The same wrapper lowers the OS priority of flushes and compactions when
+// The same wrapper lowers the OS priority of compactions when
 // Options.BackgroundNice is set (lowerPriority).
 type yieldFS struct {
 	vfs.FS
@@ -119,9 +119,9 @@ var epoch = time.Now()
 
 func nanotime() int64 { return int64(time.Since(epoch)) }
 
-// lowerPriority runs the calling flush or compaction at nice value fs.nice
-// for the rest of its life (lowerThreadPriority), unless Pebble is
-// stalling writes, when the requests are waiting for it.
+// lowerPriority runs the calling compaction at nice value fs.nice for the
+// rest of its life (lowerThreadPriority), unless Pebble is stalling
+// writes, when the requests are waiting for it.
 //
 // On a machine with few cores a compaction is CPU work that does not
 // block for hundreds of milliseconds. While it holds one of the Go
@@ -133,10 +133,13 @@ func nanotime() int64 { return int64(time.Since(epoch)) }
 // With GOMAXPROCS at the number of cores, every processor's thread has a
 // core and the nice value changes little.
 //
-// Pebble creates a flush's or compaction's sstables on the goroutine
-// that builds them. Only goroutines Pebble started for one are lowered
+// Pebble creates a compaction's sstables on the goroutine that builds
+// them. Only goroutines Pebble started for one are lowered
 // (onPebbleBackground): never a caller's goroutine that would go on to
-// serve requests.
+// serve requests, and never a flush. A flush frees the memtable that
+// writes wait for: with two CPU-bound processes at normal priority on
+// the machine, lowering flushes too stalled writes for seconds, where
+// lowering compactions alone did not (docs/benchmarks.md).
 func (fs *yieldFS) lowerPriority() {
 	if fs.stalled.Load() || !onPebbleBackground() {
 		return
@@ -147,7 +150,7 @@ func (fs *yieldFS) lowerPriority() {
 	}
 	if err != nil {
 		if !fs.lowerFailed.Swap(true) && fs.logger != nil {
-			fs.logger.Errorf("engine: BackgroundNice %d: %v; flushes and compactions keep the process's priority", fs.nice, err)
+			fs.logger.Errorf("engine: BackgroundNice %d: %v; compactions keep the process's priority", fs.nice, err)
 		}
 		return
 	}
@@ -158,12 +161,10 @@ func (fs *yieldFS) lowerPriority() {
 // attempt to lower its priority, with the attempt's error.
 var testHookLowered func(error)
 
-// pebbleBackgroundFuncs are the functions Pebble runs a flush and a
-// compaction in, each on a goroutine of its own (compaction.go in
-// Pebble: go d.flush(), go d.compact(...)). TestBackgroundNice fails if
-// a Pebble upgrade renames them.
+// pebbleBackgroundFuncs are the functions Pebble runs a compaction in,
+// on a goroutine of its own (compaction.go in Pebble: go d.compact(...)).
+// TestBackgroundNice fails if a Pebble upgrade renames it.
 var pebbleBackgroundFuncs = map[string]bool{
-	"github.com/cockroachdb/pebble/v2.(*DB).flush":   true,
 	"github.com/cockroachdb/pebble/v2.(*DB).compact": true,
 }
 

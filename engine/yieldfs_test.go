@@ -27,10 +27,15 @@ func (fs *categoryFS) Create(name string, category vfs.DiskWriteCategory) (vfs.F
 	return fs.FS.Create(name, category)
 }
 
-// flushAndCompact writes three rounds of records, flushing each, and
-// compacts them. Every round spans the same keys, so that the compaction
-// rewrites the tables rather than moving them.
+// flushAndCompact writes three rounds of records, flushing each
+// (writeAndFlush), and compacts them. Every round spans the same keys, so
+// that the compaction rewrites the tables rather than moving them.
 func flushAndCompact(t testing.TB, v *env) {
+	writeAndFlush(t, v)
+	require.NoError(t, v.e.Compact(ctx))
+}
+
+func writeAndFlush(t testing.TB, v *env) {
 	for round := range 3 {
 		for i := range 200 {
 			c := v.claim(id(fmt.Sprintf("k%d-%d", i, round)), fpA, idemkv.ModeLocal)
@@ -38,7 +43,6 @@ func flushAndCompact(t testing.TB, v *env) {
 		}
 		require.NoError(t, v.e.Flush())
 	}
-	require.NoError(t, v.e.Compact(ctx))
 }
 
 // TestBackgroundWritesYield: the sstables of flushes and compactions are

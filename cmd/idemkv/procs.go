@@ -16,10 +16,9 @@ var goProcs = runtime.GOMAXPROCS(0)
 
 // backgroundFlags are the flags of the commands that serve requests
 // (serve, bench http): how many Go processors the process runs, and the
-// nice value of Pebble's flushes and compactions
-// (engine.Options.BackgroundNice). With one processor more than Go's
-// default and the background work at nice 19, the kernel runs flushes
-// and compactions in the CPU time the requests leave, instead of giving
+// nice value of Pebble's compactions (engine.Options.BackgroundNice).
+// With one processor more than Go's default and compactions at nice 19,
+// the kernel runs compactions in the CPU time the requests leave, instead of giving
 // them a processor's share (docs/operations.md, "Background work and
 // GOMAXPROCS").
 type backgroundFlags struct {
@@ -39,8 +38,8 @@ func (b *backgroundFlags) register(fs *flag.FlagSet, on bool) {
 			procs = goProcs + 1
 		}
 	}
-	fs.IntVar(&b.procs, "gomaxprocs", procs, "Go processors (GOMAXPROCS) to run with; 0 keeps Go's own (the service's default is one more than Go's own, for Pebble's flushes and compactions, unless the GOMAXPROCS environment variable is set)")
-	fs.IntVar(&b.nice, "background-nice", nice, "nice value, 1 to 19, of Pebble's flushes and compactions on Linux (engine.Options.BackgroundNice); 0 leaves them at the process's")
+	fs.IntVar(&b.procs, "gomaxprocs", procs, "Go processors (GOMAXPROCS) to run with; 0 keeps Go's own (the service's default is one more than Go's own, for Pebble's compactions, unless the GOMAXPROCS environment variable is set)")
+	fs.IntVar(&b.nice, "background-nice", nice, "nice value, 1 to 19, of Pebble's compactions on Linux (engine.Options.BackgroundNice); 0 leaves them at the process's")
 }
 
 func (b backgroundFlags) validate() error {

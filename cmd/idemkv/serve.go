@@ -89,7 +89,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; GOMAXPROCS %d, flushes and compactions at nice %d)\n",
+	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; GOMAXPROCS %d, compactions at nice %d)\n",
 		ln.Addr(), c.dir, runtime.GOMAXPROCS(0), c.bg.nice)
 	fmt.Fprintf(stdout, "try: curl -si -X POST http://%s/v1/payments -H 'Authorization: Bearer acct_1' -H 'Idempotency-Key: order-1' -d '{\"amount\":5000,\"currency\":\"USD\",\"card\":\"tok_123\"}'\n", ln.Addr())
 	errc := make(chan error, 1)
