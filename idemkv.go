@@ -23,7 +23,8 @@ const (
 	MaxPointerLen = 1024
 	// MaxNoteLen is the longest note kept with an uncertain record, in bytes.
 	MaxNoteLen = 1024
-	// MaxClassLen is the longest retention class name, in bytes.
+	// MaxClassLen is the longest retention class name, in bytes (package
+	// ttl validates names against it).
 	MaxClassLen = 32
 )
 
@@ -65,6 +66,13 @@ var (
 	// because it can no longer tell which results are durable.
 	ErrFailed = errors.New("idemkv: store failed")
 )
+
+// Clock tells a store, its sweeper and the layers above it the time.
+// Leases, retention and record timestamps are all read from one Clock, so
+// a test that injects a manual one controls expiry exactly.
+type Clock interface {
+	Now() time.Time
+}
 
 // ID addresses one idempotency record.
 type ID struct {

@@ -287,7 +287,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 		return nil, err
 	}
 	defer e.Close()
-	m, err := httpidem.New(httpidem.Options{Store: e, Tenant: benchTenant})
+	m, err := httpidem.New(&httpidem.Options{Store: e, Tenant: benchTenant})
 	if err != nil {
 		return nil, err
 	}

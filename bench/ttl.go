@@ -294,7 +294,7 @@ func RunTTL(ctx context.Context, c TTLConfig) (*TTLReport, error) {
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUModel: cpuModel(),
 		NumCPU: runtime.NumCPU(), Profile: c.Profile, RetentionSeconds: c.Retention.Seconds(),
 		Periods: c.Periods, Rate: c.Rate, Clients: c.Clients, SweepIntervalSec: c.SweepInterval.Seconds(),
-		SweepRate:      (&ttl.Options{Rate: c.SweepRate}).WithDefaults().Rate,
+		SweepRate:      (&ttl.Options{Rate: c.SweepRate}).EnsureDefaults().Rate,
 		SweepOnSeconds: c.SweepOn.Seconds(), SweepOffSeconds: c.SweepOff.Seconds(),
 	}}
 	names := []string{"sweeper"}
@@ -604,7 +604,7 @@ func guideTTL(run TTLRun, cost SweepCost, o *engine.Options) TTLGuide {
 	// A pass reads the records whose buckets ended since the last one:
 	// an interval's worth of the day's keys. A record is swept at most a
 	// bucket's width, an interval and a pass after it expires.
-	so := o.Sweep.WithDefaults()
+	so := o.Sweep.EnsureDefaults()
 	if so.Rate > 0 {
 		g.PassSeconds = g.KeysPerDay * so.Interval.Seconds() / day / so.Rate
 	}

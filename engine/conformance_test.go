@@ -3,13 +3,14 @@ package engine
 import (
 	"testing"
 
+	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/storetest"
 )
 
 // openForConformance opens the engine the conformance suite drives, on a
 // real on-disk Pebble store, with small caches and extra options.
 func openForConformance(extra func(*Options)) storetest.OpenFunc {
-	return func(dir string, cfg storetest.Config, clock storetest.Clock) (storetest.DirStore, error) {
+	return func(dir string, cfg *storetest.Config, clock idemkv.Clock) (storetest.DirStore, error) {
 		o := Options{Clock: clock, Lease: cfg.Lease, Retention: cfg.Retention, RetentionClasses: cfg.Classes,
 			CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4}
 		if extra != nil {

@@ -23,7 +23,7 @@ import (
 // idemkv.Store. All methods are safe for concurrent use.
 type Engine struct {
 	opts  *Options
-	clock Clock
+	clock idemkv.Clock
 	dir   string
 	// disk caches whether free space is below Options.MinFreeDisk.
 	disk struct {

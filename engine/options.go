@@ -13,14 +13,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/ttl"
 )
-
-// Clock tells the engine the time. Leases, retention and record timestamps
-// are all read from it, so a test that injects one controls expiry exactly.
-type Clock interface {
-	Now() time.Time
-}
 
 type systemClock struct{}
 
@@ -34,8 +29,9 @@ type Options struct {
 	// filesystem.
 	FS vfs.FS
 
-	// Clock supplies the time. Default: the system clock.
-	Clock Clock
+	// Clock supplies the time: leases, retention and record timestamps are
+	// read from it. Default: the system clock.
+	Clock idemkv.Clock
 
 	// Rand supplies randomness for operation ids. Default: crypto/rand.
 	Rand io.Reader

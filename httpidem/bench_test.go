@@ -62,7 +62,7 @@ func BenchmarkFirstRun(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer e.Close()
-		m, err := httpidem.New(httpidem.Options{Store: e, Tenant: func(r *http.Request) (string, error) {
+		m, err := httpidem.New(&httpidem.Options{Store: e, Tenant: func(r *http.Request) (string, error) {
 			return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), nil
 		}})
 		if err != nil {

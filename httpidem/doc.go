@@ -35,7 +35,7 @@
 //
 // # Basics
 //
-//	m, err := httpidem.New(httpidem.Options{Store: eng, Tenant: accountOf})
+//	m, err := httpidem.New(&httpidem.Options{Store: eng, Tenant: accountOf})
 //	h, err := m.Wrap(http.HandlerFunc(create), httpidem.Route{Require: true})
 //	mux.Handle("POST /v1/orders", h)
 //

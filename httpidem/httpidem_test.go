@@ -58,7 +58,7 @@ func newFixtureWith(t *testing.T, rt httpidem.Route, h http.HandlerFunc, opt fun
 	eng, err := engine.Open(t.TempDir(), eo)
 	require.NoError(t, err)
 	f.eng = eng
-	m, err := httpidem.New(httpidem.Options{
+	m, err := httpidem.New(&httpidem.Options{
 		Store:  eng,
 		Tenant: bearer,
 		Observer: httpidem.ObserverFunc(func(r httpidem.Report) {
@@ -722,11 +722,13 @@ func TestConfigurationErrors(t *testing.T) {
 	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer eng.Close()
-	_, err = httpidem.New(httpidem.Options{Store: eng})
+	_, err = httpidem.New(nil)
+	assert.ErrorContains(t, err, "required")
+	_, err = httpidem.New(&httpidem.Options{Store: eng})
 	assert.ErrorContains(t, err, "Tenant is required")
-	_, err = httpidem.New(httpidem.Options{Tenant: bearer})
+	_, err = httpidem.New(&httpidem.Options{Tenant: bearer})
 	assert.Error(t, err)
-	m, err := httpidem.New(httpidem.Options{Store: eng, Tenant: bearer})
+	m, err := httpidem.New(&httpidem.Options{Store: eng, Tenant: bearer})
 	require.NoError(t, err)
 	h := http.NotFoundHandler()
 	for name, rt := range map[string]httpidem.Route{

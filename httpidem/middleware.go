@@ -177,8 +177,12 @@ type Middleware struct {
 	flights  flights
 }
 
-// New returns a Middleware. It fails if Store or Tenant is missing.
-func New(opts Options) (*Middleware, error) {
+// New returns a Middleware. It fails if opts is nil or Store or Tenant
+// is missing: neither has a default.
+func New(opts *Options) (*Middleware, error) {
+	if opts == nil {
+		return nil, errors.New("httpidem: Options with a Store and a Tenant are required")
+	}
 	if opts.Store == nil {
 		return nil, errors.New("httpidem: Options.Store is required")
 	}

@@ -17,21 +17,19 @@ type DirStore interface {
 	GetData(key []byte) ([]byte, error)
 }
 
-// Clock is the clock a store reads: the harness passes a manual one.
-type Clock interface{ Now() time.Time }
-
-// OpenFunc opens the store in dir for cfg, reading the time from clock. It
-// is called again on the same dir for every Reopen.
-type OpenFunc func(dir string, cfg Config, clock Clock) (DirStore, error)
+// OpenFunc opens the store in dir for cfg, reading the time from clock (a
+// manual one). It is called again on the same dir for every Reopen.
+type OpenFunc func(dir string, cfg *Config, clock idemkv.Clock) (DirStore, error)
 
 // DirHarness returns a NewHarness for directory stores: each harness gets
 // a fresh temporary directory and a manual clock, and Reopen closes the
 // store and opens it again on the same directory. volatileLocalClaims says
 // whether the store keeps local claims in memory only (see Config).
 func DirHarness(open OpenFunc, volatileLocalClaims bool) NewHarness {
-	return func(t *testing.T, cfg Config) Harness {
-		cfg.VolatileLocalClaims = volatileLocalClaims
-		h := &dirHarness{t: t, dir: t.TempDir(), cfg: cfg, open: open,
+	return func(t *testing.T, cfg *Config) Harness {
+		c := cfg.EnsureDefaults()
+		c.VolatileLocalClaims = volatileLocalClaims
+		h := &dirHarness{t: t, dir: t.TempDir(), cfg: c, open: open,
 			clock: fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 		h.reopen()
 		return h
@@ -41,7 +39,7 @@ func DirHarness(open OpenFunc, volatileLocalClaims bool) NewHarness {
 type dirHarness struct {
 	t     *testing.T
 	dir   string
-	cfg   Config
+	cfg   *Config
 	open  OpenFunc
 	clock *fakeclock.Clock
 	s     DirStore
@@ -56,7 +54,7 @@ func (h *dirHarness) reopen() {
 }
 
 func (h *dirHarness) Store() idemkv.Store                 { return h.s }
-func (h *dirHarness) Config() Config                      { return h.cfg }
+func (h *dirHarness) Config() Config                      { return *h.cfg }
 func (h *dirHarness) Now() time.Time                      { return h.clock.Now() }
 func (h *dirHarness) Advance(d time.Duration)             { h.clock.Advance(d) }
 func (h *dirHarness) ReadEffect(k []byte) ([]byte, error) { return h.s.GetData(k) }

@@ -94,7 +94,7 @@ func window(class string) time.Duration {
 }
 
 func newMachine(t *testing.T, rt *rapid.T, newHarness NewHarness) *machine {
-	h := newHarness(t, Config{Lease: modelLease, Retention: modelRetention,
+	h := newHarness(t, &Config{Lease: modelLease, Retention: modelRetention,
 		Classes: map[string]time.Duration{"short": modelShort}})
 	return &machine{h: h, recs: map[idemkv.ID]*mrec{}, effect: map[idemkv.ID]uint64{}}
 }

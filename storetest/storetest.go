@@ -5,7 +5,7 @@
 // # Basics
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Harness {
+//		storetest.Run(t, func(t *testing.T, cfg *storetest.Config) storetest.Harness {
 //			return newMyHarness(t, cfg)
 //		})
 //	}
@@ -65,9 +65,10 @@ type Sweeper interface {
 	Sweep() error
 }
 
-// NewHarness opens a fresh, empty store configured by cfg. It reports
-// failures through t and registers its own cleanup.
-type NewHarness func(t *testing.T, cfg Config) Harness
+// NewHarness opens a fresh, empty store configured by cfg (nil: the
+// defaults, see Config.EnsureDefaults). It reports failures through t and
+// registers its own cleanup.
+type NewHarness func(t *testing.T, cfg *Config) Harness
 
 var ctx = context.Background()
 
@@ -80,16 +81,31 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
 }
 
-func defaultConfig() Config {
-	return Config{Lease: 30 * time.Second, Retention: 24 * time.Hour,
-		Classes: map[string]time.Duration{"money": 30 * 24 * time.Hour}}
+// EnsureDefaults returns a copy of c (which may be nil) with every zero
+// field set to its default: a 30 s lease, a 24 h default window and, if
+// c names no classes, a "money" class of 30 days.
+func (c *Config) EnsureDefaults() *Config {
+	var d Config
+	if c != nil {
+		d = *c
+	}
+	if d.Lease == 0 {
+		d.Lease = 30 * time.Second
+	}
+	if d.Retention == 0 {
+		d.Retention = 24 * time.Hour
+	}
+	if d.Classes == nil {
+		d.Classes = map[string]time.Duration{"money": 30 * 24 * time.Hour}
+	}
+	return &d
 }
 
 // retentionClasses: a claim names a configured class or gets an error that
 // leaves nothing behind, and a completed record lives exactly its class's
 // window.
 func retentionClasses(t *testing.T, newHarness NewHarness) {
-	h := newHarness(t, defaultConfig())
+	h := newHarness(t, nil)
 	defer h.Close()
 	s := h.Store()
 	id := idemkv.ID{Tenant: "t", Endpoint: "POST /transfers", Key: "tr_1"}
@@ -129,7 +145,7 @@ func must(t *testing.T, err error) {
 // oneWinner: of many concurrent claims of one key, in both modes, exactly
 // one acquires and the rest see InProgress.
 func oneWinner(t *testing.T, newHarness NewHarness) {
-	h := newHarness(t, defaultConfig())
+	h := newHarness(t, nil)
 	defer h.Close()
 	for round := range 10 {
 		id := idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: fmt.Sprintf("k%d", round)}
@@ -164,7 +180,7 @@ func oneWinner(t *testing.T, newHarness NewHarness) {
 // tenantIsolation: the same key string under two tenants names two
 // records; neither blocks nor replays the other.
 func tenantIsolation(t *testing.T, newHarness NewHarness) {
-	h := newHarness(t, defaultConfig())
+	h := newHarness(t, nil)
 	defer h.Close()
 	s := h.Store()
 	a := idemkv.ID{Tenant: "alice", Endpoint: "POST /x", Key: "same"}
@@ -191,7 +207,7 @@ func tenantIsolation(t *testing.T, newHarness NewHarness) {
 // staleHolderFenced: after a takeover, the stale holder's Complete fails
 // with ErrFenced and its effects do not land.
 func staleHolderFenced(t *testing.T, newHarness NewHarness) {
-	h := newHarness(t, defaultConfig())
+	h := newHarness(t, nil)
 	defer h.Close()
 	s := h.Store()
 	id := idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: "k"}

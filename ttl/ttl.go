@@ -42,13 +42,12 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/idemkv/idemkv"
 )
 
 // DefaultClass is the class of a claim that names none.
 const DefaultClass = "default"
-
-// MaxClassName is the longest class name accepted, in bytes.
-const MaxClassName = 32
 
 // ErrUnknownClass is returned (wrapped) for a class name not configured.
 var ErrUnknownClass = errors.New("ttl: unknown retention class")
@@ -58,11 +57,11 @@ var ErrUnknownClass = errors.New("ttl: unknown retention class")
 // is set.
 type Classes map[string]time.Duration
 
-// ValidateName reports whether name can name a class: 1 to MaxClassName
+// ValidateName reports whether name can name a class: 1 to idemkv.MaxClassLen
 // bytes of a-z, 0-9, '-' and '_'.
 func ValidateName(name string) error {
-	if name == "" || len(name) > MaxClassName {
-		return fmt.Errorf("ttl: retention class name %q: want 1 to %d bytes", name, MaxClassName)
+	if name == "" || len(name) > idemkv.MaxClassLen {
+		return fmt.Errorf("ttl: retention class name %q: want 1 to %d bytes", name, idemkv.MaxClassLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -172,9 +171,6 @@ func (p *Pass) add(c Chunk) {
 	p.Held += c.Held
 }
 
-// Clock tells the sweeper the time that decides expiry.
-type Clock interface{ Now() time.Time }
-
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
@@ -203,7 +199,7 @@ type Options struct {
 	ChunkSize int
 	// Clock decides expiry. Default: the system clock. The engine passes
 	// its own.
-	Clock Clock
+	Clock idemkv.Clock
 	// After returns a channel that receives after d; the background loop
 	// waits on it between passes. Default: time.After. Tests inject it to
 	// start passes without waiting.
@@ -212,11 +208,9 @@ type Options struct {
 	OnPass func(Pass)
 }
 
-// WithDefaults returns a copy of o (which may be nil) with every zero field
-// set to its default.
-func (o *Options) WithDefaults() Options { return o.ensureDefaults() }
-
-func (o *Options) ensureDefaults() Options {
+// EnsureDefaults returns a copy of o (which may be nil) with every zero
+// field set to its default.
+func (o *Options) EnsureDefaults() *Options {
 	var c Options
 	if o != nil {
 		c = *o
@@ -236,12 +230,12 @@ func (o *Options) ensureDefaults() Options {
 	if c.After == nil {
 		c.After = time.After
 	}
-	return c
+	return &c
 }
 
 // Validate reports whether o's fields are in range.
 func (o *Options) Validate() error {
-	c := o.ensureDefaults()
+	c := o.EnsureDefaults()
 	switch {
 	case c.Interval < 0:
 		return fmt.Errorf("ttl: negative interval %v", c.Interval)
@@ -274,7 +268,7 @@ func (s Stats) HeldPastExpiry() int { return max(s.Last.Held, s.Current.Held) }
 // pass runs at a time.
 type Sweeper struct {
 	t       Target
-	opts    Options
+	opts    *Options
 	limiter *rate.Limiter
 
 	pass sync.Mutex // held by the running pass
@@ -288,7 +282,7 @@ func New(t Target, opts *Options) (*Sweeper, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	o := opts.ensureDefaults()
+	o := opts.EnsureDefaults()
 	lim := rate.NewLimiter(rate.Limit(o.Rate), o.ChunkSize)
 	if o.Rate < 0 {
 		lim = rate.NewLimiter(rate.Inf, o.ChunkSize)

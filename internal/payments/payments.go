@@ -115,7 +115,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, registry: prometheus.NewRegistry()}
 	obs := s.metrics()
-	m, err := httpidem.New(httpidem.Options{Store: cfg.Store, Tenant: tenantOf, Observer: obs, Logger: cfg.Logger})
+	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: tenantOf, Observer: obs, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 // baseline on a real on-disk Pebble store: the reference the engine is
 // measured against keeps the same contract.
 func TestConformance(t *testing.T) {
-	open := func(dir string, cfg storetest.Config, clock storetest.Clock) (storetest.DirStore, error) {
+	open := func(dir string, cfg *storetest.Config, clock idemkv.Clock) (storetest.DirStore, error) {
 		return Open(dir, &engine.Options{Clock: clock, Lease: cfg.Lease, Retention: cfg.Retention, RetentionClasses: cfg.Classes,
 			CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4})
 	}
