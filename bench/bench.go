@@ -41,6 +41,10 @@ type Config struct {
 	// settings). Its FS, if set, is wrapped by the sync counter. Default:
 	// engine defaults.
 	Engine *engine.Options
+	// CompactionNice, if positive, runs both targets' compactions at this
+	// nice value (package engine/lowprio), unless Engine sets
+	// ConfigurePebble. Default: 0, the process's priority.
+	CompactionNice int
 	// Targets are the stores measured. Default: EngineTarget(Engine),
 	// BaselineTarget(Engine). Comparisons relate the first to the second.
 	Targets []Target
@@ -146,6 +150,7 @@ func (c Config) ensureDefaults() Config {
 		c.Dir = os.TempDir()
 	}
 	c.Engine = c.Engine.EnsureDefaults()
+	_ = withCompactionNice(c.Engine, c.CompactionNice) // Validate reports a bad value
 	if len(c.Targets) == 0 {
 		c.Targets = []Target{EngineTarget(c.Engine), BaselineTarget(c.Engine)}
 	}
@@ -173,6 +178,9 @@ func (c Config) ensureDefaults() Config {
 // Validate reports a configuration Run cannot use.
 func (c Config) Validate() error {
 	var errs []error
+	if c.CompactionNice < 0 || c.CompactionNice > 19 {
+		errs = append(errs, fmt.Errorf("compaction nice %d outside 0..19", c.CompactionNice))
+	}
 	for _, name := range c.Workloads {
 		if workloadByName(name) == nil {
 			errs = append(errs, fmt.Errorf("unknown workload %q (have %v)", name, Workloads()))
@@ -778,7 +786,7 @@ func latencyOf(h *hdrhistogram.Histogram) Latency {
 
 // engineOptions describes the Pebble-relevant engine options for the
 // report.
-func engineOptions(o *engine.Options) EngineOptions {
+func engineOptions(o *engine.Options, nice int) EngineOptions {
 	comp := "custom"
 	if o.Compression != nil {
 		comp = o.Compression.Name
@@ -786,7 +794,7 @@ func engineOptions(o *engine.Options) EngineOptions {
 	return EngineOptions{
 		CacheBytes: o.CacheSize, MemTableBytes: o.MemTableSize, BloomBitsPerKey: o.BloomBitsPerKey,
 		Compression: comp, CompactionConcurrency: o.CompactionConcurrency, Shards: o.Shards,
-		ClaimFilterBitsPerKey: o.ClaimFilterBitsPerKey, BackgroundYield: !o.NoBackgroundYield, BackgroundNice: o.BackgroundNice,
+		ClaimFilterBitsPerKey: o.ClaimFilterBitsPerKey, CompactionNice: nice,
 		L0CompactionThreshold: o.L0CompactionThreshold,
 		LeaseSeconds:          o.Lease.Seconds(), RetentionSeconds: o.Retention.Seconds(),
 	}
@@ -802,7 +810,7 @@ func newMeta(c *Config, start time.Time) Meta {
 			RetryFraction: c.RetryFraction, HotDuplicates: c.HotDuplicates, PreloadKeys: c.PreloadKeys,
 			RemoteLatencyUS: float64(c.RemoteLatency) / 1e3, Tenants: c.Tenants, SizingKeys: c.SizingKeys,
 			BodyKeys: c.BodyKeys, BodyBytes: c.BodyBytes, VerifyKeys: c.VerifyKeys,
-			FsyncSamples: c.FsyncSamples, Engine: engineOptions(c.Engine),
+			FsyncSamples: c.FsyncSamples, Engine: engineOptions(c.Engine, c.CompactionNice),
 		},
 	}
 }

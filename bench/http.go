@@ -61,6 +61,10 @@ type HTTPConfig struct {
 	// Engine configures the engine and, through its Pebble options, the
 	// bare handler's store. Default: engine defaults.
 	Engine *engine.Options
+	// CompactionNice, if positive, runs both stores' compactions at this
+	// nice value (package engine/lowprio), unless Engine sets
+	// ConfigurePebble. Default: 0, the process's priority.
+	CompactionNice int
 	// Progress, if set, is called after each slice.
 	Progress func(Progress)
 }
@@ -108,6 +112,9 @@ func (c HTTPConfig) Validate() error {
 	if d.Rate <= 0 || d.Clients < 1 || d.Slice <= 0 || d.Slices < 1 || d.Tenants < 1 {
 		return errors.New("bench: http: rate, clients, slice, slices and tenants must be positive")
 	}
+	if d.CompactionNice < 0 || d.CompactionNice > 19 {
+		return fmt.Errorf("bench: http: compaction nice %d outside 0..19", d.CompactionNice)
+	}
 	return nil
 }
 
@@ -133,19 +140,16 @@ type HTTPMeta struct {
 	Clients      int     `json:"clients"`
 	SliceSeconds float64 `json:"slice_seconds"`
 	Slices       int     `json:"slices"`
-	// BackgroundYield is the engine's yield of flushes and compactions to
-	// requests (engine.Options.NoBackgroundYield inverted), for both stores.
-	BackgroundYield bool `json:"background_yield"`
 	// L0CompactionThreshold is engine.Options.L0CompactionThreshold, for
 	// both stores.
 	L0CompactionThreshold int `json:"l0_compaction_threshold"`
 	// Compression is the name of engine.Options.Compression, for both
 	// stores.
 	Compression string `json:"compression"`
-	// GOMAXPROCS is the Go processors the run had, and BackgroundNice
-	// engine.Options.BackgroundNice, for both stores.
+	// GOMAXPROCS is the Go processors the run had, and CompactionNice
+	// HTTPConfig.CompactionNice.
 	GOMAXPROCS     int     `json:"gomaxprocs"`
-	BackgroundNice int     `json:"background_nice"`
+	CompactionNice int     `json:"compaction_nice"`
 	WallSeconds    float64 `json:"wall_seconds"`
 }
 
@@ -274,6 +278,9 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	defer os.RemoveAll(dir)
 
 	eopts := *c.Engine.EnsureDefaults()
+	if err := withCompactionNice(&eopts, c.CompactionNice); err != nil {
+		return nil, err
+	}
 	po := eopts.PebbleOptions()
 	po.Cache = pebble.NewCache(eopts.CacheSize)
 	defer po.Cache.Unref()
@@ -348,8 +355,8 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPReport, error) {
 	rep := &HTTPReport{Meta: HTTPMeta{
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUModel: cpuModel(), NumCPU: runtime.NumCPU(),
 		Profile: c.Profile, Rate: c.Rate, Clients: c.Clients, SliceSeconds: c.Slice.Seconds(), Slices: c.Slices,
-		BackgroundYield: !eopts.NoBackgroundYield, L0CompactionThreshold: eopts.L0CompactionThreshold, Compression: eopts.Compression.Name,
-		GOMAXPROCS: runtime.GOMAXPROCS(0), BackgroundNice: eopts.BackgroundNice,
+		L0CompactionThreshold: eopts.L0CompactionThreshold, Compression: eopts.Compression.Name,
+		GOMAXPROCS: runtime.GOMAXPROCS(0), CompactionNice: c.CompactionNice,
 		WallSeconds: time.Since(start).Seconds(),
 	}}
 	for _, t := range targets {
@@ -567,8 +574,8 @@ func (r *HTTPReport) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	m := r.Meta
 	fmt.Fprintf(&b, "idemkv bench http, profile %s, %s, %s, %d CPUs (GOMAXPROCS %d), %s\n", m.Profile, m.Date, m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion)
-	if m.BackgroundNice > 0 {
-		fmt.Fprintf(&b, "compactions at nice %d\n", m.BackgroundNice)
+	if m.CompactionNice > 0 {
+		fmt.Fprintf(&b, "compactions at nice %d\n", m.CompactionNice)
 	}
 	fmt.Fprintf(&b, "%.0f requests/s from %d clients over loopback, %d alternating slices of %v per handler\n\n",
 		m.Rate, m.Clients, m.Slices, time.Duration(m.SliceSeconds*float64(time.Second)))

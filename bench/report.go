@@ -76,8 +76,7 @@ type EngineOptions struct {
 	CompactionConcurrency int     `json:"compaction_concurrency"`
 	Shards                int     `json:"shards"`
 	ClaimFilterBitsPerKey int     `json:"claim_filter_bits_per_key"`
-	BackgroundYield       bool    `json:"background_yield"`
-	BackgroundNice        int     `json:"background_nice"`
+	CompactionNice        int     `json:"compaction_nice"`
 	L0CompactionThreshold int     `json:"l0_compaction_threshold"`
 	LeaseSeconds          float64 `json:"lease_seconds"`
 	RetentionSeconds      float64 `json:"retention_seconds"`

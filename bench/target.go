@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/bench/internal/baseline"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/engine/lowprio"
 )
 
 // Store is a store under test: the idemkv contract plus what the harness
@@ -111,4 +113,19 @@ func (s baselineStore) Disk() (Disk, error) {
 	}
 	total := m.Total()
 	return Disk{TableBytes: uint64(total.TablesSize), WriteAmp: total.WriteAmp(), DiskBytes: m.DiskSpaceUsage()}, nil
+}
+
+// withCompactionNice makes o run its stores' compactions at nice (package
+// engine/lowprio) if nice is positive and o does not configure Pebble
+// already.
+func withCompactionNice(o *engine.Options, nice int) error {
+	if nice == 0 || o.ConfigurePebble != nil {
+		return nil
+	}
+	p, err := lowprio.New(&lowprio.Options{Nice: nice, Logger: o.Logger})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	o.ConfigurePebble = p.Configure
+	return nil
 }

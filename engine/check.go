@@ -112,10 +112,10 @@ func (r *CheckReport) add(key, format string, args ...any) {
 // inspect one that no process is using.
 // It fails only if the store cannot be read.
 func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
-	if err := e.enter(); err != nil {
+	if err := e.gate.enter(); err != nil {
 		return CheckReport{}, err
 	}
-	defer e.exit()
+	defer e.gate.exit()
 	snap := e.db.NewSnapshot()
 	defer snap.Close()
 	var r CheckReport

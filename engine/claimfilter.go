@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cockroachdb/pebble/v2"
@@ -18,29 +19,29 @@ import (
 // Nearly every claim is for a key the store has never seen, and answering
 // "not there" through Pebble costs an iterator, a search of every memtable's
 // skiplist and a bloom probe per level: the largest single cost of a claim
-// (docs/benchmarks.md). Each shard therefore keeps an in-memory bloom
+// (docs/benchmarks.md). Each stripe of the lease table therefore keeps an in-memory bloom
 // filter of the record keys stored under it, and a lookup the filter
 // answers "absent" skips Pebble.
 //
-// Invariant: while a shard's filter is set, it holds every record key of
-// that shard that is stored in Pebble or being written to it. This is what
+// Invariant: while a stripe's filter is set, it holds every record key of
+// that stripe that is stored in Pebble or being written to it. This is what
 // makes a "definitely absent" answer safe, and it rests on the invariant
-// documented on shard: every write of a record key happens under a slot,
-// and every slot is installed under sh.mu by installLocked, which adds its
-// key to the shard's filters first. Keys already on disk when a filter is
+// documented on leaseTable: every write of a record key happens under a slot,
+// and every slot is installed under its stripe's mutex by installLocked, which adds its
+// key to the stripe's filters first. Keys already on disk when a filter is
 // built are added by the build's scan.
 //
 // A build (the first one starts at Open; until it ends, every lookup reads
 // Pebble):
 //
-//  1. under each shard's mutex, sets a new, empty next filter and adds to
-//     it the keys of every slot the shard holds, so that a write already in
+//  1. under each stripe's mutex, sets a new, empty next filter and adds to
+//     it the keys of every slot the stripe holds, so that a write already in
 //     flight is covered even if it commits after step 2's snapshot;
 //  2. opens an iterator, a snapshot taken after step 1, and adds every
-//     stored record key to its shard's next filter; a record committed after
+//     stored record key to its stripe's next filter; a record committed after
 //     the snapshot was written under a slot that step 1 saw, or that was
 //     installed later and so added itself;
-//  3. under each shard's mutex, makes next the filter.
+//  3. under each stripe's mutex, makes next the filter.
 //
 // Bloom filters cannot forget, so keys the sweeper deletes stay in the
 // filter and its false-positive rate creeps up as keys are added. A build
@@ -53,7 +54,7 @@ import (
 // with Options.claimFilterMinKeys.
 const minFilterKeys = 1 << 16
 
-// claimFilter is the engine-wide state of the shards' filters.
+// claimFilter is the engine-wide state of the stripes' filters.
 type claimFilter struct {
 	bitsPerKey int // 0: no filter, every lookup reads Pebble
 	hashes     uint
@@ -88,22 +89,33 @@ type claimFilter struct {
 // when step 2 fails.
 var testHookClaimFilter func(stage string)
 
+// scanYieldInterval is how long a build's scan may run before it gives
+// way to other goroutines: a tenth of the Go scheduler's own slice, so
+// that a scan of a large store does not hold a processor while requests
+// wait for one.
+const scanYieldInterval = time.Millisecond
+
 // scanNow reads the clock a build's scan paces its yields by (monotonic
 // nanoseconds); tests replace it.
 var scanNow = nanotime
+
+// start anchors nanotime: time.Since reads the monotonic clock.
+var start = time.Now()
+
+func nanotime() int64 { return int64(time.Since(start)) }
 
 // testHookFilterYield, if set, is called each time a build's scan gives
 // way to other goroutines.
 var testHookFilterYield func()
 
-// filterAddLocked adds k to the shard's filters, if it has any.
+// filterAddLocked adds k to the stripe's filters, if it has any.
 //
-// REQUIRES: sh.mu held.
-func (sh *shard) filterAddLocked(k []byte) {
-	if f := sh.mu.filter; f != nil {
+// REQUIRES: st.mu held.
+func (st *stripe) filterAddLocked(k []byte) {
+	if f := st.mu.filter; f != nil {
 		f.Add(k)
 	}
-	if f := sh.mu.nextFilter; f != nil {
+	if f := st.mu.nextFilter; f != nil {
 		f.Add(k)
 	}
 }
@@ -135,7 +147,7 @@ func (f *claimFilter) requestBuild() {
 	}
 }
 
-// startClaimFilter starts the goroutine that builds the shards' filters,
+// startClaimFilter starts the goroutine that builds the stripes' filters,
 // unless they are disabled or the store is read-only. Close stops it.
 func (e *Engine) startClaimFilter() {
 	f := &e.filter
@@ -163,7 +175,7 @@ func (e *Engine) startClaimFilter() {
 			case <-f.kick:
 			}
 			if err := e.buildClaimFilter(ctx); err != nil {
-				if ctx.Err() == nil && e.failed.Load() == nil {
+				if ctx.Err() == nil && e.gate.err() == nil {
 					e.opts.Logger.Errorf("idemkv: claim filter: %v", err)
 				}
 				// Lookups go on reading Pebble where there is no filter;
@@ -180,7 +192,7 @@ func (e *Engine) startClaimFilter() {
 // key, about a second per million on two cores (docs/operations.md).
 func (e *Engine) ClaimFilterBuilt() <-chan struct{} { return e.filter.built }
 
-// buildClaimFilter builds new filters for every shard (steps 1 to 3 of the
+// buildClaimFilter builds new filters for every stripe (steps 1 to 3 of the
 // comment at the top of this file).
 func (e *Engine) buildClaimFilter(ctx context.Context) error {
 	f := &e.filter
@@ -204,19 +216,19 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 		least = e.opts.claimFilterMinKeys
 	}
 	capacity := max(least, 2*want)
-	perShard := max(1, uint(capacity)/uint(len(e.shards)))
-	bits := perShard * uint(f.bitsPerKey)
+	perStripe := max(1, uint(capacity)/uint(len(e.table.stripes)))
+	bits := perStripe * uint(f.bitsPerKey)
 
 	prevAdds := f.adds.Swap(0)
 	f.limit.Store(math.MaxInt64)
-	for i := range e.shards {
-		sh := &e.shards[i]
-		sh.mu.Lock()
-		sh.mu.nextFilter = bloom.New(bits, f.hashes)
-		for k := range sh.mu.slots {
-			sh.mu.nextFilter.AddString(k)
+	for i := range e.table.stripes {
+		st := &e.table.stripes[i]
+		st.mu.Lock()
+		st.mu.nextFilter = bloom.New(bits, f.hashes)
+		for k := range st.mu.slots {
+			st.mu.nextFilter.AddString(k)
 		}
-		sh.mu.Unlock()
+		st.mu.Unlock()
 	}
 	if testHookClaimFilter != nil {
 		testHookClaimFilter("next")
@@ -224,11 +236,11 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 
 	found, err := e.scanRecordKeys(ctx)
 	if err != nil {
-		for i := range e.shards {
-			sh := &e.shards[i]
-			sh.mu.Lock()
-			sh.mu.nextFilter = nil
-			sh.mu.Unlock()
+		for i := range e.table.stripes {
+			st := &e.table.stripes[i]
+			st.mu.Lock()
+			st.mu.nextFilter = nil
+			st.mu.Unlock()
 		}
 		// The filter in use (if any) stays, and goes on counting from
 		// where it was; try again after another least keys.
@@ -243,11 +255,11 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 	if testHookClaimFilter != nil {
 		testHookClaimFilter("scanned")
 	}
-	for i := range e.shards {
-		sh := &e.shards[i]
-		sh.mu.Lock()
-		sh.mu.filter, sh.mu.nextFilter = sh.mu.nextFilter, nil
-		sh.mu.Unlock()
+	for i := range e.table.stripes {
+		st := &e.table.stripes[i]
+		st.mu.Lock()
+		st.mu.filter, st.mu.nextFilter = st.mu.nextFilter, nil
+		st.mu.Unlock()
 	}
 	f.stored.Store(found)
 	f.capacity.Store(capacity)
@@ -293,7 +305,7 @@ func (e *Engine) estimateStoredRecords() (int64, error) {
 	return int64(min(n, math.MaxInt64/4)), nil
 }
 
-// scanRecordKeys adds to its shard's next filter the record key of every
+// scanRecordKeys adds to its stripe's next filter the record key of every
 // unsettled record and of every completed record in a bucket that has not
 // ended (those in ended buckets have expired: absent is the right answer
 // for them), and returns how many it added.
@@ -308,10 +320,9 @@ func (e *Engine) scanRecordKeys(ctx context.Context) (int64, error) {
 		}
 		// A scan does not block while the blocks it reads are cached, and
 		// Go preempts such a goroutine only after 10 ms: give way to
-		// waiting requests once per yieldInterval, like flushes and
-		// compactions (yieldfs.go).
-		if n%256 == 0 && !e.opts.NoBackgroundYield {
-			if now := scanNow(); now-lastYield >= int64(yieldInterval) {
+		// waiting requests once per scanYieldInterval.
+		if n%256 == 0 {
+			if now := scanNow(); now-lastYield >= int64(scanYieldInterval) {
 				runtime.Gosched()
 				lastYield = scanNow()
 				if testHookFilterYield != nil {
@@ -319,10 +330,10 @@ func (e *Engine) scanRecordKeys(ctx context.Context) (int64, error) {
 				}
 			}
 		}
-		sh := e.shard(k)
-		sh.mu.Lock()
-		sh.mu.nextFilter.Add(k)
-		sh.mu.Unlock()
+		st := e.table.stripe(k)
+		st.mu.Lock()
+		st.mu.nextFilter.Add(k)
+		st.mu.Unlock()
 		n++
 		return nil
 	}

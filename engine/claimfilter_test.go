@@ -120,7 +120,7 @@ func TestClaimFilterAnswersBeforeTheReplayCache(t *testing.T) {
 	fs.await(t, "built")
 	v.complete(id("stored"))
 	require.Equal(t, idemkv.Replay, v.claim(id("stored"), fpA, idemkv.ModeLocal).Outcome)
-	looked := v.e.replay.fc.LookupCount()
+	looked := v.e.table.replay.fc.LookupCount()
 	require.Positive(t, looked, "the replay must have looked in the cache")
 
 	st0, err := v.e.Stats()
@@ -135,7 +135,7 @@ func TestClaimFilterAnswersBeforeTheReplayCache(t *testing.T) {
 	require.Greater(t, skips, int64(150))
 	// Only the claims the filter let through (its false positives) may
 	// have looked in the cache.
-	require.Equal(t, looked+200-skips, v.e.replay.fc.LookupCount())
+	require.Equal(t, looked+200-skips, v.e.table.replay.fc.LookupCount())
 }
 
 // A rebuild covers a write whose slot existed before the build began but
@@ -257,10 +257,9 @@ func BenchmarkClaimFilterBuild(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
 }
 
-// A build's scan gives way to other goroutines once per yieldInterval,
-// unless NoBackgroundYield: it reads cached blocks without blocking, and
-// Go would otherwise let it hold a core for 10 ms at a time while requests
-// wait (docs/benchmarks.md: the HTTP slices with a build had long tails).
+// A build's scan gives way to other goroutines once per
+// scanYieldInterval: it reads cached blocks without blocking, and Go would
+// otherwise let it hold a core for 10 ms at a time while requests wait.
 func TestClaimFilterBuildYields(t *testing.T) {
 	const n = 20_000
 	dir := writeBenchStore(t, n, false)
@@ -273,22 +272,15 @@ func TestClaimFilterBuildYields(t *testing.T) {
 	testHookFilterYield = func() { yields.Add(1) }
 	defer func() { testHookFilterYield = nil }()
 
-	for _, noYield := range []bool{false, true} {
-		yields.Store(0)
-		e, err := Open(dir, &Options{Clock: fakeclock.New(t0), ClaimFilterBitsPerKey: -1, NoBackgroundYield: noYield})
-		require.NoError(t, err)
-		// Build by hand: there is no builder goroutine.
-		e.filter.bitsPerKey, e.filter.hashes, e.filter.built = 10, 7, make(chan struct{})
-		require.NoError(t, e.buildClaimFilter(context.Background()))
-		require.EqualValues(t, n, e.filter.stored.Load())
-		if noYield {
-			require.Zero(t, yields.Load(), "NoBackgroundYield")
-		} else {
-			// A check every 256 keys, each finding a millisecond gone.
-			require.InDelta(t, n/256, yields.Load(), 2)
-		}
-		require.NoError(t, e.Close())
-	}
+	e, err := Open(dir, &Options{Clock: fakeclock.New(t0), ClaimFilterBitsPerKey: -1})
+	require.NoError(t, err)
+	// Build by hand: there is no builder goroutine.
+	e.filter.bitsPerKey, e.filter.hashes, e.filter.built = 10, 7, make(chan struct{})
+	require.NoError(t, e.buildClaimFilter(context.Background()))
+	require.EqualValues(t, n, e.filter.stored.Load())
+	// A check every 256 keys, each finding a millisecond gone.
+	require.InDelta(t, n/256, yields.Load(), 2)
+	require.NoError(t, e.Close())
 }
 
 // The first build after Open sizes the filter for at least twice the

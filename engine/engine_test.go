@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/idemkv/idemkv"
@@ -331,10 +333,8 @@ func TestOptionsValidate(t *testing.T) {
 	require.ErrorContains(t, err, "Lease")
 	_, err = Open(t.TempDir(), &Options{Lease: time.Hour, Retention: time.Minute})
 	require.ErrorContains(t, err, "exceeds Retention")
-	for _, n := range []int{-1, 20} {
-		_, err = Open(t.TempDir(), &Options{BackgroundNice: n})
-		require.ErrorContains(t, err, "BackgroundNice")
-	}
+	_, err = Open(t.TempDir(), &Options{Shards: -1})
+	require.ErrorContains(t, err, "Shards")
 }
 
 // The engine's L0 thresholds reach Pebble: by default L0 compacts at 8
@@ -350,6 +350,28 @@ func TestL0CompactionThreshold(t *testing.T) {
 	require.NoError(t, po.Validate())
 	_, err := Open(t.TempDir(), &Options{L0CompactionThreshold: -1})
 	require.ErrorContains(t, err, "L0CompactionThreshold")
+}
+
+// ConfigurePebble sees the options the engine set and its changes reach
+// the store: here a flush listener, called when the engine flushes.
+func TestConfigurePebble(t *testing.T) {
+	var calls, flushes atomic.Int64
+	var sawMemTable uint64
+	o := &Options{MemTableSize: 1 << 20, ConfigurePebble: func(po *pebble.Options) {
+		calls.Add(1)
+		sawMemTable = po.MemTableSize
+		po.EventListener = &pebble.EventListener{FlushEnd: func(pebble.FlushInfo) { flushes.Add(1) }}
+	}}
+	e, err := Open(t.TempDir(), o)
+	require.NoError(t, err)
+	defer e.Close()
+	require.EqualValues(t, 1, calls.Load())
+	require.EqualValues(t, 1<<20, sawMemTable)
+	c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: fpA})
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+	require.NoError(t, e.Flush())
+	require.Positive(t, flushes.Load())
 }
 
 func TestTokensGrowAcrossRestarts(t *testing.T) {

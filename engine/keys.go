@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/record"
@@ -25,21 +24,8 @@ var (
 // before 1.0) or a later one.
 var ErrLayout = errors.New("idemkv: unsupported store layout")
 
-// MaxEffectKeyLen bounds a key written through Effects, in bytes.
-const MaxEffectKeyLen = 1024
-
 func appendRecordKey(dst []byte, id idemkv.ID) []byte { return record.AppendKey(dst, id) }
 
 func decodeRecordKey(k []byte) (idemkv.ID, error) { return record.DecodeKey(k) }
 
 func dataKey(key []byte) []byte { return record.DataKey(key) }
-
-func validateEffectKey(key []byte) error {
-	if len(key) == 0 {
-		return fmt.Errorf("%w: empty effect key", idemkv.ErrInvalidArgument)
-	}
-	if len(key) > MaxEffectKeyLen {
-		return fmt.Errorf("%w: effect key is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(key), MaxEffectKeyLen)
-	}
-	return nil
-}

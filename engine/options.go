@@ -22,7 +22,8 @@ type systemClock struct{}
 func (systemClock) Now() time.Time { return time.Now() }
 
 // Options configure an Engine. A nil *Options, and every zero field, means
-// the default documented on the field.
+// the default documented on the field. docs/operations.md says how to size
+// them; docs/benchmarks.md has the measurements behind the defaults.
 type Options struct {
 	// FS is the filesystem Pebble uses. Default: the operating system's
 	// (vfs.Default). Tests inject vfs.NewCrashableMem or an error-injecting
@@ -44,99 +45,56 @@ type Options struct {
 	// Retention is how long a record of the default retention class
 	// (ttl.DefaultClass) is kept and replayed, counted from its
 	// completion. Default: 24 h. A retry that arrives later runs as new.
-	// Size it from the longest client retry window, queue replay window
-	// and provider window (docs/operations.md).
 	Retention time.Duration
 
 	// RetentionClasses are further classes a claim may name in
-	// ClaimRequest.Retention, for example "money": 30 days. Default: none
-	// (only the default class). It may not redefine ttl.DefaultClass;
-	// set Retention instead. Changing a class's window applies to records
-	// completed afterwards. A stored record naming a class that is no
-	// longer configured is kept for the longest configured window.
+	// ClaimRequest.Retention, for example "money": 30 days. Default: none.
+	// It may not redefine ttl.DefaultClass (set Retention instead). A
+	// changed window applies to records completed afterwards; a stored
+	// record naming a class no longer configured is kept for the longest
+	// configured window.
 	RetentionClasses ttl.Classes
 
 	// Sweep configures the sweeper that deletes expired records (package
-	// ttl): its interval (default 10 min), rate (default 50,000 records
-	// examined per second) and chunk size. Its Clock is always the
-	// engine's. Reads never need it: expired records are absent at once.
+	// ttl): interval (default 10 min), rate (default 50,000 records a
+	// second) and chunk size. Its Clock is always the engine's. Reads never
+	// need it: expired records are absent at once.
 	Sweep ttl.Options
 
 	// NoBackgroundSweep stops Open from starting the sweeper; expired
-	// records are then deleted only by Engine.Sweep (the `idemkv sweep`
-	// command). Storage grows without bound unless something calls it.
+	// records are then deleted only by Engine.Sweep (`idemkv sweep`), and
+	// storage grows without bound unless something calls it.
 	NoBackgroundSweep bool
 
-	// MinFreeDisk is the free space, in bytes, below which the store stops
-	// starting new work: a claim that would acquire fails with
-	// idemkv.ErrNoSpace, while replays, reads and the completion of work
-	// in progress go on. Pebble ends the process when a write fails for
-	// lack of space, so refusing new work first keeps the service up and
-	// answering. Free space is read from the filesystem at most once per
-	// second. Default: 256 MiB. Negative: never refuse.
+	// MinFreeDisk is the free space, in bytes, below which a claim that
+	// would acquire fails with idemkv.ErrNoSpace, while replays, reads and
+	// work in progress go on: Pebble ends the process when a write fails
+	// for lack of space, so refusing new work first keeps the service
+	// answering. Read at most once a second. Default: 256 MiB. Negative:
+	// never refuse.
 	MinFreeDisk int64
 
-	// MaxBodySize bounds Result.Body, in bytes. Default: 64 KiB. Larger
-	// responses should be stored as a Result.Pointer instead.
+	// MaxBodySize bounds Result.Body, in bytes. Default: 64 KiB. Store
+	// larger responses as a Result.Pointer instead.
 	MaxBodySize int
 
-	// CacheSize is the Pebble block cache, in bytes. Default: 64 MiB. Replays
-	// and claim misses are served from it; give it the hot working set.
+	// CacheSize is the Pebble block cache, in bytes. Default: 64 MiB. Claim
+	// misses and replays that miss the replay cache read from it.
 	CacheSize int64
 
 	// MemTableSize is the size of one Pebble memtable, in bytes. Default:
-	// 8 MiB, measured best of 4, 8, 16 and 32 MiB on the unique and remote
-	// workloads (docs/operations.md): every claim of a new key searches the
-	// memtable's skiplist, which is cheaper while it fits the CPU's caches.
-	// Larger memtables mean fewer flushes and longer WAL replay at open.
+	// 8 MiB: every claim that reaches Pebble searches the memtable, which
+	// is cheaper while it fits the CPU's caches. Larger memtables flush
+	// less often and replay longer at Open.
 	MemTableSize uint64
 
-	// L0CompactionThreshold sets how much overlap Pebble lets level 0
-	// gather before it compacts it into the level below: Pebble starts an
-	// L0 compaction once L0 holds half this many sublevels (flushes whose
-	// keys overlap), and stops writes at three times this many. Default: 16
-	// (Pebble's own is 4). Record keys are random, so every flush overlaps
-	// the whole base level of its bucket, and each L0 compaction rewrites
-	// that level: compacting after 8 flushes instead of 2 rewrites it a
-	// quarter as often. On two cores this took the HTTP middleware's p99
-	// overhead at 5,000 requests/s from a median of 2.55 ms to 1.34 ms and
-	// the unique workload's write amplification from about 5 to 3.6
-	// (docs/benchmarks.md). The cost is read amplification: a lookup that
-	// reaches Pebble searches every overlapping L0 file, up to half this
-	// many in normal running. Most claims of new keys never reach Pebble
-	// (the claim filter) and recent completions are replayed from memory;
-	// a replay that misses the replay cache took 11.9 µs from 8 L0 files
-	// against 6.7 µs from 2 (BenchmarkReplayFromL0).
+	// L0CompactionThreshold is how much overlap Pebble lets level 0 gather
+	// before compacting it: it compacts at half this many sublevels and
+	// stops writes at three times this many. Default: 16 (Pebble's own is
+	// 4). Record keys are random, so every flush overlaps all of the level
+	// below; compacting less often rewrites it less often, at the cost of
+	// more files for a lookup that reaches Pebble to search.
 	L0CompactionThreshold int
-
-	// NoBackgroundYield turns off the yield of Pebble's flushes and
-	// compactions, and of the claim filter's builds, to waiting requests
-	// (yieldfs.go, claimfilter.go). By default a flush or compaction lets
-	// runnable goroutines run once per millisecond of writing, except
-	// while Pebble stalls writes, and a filter build once per millisecond
-	// of scanning, so that background work does not hold a core for the
-	// scheduler's 10 ms slices while requests wait: on two cores this
-	// shortened the HTTP middleware's p99 latency (docs/benchmarks.md).
-	// Set it to measure without the yield.
-	NoBackgroundYield bool
-
-	// BackgroundNice, on Linux, runs each of Pebble's compactions on an
-	// OS thread of its own at this nice value, 1 (a little below normal)
-	// to 19 (only when a core is free). 0, the default, leaves them at the
-	// process's priority. Other systems ignore it. Flushes keep the
-	// normal priority: writes wait for them.
-	//
-	// It pays only with more Go processors than cores: GOMAXPROCS at the
-	// number of cores plus one lets a compaction have a processor of its
-	// own, and the nice value makes the kernel give the cores to the
-	// requests' threads first. On two cores at 5,000 requests/s, 19 with
-	// GOMAXPROCS 3 took the HTTP middleware's p99 overhead from a median
-	// of +2.56 ms to +0.36 ms in eight alternated pairs of runs
-	// (docs/benchmarks.md). `idemkv serve` sets both. A compaction that
-	// starts while Pebble stalls writes keeps the normal priority. Other
-	// processes keeping every core busy at normal priority starve the
-	// lowered compactions, and level 0 grows; see docs/operations.md.
-	BackgroundNice int
 
 	// CompactionConcurrency is the most compactions Pebble runs at once.
 	// Default: 1 on one or two cores, else half the cores. Compactions
@@ -144,59 +102,54 @@ type Options struct {
 	CompactionConcurrency int
 
 	// Compression is the sstable compression profile. Default:
-	// sstable.BalancedCompression (zstd level 1 on data blocks). Against
-	// Snappy it stored a completed record in 60 B instead of 94 B and one
-	// with a 2 KiB body in 472 B instead of 753 B (1 M and 50,000 records,
-	// full benchmark run), with lower write amplification and the same
-	// throughput and claim-filter build time (docs/benchmarks.md). Snappy
-	// costs less CPU in flushes and compactions and in reads that miss the
-	// block cache.
+	// sstable.BalancedCompression (zstd level 1 on data blocks), about 40%
+	// smaller than Snappy for records; Snappy costs less CPU.
 	Compression *sstable.CompressionProfile
 
 	// BloomBitsPerKey sizes the bloom filter on every level, L0 to L6.
-	// Default: 10 (about 1% false positives). Most claims look up keys that
-	// do not exist, so filters on every level spare most disk reads.
+	// Default: 10 (about 1% false positives). Most claims look up keys
+	// that do not exist, so filters on every level spare most disk reads.
 	BloomBitsPerKey int
 
 	// ReplayCacheSize is the memory, in bytes, for recently completed
-	// records kept to answer replays without a Pebble read, allocated at
-	// Open and kept out of the garbage collector's scans (cache.go).
-	// Default: 128 MiB, several hundred thousand records without bodies
-	// (about 150 to 200 B each, encoded): more than a minute of
-	// completions at 5,000 requests/s, the window in which most retries of
-	// finished requests arrive. Sizes below 512 KiB are rounded up to it.
-	// Negative disables it. A replay the cache misses costs a Pebble read,
-	// several times slower.
+	// records kept to answer replays without a Pebble read (cache.go),
+	// allocated at Open outside the garbage collector's view. Default: 128
+	// MiB, several hundred thousand records without bodies. Sizes below
+	// 512 KiB are rounded up to it; negative disables it.
 	ReplayCacheSize int64
 
 	// ClaimFilterBitsPerKey sizes the in-memory bloom filter that answers
 	// most claims of new keys without a Pebble lookup (claimfilter.go).
-	// Default: 10 bits per key, about 1% of new keys still looked up.
-	// The filter is sized for twice the stored records and rebuilt by a
-	// background scan of the record keys when it fills up: memory is about
-	// 2.5 bytes per stored record at the default, twice that during a
-	// rebuild (about 1 GB and 2 GB at the guide's 432 M records). The
-	// first build scans the store after Open; until it ends, every claim
-	// looks up Pebble. Negative disables the filter.
+	// Default: 10 bits per key, about 1% of new keys still looked up. It
+	// takes about 2.5 bytes per stored record, twice that while it is
+	// rebuilt; until its first build after Open ends, every claim reads
+	// Pebble. Negative disables it.
 	ClaimFilterBitsPerKey int
 
 	// CheckMemory bounds, in bytes, the memory Engine.Check holds to pair
 	// effects with their outcomes: about 48 bytes for each unsettled
-	// record and each completed one that wrote effects. A store that needs
-	// more is checked in several passes over the same snapshot, each
-	// pairing a share of the tokens: a check of N such records reads the
-	// store N*48/CheckMemory times, rounded up to a power of two. The
-	// heap peaks at two to three times this (garbage not yet collected).
-	// Default: 256 MiB (about 5.6 M records a pass). Negative is invalid.
+	// record and each completed one that wrote effects. A larger store is
+	// checked in several passes over one snapshot. Default: 256 MiB (about
+	// 5.6 M such records a pass).
 	CheckMemory int64
 
-	// Shards is the number of lock stripes of the in-memory lease table.
-	// Default: 256. More shards mean less contention between unrelated keys.
+	// Shards is the number of lock stripes of the lease table. Default:
+	// 256. More stripes mean less contention between unrelated keys.
 	Shards int
 
 	// Logger receives Pebble's log lines. Default: errors and fatal
 	// messages to stderr, informational lines dropped.
 	Logger pebble.Logger
+
+	// ConfigurePebble, if set, is called with the Pebble options the
+	// engine is about to open its store with, after the engine has set its
+	// own: it may set what these options do not cover, such as
+	// Experimental.CompactionScheduler (package engine/lowprio) or further
+	// EventListener callbacks (chain them with pebble.TeeEventListener).
+	// It must not change FS, Logger, Cache, Comparer, ReadOnly or
+	// FormatMajorVersion, which the engine relies on. It is called once
+	// per Open (and per PebbleOptions call).
+	ConfigurePebble func(*pebble.Options)
 
 	// claimFilterMinKeys, if positive, replaces minFilterKeys: tests set
 	// it low to make the claim filter rebuild often.
@@ -331,9 +284,6 @@ func (o *Options) Validate() error {
 	if o.ClaimFilterBitsPerKey > 64 {
 		errs = append(errs, fmt.Errorf("ClaimFilterBitsPerKey %d above 64", o.ClaimFilterBitsPerKey))
 	}
-	if o.BackgroundNice < 0 || o.BackgroundNice > 19 {
-		errs = append(errs, fmt.Errorf("BackgroundNice %d outside 0..19", o.BackgroundNice))
-	}
 	if o.Shards < 0 || o.Shards > 1<<16 {
 		errs = append(errs, fmt.Errorf("Shards %d outside 0..65536", o.Shards))
 	}
@@ -345,23 +295,13 @@ func (o *Options) Validate() error {
 
 // PebbleOptions returns the Pebble options the engine opens its store
 // with, for o with defaults applied: the format version, memtable size,
-// bloom filters on every level, compression, compaction concurrency and,
-// unless NoBackgroundYield is set and BackgroundNice is 0, the filesystem
-// wrapper and event listener of the background yield and priority (a
-// caller that replaces EventListener should keep its WriteStallBegin and
-// WriteStallEnd). It sets no block cache; Open adds one of CacheSize. The
-// benchmark baseline opens its raw Pebble store with these, so the two
-// differ only in how they use Pebble.
+// bloom filters on every level, compression and compaction concurrency,
+// then whatever ConfigurePebble sets. It sets no block cache; Open adds
+// one of CacheSize. The benchmark baseline opens its raw Pebble store
+// with these, so the two differ only in how they use Pebble.
 func (o *Options) PebbleOptions() *pebble.Options {
-	fs := o.FS
-	var yfs *yieldFS
-	if !o.NoBackgroundYield || o.BackgroundNice > 0 {
-		yfs = newYieldFS(fs)
-		yfs.noYield, yfs.nice, yfs.logger = o.NoBackgroundYield, o.BackgroundNice, o.Logger
-		fs = yfs
-	}
 	po := &pebble.Options{
-		FS: fs,
+		FS: o.FS,
 		// Pin the format: a store written by this engine stays readable by
 		// it, and a Pebble upgrade does not silently rewrite the format.
 		FormatMajorVersion: pebble.FormatNewest,
@@ -383,9 +323,8 @@ func (o *Options) PebbleOptions() *pebble.Options {
 		prof := o.Compression
 		l.Compression = func() *sstable.CompressionProfile { return prof }
 	}
-	if yfs != nil {
-		po.EventListener = &pebble.EventListener{}
-		yfs.listen(po.EventListener)
+	if o.ConfigurePebble != nil {
+		o.ConfigurePebble(po)
 	}
 	po.EnsureDefaults()
 	return po

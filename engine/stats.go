@@ -18,6 +18,22 @@ type counters struct {
 	cacheHits, swept                                                          atomic.Int64
 }
 
+// count counts a claim answered o.
+func (c *counters) count(o idemkv.Outcome) {
+	switch o {
+	case idemkv.Acquired:
+		c.acquired.Add(1)
+	case idemkv.InProgress:
+		c.inProgress.Add(1)
+	case idemkv.Replay:
+		c.replays.Add(1)
+	case idemkv.Mismatch:
+		c.mismatches.Add(1)
+	case idemkv.Reconciling:
+		c.reconciling.Add(1)
+	}
+}
+
 // Stats is a cheap snapshot of the engine: what it holds in memory, what it
 // has done since Open, and the Pebble figures worth watching. It does not
 // scan the store; see Census for counts of stored records.
@@ -90,16 +106,12 @@ type Stats struct {
 	// CompactionsRunning is how many compactions are in progress now
 	// (Compactions counts them when they end).
 	CompactionsRunning int64
-	// LowPriorityTables counts the sstables that compactions wrote at
-	// Options.BackgroundNice since Open: 0 when the option is off, or when
-	// lowering failed (logged once) or is not supported here.
-	LowPriorityTables int64
-	WALBytesIn        uint64 // logical bytes written to the WAL
-	WALBytesWritten   uint64 // physical bytes, including padding
-	BlockCacheHits    int64
-	BlockCacheMisses  int64
-	FilterHits        int64 // lookups a bloom filter answered "absent"
-	MemTableBytes     uint64
+	WALBytesIn         uint64 // logical bytes written to the WAL
+	WALBytesWritten    uint64 // physical bytes, including padding
+	BlockCacheHits     int64
+	BlockCacheMisses   int64
+	FilterHits         int64 // lookups a bloom filter answered "absent"
+	MemTableBytes      uint64
 	// TableBytes is the size of all live sstables; WriteAmp is the bytes
 	// Pebble wrote to sstables (flushes and compactions) per byte that
 	// entered through flushes, over the store's life.
@@ -111,30 +123,22 @@ type Stats struct {
 
 // Stats returns a snapshot of the engine's counters and Pebble metrics.
 func (e *Engine) Stats() (Stats, error) {
-	if err := e.enter(); err != nil {
+	if err := e.gate.enter(); err != nil {
 		return Stats{}, err
 	}
-	defer e.exit()
+	defer e.gate.exit()
 	var st Stats
-	for i := range e.shards {
-		sh := &e.shards[i]
-		sh.mu.Lock()
-		for _, s := range sh.mu.slots {
-			switch {
-			case s.busy:
-				st.Busy++
-			case s.rec.Mode == idemkv.ModeRemote:
-				st.HeldRemote++
-			default:
-				st.HeldLocal++
-			}
+	e.table.eachSlot(func(s *slot) {
+		switch {
+		case s.busy:
+			st.Busy++
+		case s.rec.Mode == idemkv.ModeRemote:
+			st.HeldRemote++
+		default:
+			st.HeldLocal++
 		}
-		sh.mu.Unlock()
-	}
-	st.ReplayCached = e.replay.len()
-	if e.yfs != nil {
-		st.LowPriorityTables = e.yfs.lowered.Load()
-	}
+	})
+	st.ReplayCached = e.table.replay.len()
 	c := &e.counters
 	st.Claims, st.Acquired, st.Takeovers = c.claims.Load(), c.acquired.Load(), c.takeovers.Load()
 	st.Replays, st.InProgress, st.Mismatches = c.replays.Load(), c.inProgress.Load(), c.mismatches.Load()
@@ -144,7 +148,7 @@ func (e *Engine) Stats() (Stats, error) {
 	f := &e.filter
 	st.ClaimFilterSkips, st.ClaimFilterMisses = f.skips.Load(), f.misses.Load()
 	st.ClaimFilterKeys, st.ClaimFilterStored, st.ClaimFilterBuilds = f.capacity.Load(), f.stored.Load(), f.builds.Load()
-	st.Sweep = e.sweeper.Stats()
+	st.Sweep = e.sweeper.s.Stats()
 	cm := e.commits
 	st.CommitGroups, st.CommitWrites = cm.groups.Load(), cm.writes.Load()
 	st.CommitTime, st.CommitSyncWait = time.Duration(cm.busy.Load()), time.Duration(cm.syncWait.Load())
@@ -175,10 +179,10 @@ func (e *Engine) Stats() (Stats, error) {
 // Flush writes the memtable out to an sstable. Stores flush on their own;
 // this is for measurements and maintenance.
 func (e *Engine) Flush() error {
-	if err := e.enter(); err != nil {
+	if err := e.gate.enter(); err != nil {
 		return err
 	}
-	defer e.exit()
+	defer e.gate.exit()
 	return e.db.Flush()
 }
 
@@ -186,10 +190,10 @@ func (e *Engine) Flush() error {
 // take long on a large store and competes with requests for I/O; it is for
 // measurements and maintenance, never needed for correctness.
 func (e *Engine) Compact(ctx context.Context) error {
-	if err := e.enter(); err != nil {
+	if err := e.gate.enter(); err != nil {
 		return err
 	}
-	defer e.exit()
+	defer e.gate.exit()
 	return e.db.Compact(ctx, []byte{0}, []byte{0xff}, true)
 }
 
@@ -205,23 +209,18 @@ type Census struct {
 
 // Census scans the store and counts records by state.
 func (e *Engine) Census(ctx context.Context) (Census, error) {
-	if err := e.enter(); err != nil {
+	if err := e.gate.enter(); err != nil {
 		return Census{}, err
 	}
-	defer e.exit()
+	defer e.gate.exit()
 	now := e.clock.Now()
 	var c Census
 	// Local leases live only in memory.
-	for i := range e.shards {
-		sh := &e.shards[i]
-		sh.mu.Lock()
-		for _, s := range sh.mu.slots {
-			if !s.durable && !s.busy {
-				c.InProgress++
-			}
+	e.table.eachSlot(func(s *slot) {
+		if !s.durable && !s.busy {
+			c.InProgress++
 		}
-		sh.mu.Unlock()
-	}
+	})
 	for _, span := range [][2][]byte{{recordStart, recordEnd}, {expiryStart, expiryEnd}} {
 		if err := e.censusSpan(ctx, &c, span[0], span[1], now); err != nil {
 			return Census{}, err

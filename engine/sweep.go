@@ -44,6 +44,24 @@ import (
 // Pebble commit the engine makes goes through the committer, one at a
 // time.
 
+// sweepState is the engine's sweeper: the ttl.Sweeper that runs passes,
+// its background loop, and the state of the pass running. Passes are
+// serial, so only the running pass touches unsaved, bucket and saved.
+type sweepState struct {
+	s *ttl.Sweeper
+	// stop stops the background loop, which closes done when it has
+	// returned.
+	stop func()
+	done chan struct{}
+	// unsaved counts records examined since the pass last saved its
+	// position.
+	unsaved int
+	// bucket is the ended bucket the pass is reading, and saved whether a
+	// position of the pass is saved in the store.
+	bucket sweepBucket
+	saved  bool
+}
+
 // sweepSaveEvery is how many records a pass may read without deleting
 // anything before it saves its position anyway.
 const sweepSaveEvery = 1 << 14
@@ -65,7 +83,7 @@ func (e *Engine) Sweep(ctx context.Context) (ttl.Pass, error) {
 	if e.opts.ReadOnly {
 		return ttl.Pass{}, fmt.Errorf("engine: sweep: %w: store opened read-only", idemkv.ErrInvalidArgument)
 	}
-	return e.sweeper.Pass(ctx)
+	return e.sweeper.s.Pass(ctx)
 }
 
 // sweepTarget adapts the engine to ttl.Target without adding the chunk
@@ -74,9 +92,9 @@ type sweepTarget struct{ e *Engine }
 
 func (t sweepTarget) SweepCursor() ([]byte, error) {
 	// A pass starts here, resumed or not: it counts only what it reads.
-	t.e.sweepBucket = sweepBucket{}
+	t.e.sweeper.bucket = sweepBucket{}
 	v, closer, err := t.e.db.Get(sweepKey)
-	t.e.sweepSaved = err == nil
+	t.e.sweeper.saved = err == nil
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -108,10 +126,10 @@ func checkSweepCursor(v []byte) error {
 
 func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now time.Time) (ttl.Chunk, error) {
 	e := t.e
-	if err := e.begin(ctx); err != nil {
+	if err := e.gate.begin(ctx); err != nil {
 		return ttl.Chunk{}, err
 	}
-	defer e.exit()
+	defer e.gate.exit()
 	var (
 		c   ttl.Chunk
 		b   = e.db.NewBatch()
@@ -126,14 +144,14 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	if err != nil {
 		return ttl.Chunk{}, fmt.Errorf("engine: sweep: %w", err)
 	}
-	e.sweepUnsaved += c.Examined
-	if b.Empty() && (c.Next == nil && !e.sweepSaved || c.Next != nil && e.sweepUnsaved < sweepSaveEvery) {
+	e.sweeper.unsaved += c.Examined
+	if b.Empty() && (c.Next == nil && !e.sweeper.saved || c.Next != nil && e.sweeper.unsaved < sweepSaveEvery) {
 		// Nothing to delete, and the position need not be saved yet (a
 		// restart at worst re-reads sweepSaveEvery records), or removed:
 		// none is saved.
 		return c, nil
 	}
-	e.sweepUnsaved = 0
+	e.sweeper.unsaved = 0
 	if e.testHookSweepChecked != nil {
 		e.testHookSweepChecked()
 	}
@@ -152,7 +170,7 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	if err != nil {
 		return ttl.Chunk{}, e.fail(fmt.Errorf("engine: sweep: commit: %w", err))
 	}
-	e.sweepSaved = c.Next != nil
+	e.sweeper.saved = c.Next != nil
 	e.counters.swept.Add(int64(c.Deleted))
 	return c, nil
 }
@@ -181,7 +199,7 @@ func (e *Engine) sweepBuckets(cursor []byte, n int, now time.Time, b *pebble.Bat
 	var (
 		c    ttl.Chunk
 		last []byte
-		sb   = &e.sweepBucket
+		sb   = &e.sweeper.bucket
 		unix = uint64(now.Unix())
 	)
 	// drop deletes the bucket read so far, if any.
@@ -276,17 +294,17 @@ func (e *Engine) sweepUnsettled(cursor []byte, n int, now time.Time) (ttl.Chunk,
 // startSweeper starts the background sweeper (unless the store is read-only
 // or the options say not to). Close stops it.
 func (e *Engine) startSweeper() {
-	e.sweepDone = make(chan struct{})
+	e.sweeper.done = make(chan struct{})
 	if e.opts.ReadOnly || e.opts.NoBackgroundSweep {
-		close(e.sweepDone)
-		e.sweepStop = func() {}
+		close(e.sweeper.done)
+		e.sweeper.stop = func() {}
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e.sweepStop = cancel
+	e.sweeper.stop = cancel
 	go func() {
-		defer close(e.sweepDone)
-		if err := e.sweeper.Run(ctx); err != nil && ctx.Err() == nil {
+		defer close(e.sweeper.done)
+		if err := e.sweeper.s.Run(ctx); err != nil && ctx.Err() == nil {
 			e.opts.Logger.Errorf("idemkv: sweeper stopped: %v", err)
 		}
 	}()

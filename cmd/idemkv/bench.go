@@ -135,13 +135,11 @@ type benchFlags struct {
 // pebbleFlags are the engine's Pebble settings that bench and bench http
 // take for A/B runs; both targets of a run share them.
 type pebbleFlags struct {
-	noYield     bool                      // engine.Options.NoBackgroundYield
 	l0Threshold int                       // engine.Options.L0CompactionThreshold (0: default)
 	compression *block.CompressionProfile // engine.Options.Compression (nil: default)
 }
 
 func (p *pebbleFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&p.noYield, "no-background-yield", false, "run Pebble's flushes and compactions without yielding to requests (engine.Options.NoBackgroundYield), for A/B runs")
 	fs.Func("l0-compaction-threshold", "engine.Options.L0CompactionThreshold for both stores, for A/B runs (default 16)", func(s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
@@ -166,7 +164,6 @@ func (p pebbleFlags) apply(o *engine.Options) *engine.Options {
 	if o == nil {
 		o = &engine.Options{}
 	}
-	o.NoBackgroundYield = o.NoBackgroundYield || p.noYield
 	if p.l0Threshold != 0 {
 		o.L0CompactionThreshold = p.l0Threshold
 	}
@@ -210,9 +207,8 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	if err := f.bg.validate(); err != nil {
 		return usageError{err}
 	}
-	if f.bg != (backgroundFlags{}) {
-		cfg.Engine = f.bg.apply(cfg.Engine)
-	}
+	f.bg.setProcs()
+	cfg.CompactionNice = f.bg.nice
 	cfg.Engine = f.pebble.apply(cfg.Engine)
 	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {
 		cfg.Progress = progress

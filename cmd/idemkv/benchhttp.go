@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench http",
-		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--no-background-yield] [--l0-compaction-threshold N] [--gomaxprocs N] [--background-nice N] [--data DIR] [--json FILE]",
+		args:    "[--profile quick|full] [--rate R] [--clients N] [--slice D] [--slices N] [--l0-compaction-threshold N] [--gomaxprocs N] [--background-nice N] [--data DIR] [--json FILE]",
 		summary: "measure the HTTP middleware's latency overhead over a bare handler on loopback (docs/benchmarks.md)",
 		flags:   benchHTTPFlags,
 	})
@@ -48,7 +48,9 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err := bg.validate(); err != nil {
 			return usageError{err}
 		}
-		cfg.Engine = bg.apply(pf.apply(cfg.Engine))
+		cfg.Engine = pf.apply(cfg.Engine)
+		bg.setProcs()
+		cfg.CompactionNice = bg.nice
 		if slice != 0 {
 			cfg.Slice = slice
 		}

@@ -25,6 +25,12 @@ func TestBackgroundFlagsDefaults(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "2")
 	require.Equal(t, backgroundFlags{procs: 0, nice: 19}, parse(true))
 
-	o := backgroundFlags{nice: 5}.apply(nil)
-	require.Equal(t, 5, o.BackgroundNice)
+	o, p, err := backgroundFlags{nice: 5}.apply(nil)
+	require.NoError(t, err)
+	require.NotNil(t, p)
+	require.NotNil(t, o.ConfigurePebble, "a nice value configures Pebble's compaction scheduler")
+	o, p, err = backgroundFlags{}.apply(nil)
+	require.NoError(t, err)
+	require.Nil(t, p)
+	require.Nil(t, o.ConfigurePebble)
 }

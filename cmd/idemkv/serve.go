@@ -71,7 +71,12 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 // stored before the store closes.
 func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	e, err := engine.Open(c.dir, c.bg.apply(nil))
+	o, _, err := c.bg.apply(nil)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	e, err := engine.Open(c.dir, o)
 	if err != nil {
 		ln.Close()
 		return err

@@ -34,7 +34,6 @@ var engineMetrics = []struct {
 	{"idemkv_engine_read_amp", "Sublevels a read may visit.", false, func(s engine.Stats) float64 { return float64(s.ReadAmp) }},
 	{"idemkv_engine_l0_files", "Files in level 0; growing without bound means compactions are behind the writes.", false, func(s engine.Stats) float64 { return float64(s.L0Files) }},
 	{"idemkv_engine_compaction_debt_bytes", "Bytes compactions must still rewrite; growing without bound means compactions are behind the writes.", false, func(s engine.Stats) float64 { return float64(s.CompactionDebt) }},
-	{"idemkv_engine_low_priority_tables_total", "Sstables compactions wrote at the lowered priority of --background-nice.", true, func(s engine.Stats) float64 { return float64(s.LowPriorityTables) }},
 }
 
 func newEngineCollector(e *engine.Engine) *engineCollector {

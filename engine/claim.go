@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// Claim implements idemkv.Store. The answer is decideClaim's, on the
+// record found under the key's stripe mutex. A local claim is held in
+// memory; a remote claim, and a claim that finds an expired remote lease
+// and turns the record uncertain, write their record with a synced write
+// before they return.
+func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, error) {
+	if err := req.Validate(); err != nil {
+		return idemkv.Claim{}, err
+	}
+	if err := e.gate.begin(ctx); err != nil {
+		return idemkv.Claim{}, err
+	}
+	defer e.gate.exit()
+	class, err := e.claimClass(req.Retention)
+	if err != nil {
+		return idemkv.Claim{}, err
+	}
+	e.counters.claims.Add(1)
+	// Drawn before the lock, and used only if the claim acquires.
+	opID, err := e.newOperationID(req.Mode)
+	if err != nil {
+		return idemkv.Claim{}, err
+	}
+	c := claimCase{req: &req, lease: cmp.Or(req.Lease, e.opts.Lease), class: class, expiresAt: e.expiresAt}
+	k := appendRecordKey(nil, req.ID)
+	st := e.table.stripe(k)
+	c.now = e.clock.Now()
+
+	st.mu.Lock()
+	cur, s, found, err := e.lookupLocked(st, k, c.now)
+	if err != nil {
+		st.mu.Unlock()
+		return idemkv.Claim{}, err
+	}
+	if found {
+		cur.ID = req.ID
+		c.cur, c.busy, c.durable = &cur, s != nil && s.busy, s == nil || s.durable
+	}
+	d := decideClaim(&c)
+	switch {
+	case d.outcome == idemkv.Acquired:
+		s, err := e.acquireLocked(st, k, &d.rec, opID, c.now)
+		st.mu.Unlock()
+		if err != nil {
+			return idemkv.Claim{}, err
+		}
+		return e.acquired(st, k, s, &d.rec)
+	case d.write:
+		// An expired remote lease turns uncertain: its record is on disk.
+		ws := e.table.beginWriteLocked(st, k, s, cur)
+		st.mu.Unlock()
+		if err := e.commitWrite(st, k, ws, true, &d.rec, nil); err != nil {
+			return idemkv.Claim{}, err
+		}
+	default:
+		st.mu.Unlock()
+	}
+	e.counters.count(d.outcome)
+	return idemkv.Claim{Outcome: d.outcome, Record: d.rec, RetryAfter: d.retryAfter}, nil
+}
+
+// acquireLocked gives rec, the attempt decideClaim chose, its token and
+// operation id, and installs it as k's slot, busy if it is a remote claim
+// that must be written. While the disk is low on space it refuses with
+// ErrNoSpace instead: new work, or resumed work, would need space the disk
+// lacks.
+//
+// REQUIRES: st.mu held.
+func (e *Engine) acquireLocked(st *stripe, k []byte, rec *idemkv.Record, opID idemkv.OperationID, now time.Time) (*slot, error) {
+	if e.disk.lowAt(now) {
+		return nil, fmt.Errorf("%w (less than %d bytes free)", idemkv.ErrNoSpace, e.opts.MinFreeDisk)
+	}
+	rec.Token = e.nextToken()
+	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
+		rec.OperationID = opID
+	}
+	return e.table.installHolderLocked(st, k, *rec, rec.Mode == idemkv.ModeRemote, now), nil
+}
+
+// acquired finishes a claim that acquired k's slot s for rec: a remote
+// claim precedes a remote call, so it is made durable before the caller
+// may make that call (or a retry after a restart would call downstream
+// again blind).
+func (e *Engine) acquired(st *stripe, k []byte, s *slot, rec *idemkv.Record) (idemkv.Claim, error) {
+	if rec.Mode == idemkv.ModeRemote {
+		if err := e.commitClaim(st, k, s, rec); err != nil {
+			return idemkv.Claim{}, err
+		}
+	}
+	if rec.Attempt > 1 {
+		e.counters.takeovers.Add(1)
+	}
+	e.counters.count(idemkv.Acquired)
+	return idemkv.Claim{Outcome: idemkv.Acquired, Lease: leaseOf(rec)}, nil
+}
+
+// commitClaim makes rec, the remote claim held in k's busy slot s,
+// durable, and then lets others see it.
+func (e *Engine) commitClaim(st *stripe, k []byte, s *slot, rec *idemkv.Record) error {
+	b := e.db.NewBatch()
+	_ = b.Set(k, record.Encode(nil, rec), nil)
+	err := e.commits.commit(b)
+	_ = b.Close()
+	if err != nil {
+		err = e.fail(fmt.Errorf("engine: durable claim: %w", err))
+		s.abandonWrite()
+		return err
+	}
+	st.mu.Lock()
+	s.durable = true
+	s.clearBusy()
+	st.mu.Unlock()
+	return nil
+}
+
+// newOperationID draws the downstream identity a remote claim gets if it
+// starts a new operation.
+func (e *Engine) newOperationID(m idemkv.Mode) (idemkv.OperationID, error) {
+	var id idemkv.OperationID
+	if m != idemkv.ModeRemote {
+		return id, nil
+	}
+	if _, err := io.ReadFull(e.opts.Rand, id[:]); err != nil {
+		return id, fmt.Errorf("engine: operation id: %w", err)
+	}
+	if id.IsZero() {
+		id[0] = 1 // the zero id means "none"
+	}
+	return id, nil
+}
+
+func leaseOf(r *idemkv.Record) idemkv.Lease {
+	return idemkv.Lease{ID: r.ID, Mode: r.Mode, Token: r.Token, Expires: r.LeaseExpires,
+		Attempt: r.Attempt, OperationID: r.OperationID}
+}

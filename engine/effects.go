@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// Business data: the values an operation writes through idemkv.Effects.
+// They live in a namespace of their own (record.NSData), each value
+// stamped with the token and expiry of the outcome it committed with, so
+// that Check can pair every value with its outcome.
+
+// MaxEffectKeyLen bounds a key written through Effects, in bytes.
+const MaxEffectKeyLen = 1024
+
+func validateEffectKey(key []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("%w: empty effect key", idemkv.ErrInvalidArgument)
+	}
+	if len(key) > MaxEffectKeyLen {
+		return fmt.Errorf("%w: effect key is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(key), MaxEffectKeyLen)
+	}
+	return nil
+}
+
+// GetData reads a value written through Effects. The returned slice is the
+// caller's. It returns ErrNotFound if key is absent.
+//
+// Like any Pebble read, it may observe effects whose Complete is still
+// syncing; a crash before that sync ends removes them together with their
+// outcome.
+func (e *Engine) GetData(key []byte) ([]byte, error) {
+	if err := validateEffectKey(key); err != nil {
+		return nil, err
+	}
+	if err := e.gate.enter(); err != nil {
+		return nil, err
+	}
+	defer e.gate.exit()
+	v, closer, err := e.db.Get(dataKey(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("engine: read data: %w", err)
+	}
+	defer closer.Close()
+	_, _, val, err := record.SplitStamp(v)
+	if err != nil {
+		return nil, fmt.Errorf("engine: read data %q: %w", key, err)
+	}
+	return bytes.Clone(val), nil
+}
+
+// effectBuf collects the writes an apply function makes through Effects.
+// They go into the commit's batch only once the commit knows the token and
+// expiry of the outcome they pair with, which every value is stamped with
+// (record.AppendStamp).
+type effectBuf struct {
+	ops   []effectOp
+	arena []byte
+	// Inline room for the common apply (a few small writes), so that
+	// collecting them allocates nothing beyond the buffer itself.
+	opsInline   [4]effectOp
+	arenaInline [256]byte
+}
+
+// effectOp is one write, as offsets into the arena; a delete has val < 0.
+type effectOp struct{ key, keyEnd, val, valEnd int }
+
+func (w *effectBuf) init() {
+	if w.ops == nil {
+		w.ops, w.arena = w.opsInline[:0], w.arenaInline[:0]
+	}
+}
+
+func (w *effectBuf) Set(key, value []byte) error {
+	if err := validateEffectKey(key); err != nil {
+		return err
+	}
+	w.init()
+	op := effectOp{key: len(w.arena)}
+	w.arena = append(w.arena, key...)
+	op.keyEnd, op.val = len(w.arena), len(w.arena)
+	w.arena = append(w.arena, value...)
+	op.valEnd = len(w.arena)
+	w.ops = append(w.ops, op)
+	return nil
+}
+
+func (w *effectBuf) Delete(key []byte) error {
+	if err := validateEffectKey(key); err != nil {
+		return err
+	}
+	w.init()
+	op := effectOp{key: len(w.arena), val: -1}
+	w.arena = append(w.arena, key...)
+	op.keyEnd = len(w.arena)
+	w.ops = append(w.ops, op)
+	return nil
+}
+
+// writeTo puts the collected writes into b, each value stamped with token
+// and expires, and returns how many distinct keys end up set.
+func (w *effectBuf) writeTo(b *pebble.Batch, token uint64, expires time.Time) int {
+	var stamp [record.StampLen]byte
+	record.AppendStamp(stamp[:0], token, expires)
+	for _, op := range w.ops {
+		key := w.arena[op.key:op.keyEnd]
+		// Written in place in the batch: no copy of key or value here.
+		var d *pebble.DeferredBatchOp
+		if op.val < 0 {
+			d = b.DeleteDeferred(1 + len(key))
+		} else {
+			val := w.arena[op.val:op.valEnd]
+			d = b.SetDeferred(1+len(key), len(stamp)+len(val))
+			copy(d.Value[copy(d.Value, stamp[:]):], val)
+		}
+		d.Key[0] = nsData
+		copy(d.Key[1:], key)
+		_ = d.Finish()
+	}
+	switch len(w.ops) {
+	case 0:
+		return 0
+	case 1:
+		if w.ops[0].val < 0 {
+			return 0
+		}
+		return 1
+	}
+	last := make(map[string]bool, len(w.ops))
+	for _, op := range w.ops {
+		last[string(w.arena[op.key:op.keyEnd])] = op.val >= 0
+	}
+	n := 0
+	for _, set := range last {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+// ScanData calls fn for each value written through Effects whose key starts
+// with prefix, in key order, until fn returns false. The key and value
+// passed to fn are valid only during the call. Like GetData, it may
+// observe effects whose Complete is still syncing.
+func (e *Engine) ScanData(prefix []byte, fn func(key, value []byte) bool) error {
+	return e.ScanDataAfter(prefix, nil, fn)
+}
+
+// ScanDataAfter is ScanData resuming after the key after, which must start
+// with prefix (the last key a previous scan passed to fn, say); a nil
+// after starts at the beginning. Keys written meanwhile are seen if they
+// sort after it, so pages read this way never repeat a key.
+func (e *Engine) ScanDataAfter(prefix, after []byte, fn func(key, value []byte) bool) error {
+	switch {
+	case len(prefix) > MaxEffectKeyLen:
+		return fmt.Errorf("%w: prefix is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(prefix), MaxEffectKeyLen)
+	case after != nil && !bytes.HasPrefix(after, prefix):
+		return fmt.Errorf("%w: scan resumes after %q, which does not start with the prefix %q", idemkv.ErrInvalidArgument, after, prefix)
+	}
+	if err := e.gate.enter(); err != nil {
+		return err
+	}
+	defer e.gate.exit()
+	first := dataKey(prefix)
+	upper := prefixEnd(first)
+	lower := first
+	if after != nil {
+		lower = append(dataKey(after), 0) // the first key after it
+	}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("engine: scan data: %w", err)
+	}
+	n := len(first) - len(prefix)
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err == nil {
+			_, _, v, err = record.SplitStamp(v)
+		}
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("engine: scan data: %w", err)
+		}
+		if !fn(it.Key()[n:], v) {
+			break
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("engine: scan data: %w", err)
+	}
+	return nil
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p,
+// or nil if there is none (p is all 0xff).
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
+)
+
+// The writes that settle an attempt: the holder's Complete, Release,
+// MarkUncertain and Renew, and a reconciler's Resolve. Each is a
+// compare-and-set on the record's token. It runs in three steps: under
+// the key's stripe mutex it checks the token and marks the key busy (so
+// that nothing else changes the key meanwhile, and duplicates answer
+// InProgress rather than read a write that is not yet durable); it
+// commits with a synced write, no lock held; then it removes the busy
+// slot under the mutex again (commitWrite).
+
+// Complete implements idemkv.Store. The outcome and the effects commit in
+// one Pebble batch with a synced write, so after a crash either both are
+// present or neither is. A duplicate claim made while the commit is in
+// flight answers InProgress, never a replay of a result not yet durable.
+func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if err := e.validateResult(&r); err != nil {
+		return err
+	}
+	if err := e.gate.begin(ctx); err != nil {
+		return err
+	}
+	defer e.gate.exit()
+	var fx effectBuf
+	if apply != nil {
+		if err := apply(&fx); err != nil {
+			return err
+		}
+	}
+	k := appendRecordKey(nil, l.ID)
+	st := e.table.stripe(k)
+	now := e.clock.Now()
+	st.mu.Lock()
+	s, err := e.holdLocked(ctx, st, k, l)
+	var (
+		done   idemkv.Record
+		stored bool
+	)
+	if err == nil {
+		done, stored = s.rec, s.durable
+	}
+	st.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	done.State = idemkv.StateCompleted
+	done.LeaseExpires = time.Time{}
+	done.Expires = e.expiresAt(now, done.Class)
+	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
+	b := e.db.NewBatch()
+	done.Effects = fx.writeTo(b, done.Token, done.Expires)
+	if err := e.commitWrite(st, k, s, stored, &done, b); err != nil {
+		return err
+	}
+	e.counters.completed.Add(1)
+	return nil
+}
+
+// Release implements idemkv.Store. A local claim was never written, so
+// releasing it writes nothing; a remote claim's record is deleted with a
+// synced write, so a released claim does not come back after a crash.
+func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if err := e.gate.begin(ctx); err != nil {
+		return err
+	}
+	defer e.gate.exit()
+	k := appendRecordKey(nil, l.ID)
+	st := e.table.stripe(k)
+	st.mu.Lock()
+	s, err := e.holdLocked(ctx, st, k, l)
+	stored := err == nil && s.durable
+	if err == nil && !stored {
+		st.dropLocked(k, s) // a local claim: nothing was written
+	}
+	st.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	e.counters.released.Add(1)
+	if !stored {
+		return nil
+	}
+	return e.commitWrite(st, k, s, true, nil, nil)
+}
+
+// MarkUncertain implements idemkv.Store. The uncertain record is written
+// with a synced write, keeping the token, attempt and operation id, so a
+// reconciler can settle it with Resolve.
+func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if len(note) > idemkv.MaxNoteLen {
+		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
+	}
+	if err := e.gate.begin(ctx); err != nil {
+		return err
+	}
+	defer e.gate.exit()
+	k := appendRecordKey(nil, l.ID)
+	st := e.table.stripe(k)
+	now := e.clock.Now()
+	st.mu.Lock()
+	s, err := e.holdLocked(ctx, st, k, l)
+	var (
+		unc    idemkv.Record
+		stored bool
+	)
+	if err == nil {
+		unc, stored = s.rec, s.durable
+	}
+	st.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	unc.State = idemkv.StateUncertain
+	unc.LeaseExpires = time.Time{}
+	unc.Expires = e.expiresAt(now, unc.Class)
+	unc.Note = note
+	e.counters.uncertain.Add(1)
+	return e.commitWrite(st, k, s, stored, &unc, nil)
+}
+
+// Renew implements idemkv.Store. Renewal is held in memory: the durable
+// record of a remote claim keeps the lease it was claimed with, which only
+// matters after a crash, when its holder is gone anyway.
+func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv.Lease, error) {
+	if err := l.Validate(); err != nil {
+		return idemkv.Lease{}, err
+	}
+	if d < 0 {
+		return idemkv.Lease{}, fmt.Errorf("%w: negative lease %v", idemkv.ErrInvalidArgument, d)
+	}
+	if d == 0 {
+		d = e.opts.Lease
+	}
+	if err := e.gate.begin(ctx); err != nil {
+		return idemkv.Lease{}, err
+	}
+	defer e.gate.exit()
+	k := appendRecordKey(nil, l.ID)
+	st := e.table.stripe(k)
+	now := e.clock.Now()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s, err := e.holdLocked(ctx, st, k, l)
+	if err != nil {
+		return idemkv.Lease{}, err
+	}
+	s.rec.LeaseExpires = now.Add(d)
+	s.clearBusy()
+	e.counters.renewed.Add(1)
+	return leaseOf(&s.rec), nil
+}
+
+// Resolve implements idemkv.Store.
+func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
+	if err := req.ID.Validate(); err != nil {
+		return err
+	}
+	if !req.NoEffect {
+		if err := e.validateResult(&req.Result); err != nil {
+			return err
+		}
+	}
+	if err := e.gate.begin(ctx); err != nil {
+		return err
+	}
+	defer e.gate.exit()
+	var fx effectBuf
+	if req.Apply != nil {
+		if err := req.Apply(&fx); err != nil {
+			return err
+		}
+	}
+	k := appendRecordKey(nil, req.ID)
+	st := e.table.stripe(k)
+	now := e.clock.Now()
+	st.mu.Lock()
+	cur, s, err := e.resolvableLocked(ctx, st, k, &req, now)
+	st.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	e.counters.resolved.Add(1)
+	b := e.db.NewBatch()
+	if req.NoEffect {
+		// The record goes; effects committed with its removal are stamped
+		// as ending now, rounded down so that the stamp is already past
+		// (AppendStamp rounds up).
+		fx.writeTo(b, cur.Token, time.Unix(now.Unix(), 0))
+		return e.commitWrite(st, k, s, true, nil, b)
+	}
+	done := cur
+	done.State = idemkv.StateCompleted
+	done.Note = ""
+	done.Expires = e.expiresAt(now, done.Class)
+	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
+	done.Effects = fx.writeTo(b, done.Token, done.Expires)
+	return e.commitWrite(st, k, s, true, &done, b)
+}
+
+// holdLocked checks that l is the current holder of k, and marks its slot
+// busy so that nothing else changes k until the caller's write is done. A
+// remote holder whose slot was reaped is found through its durable record.
+// If another write to k is in flight (a takeover turning the record
+// uncertain, say), it waits for that write and decides on its outcome, so
+// that a holder is never told it is fenced before the change that fences
+// it has happened.
+//
+// REQUIRES: st.mu held (released and reacquired while waiting).
+func (e *Engine) holdLocked(ctx context.Context, st *stripe, k []byte, l idemkv.Lease) (*slot, error) {
+	s := st.slotLocked(k)
+	for s != nil && s.busy {
+		if err := e.waitLocked(ctx, st, s); err != nil {
+			return nil, err
+		}
+		s = st.slotLocked(k)
+	}
+	if s == nil {
+		rec, found, err := e.readLocked(k, e.clock.Now())
+		if err != nil {
+			return nil, err
+		}
+		if !found || rec.State != idemkv.StateInProgress || rec.Token != l.Token {
+			return nil, e.fenced(l)
+		}
+		rec.ID = l.ID
+		return e.table.beginWriteLocked(st, k, nil, rec), nil
+	}
+	if s.rec.Token != l.Token {
+		return nil, e.fenced(l)
+	}
+	s.markBusy()
+	return s, nil
+}
+
+// resolvableLocked checks that k's record is uncertain under req.Token,
+// and returns it with k marked busy for the resolution. It waits out a
+// write in flight (another resolution, say) and decides on the record
+// that write leaves.
+//
+// REQUIRES: st.mu held (released and reacquired while waiting).
+func (e *Engine) resolvableLocked(ctx context.Context, st *stripe, k []byte, req *idemkv.ResolveRequest, now time.Time) (idemkv.Record, *slot, error) {
+	for s := st.slotLocked(k); s != nil; s = st.slotLocked(k) {
+		if !s.busy {
+			return idemkv.Record{}, nil, fmt.Errorf("%w: %q is in progress", idemkv.ErrWrongState, req.ID.Key)
+		}
+		if err := e.waitLocked(ctx, st, s); err != nil {
+			return idemkv.Record{}, nil, err
+		}
+	}
+	cur, found, err := e.readLocked(k, now)
+	if found && cur.State == idemkv.StateCompleted && !now.Before(cur.Expires) {
+		found = false // past retention: absent to every read
+	}
+	switch {
+	case err != nil:
+	case !found:
+		err = fmt.Errorf("%w: %q", idemkv.ErrNotFound, req.ID.Key)
+	case cur.State != idemkv.StateUncertain:
+		err = fmt.Errorf("%w: %q is %s, not uncertain", idemkv.ErrWrongState, req.ID.Key, cur.State)
+	case cur.Token != req.Token:
+		e.counters.fenced.Add(1)
+		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
+	}
+	if err != nil {
+		return idemkv.Record{}, nil, err
+	}
+	return cur, e.table.beginWriteLocked(st, k, nil, cur), nil
+}
+
+// commitWrite durably replaces k's record with next (nil: deletes it)
+// together with the writes already in b (nil: none), then ends the write
+// on k's busy slot s. stored says whether k's current record is stored
+// under its record key. On failure the engine is poisoned and s stays
+// busy: nothing may answer for k any more.
+func (e *Engine) commitWrite(st *stripe, k []byte, s *slot, stored bool, next *idemkv.Record, b *pebble.Batch) error {
+	if b == nil {
+		b = e.db.NewBatch()
+	}
+	e.putRecord(b, k, stored, next)
+	err := e.commits.commit(b)
+	_ = b.Close()
+	if err != nil {
+		err = e.fail(fmt.Errorf("engine: commit: %w", err))
+		s.abandonWrite()
+		return err
+	}
+	st.mu.Lock()
+	e.table.endWriteLocked(st, k, s, next, e.clock.Now())
+	st.mu.Unlock()
+	return nil
+}
+
+func (e *Engine) fenced(l idemkv.Lease) error {
+	e.counters.fenced.Add(1)
+	return fmt.Errorf("%w: token %d for key %q", idemkv.ErrFenced, l.Token, l.ID.Key)
+}
+
+func (e *Engine) validateResult(r *idemkv.Result) error {
+	switch {
+	case r.Status < 0 || r.Status > 65535:
+		return fmt.Errorf("%w: status %d outside 0..65535", idemkv.ErrInvalidResult, r.Status)
+	case len(r.Pointer) > idemkv.MaxPointerLen:
+		return fmt.Errorf("%w: pointer is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Pointer), idemkv.MaxPointerLen)
+	case len(r.Body) > e.opts.MaxBodySize:
+		return fmt.Errorf("%w: body is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Body), e.opts.MaxBodySize)
+	}
+	return nil
+}
