@@ -114,7 +114,10 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Service{cfg: cfg, registry: prometheus.NewRegistry()}
-	obs := s.metrics()
+	obs, err := s.metrics()
+	if err != nil {
+		return nil, err
+	}
 	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: tenantOf, Observer: obs, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
