@@ -40,12 +40,13 @@ func TestDemo(t *testing.T) {
 }
 
 // TestDemoNoticesDoubleCharge makes the client send a new key with every
-// retry, so retries charge again: the demo must fail and name scenario 1.
+// retry, so retries charge again: the demo must fail, and scenario 1 must
+// say so from the processor's and the account's books.
 func TestDemoNoticesDoubleCharge(t *testing.T) {
 	var out bytes.Buffer
 	err := runDemo(context.Background(), demoConfig{out: &out, dir: t.TempDir(), fault: faultNewKeyOnRetry})
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "scenario 1 (Lost response, then retry)")
+	require.Contains(t, err.Error(), "scenario 1 (Lost response, then retry): the card was charged 2 times and the account has 2 payments")
 	require.Contains(t, out.String(), "FAILED")
 	require.NotContains(t, out.String(), "6/6 scenarios")
 }

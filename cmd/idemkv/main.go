@@ -4,7 +4,7 @@
 //	idemkv bench ttl [flags]   measure retention: disk over time, sweeper cost
 //	idemkv bench http [flags]  measure the HTTP middleware's latency overhead
 //	idemkv check --data DIR    verify a closed store's invariants, read-only
-//	idemkv demo [--data DIR]   play the guide's retry failures against a real store
+//	idemkv demo [--data DIR]   play the guide's retry failures over HTTP against examples/payments
 //	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
 //	idemkv serve [flags]       run the payments service on loopback HTTP
 //	idemkv sweep --data DIR    delete a closed store's expired records

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv/engine"
-	"github.com/idemkv/idemkv/internal/payments"
+	"github.com/idemkv/idemkv/examples/payments"
 )
 
 func init() {

@@ -1,15 +1,3 @@
-// Package payments is the payments service that "idemkv serve" runs: a
-// small card-payments API protected by package httpidem on the Pebble
-// engine, with a simulated card processor, so that a user can watch
-// retries replay, a reused key be refused, and a timed-out charge stay
-// uncertain instead of being charged twice.
-//
-// POST /v1/payments requires an Idempotency-Key. Its claim is durable
-// before the processor is called (remote mode) and the processor is sent
-// the claim's OperationID as its own idempotency key, so a crash between
-// the charge and the answer cannot lead to a second charge: the retry
-// resumes the same operation and the processor deduplicates it. The
-// payment row commits in the same atomic batch as the stored response.
 package payments
 
 import (
@@ -114,7 +102,10 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Service{cfg: cfg, registry: prometheus.NewRegistry()}
-	obs := s.metrics()
+	obs, err := s.metrics()
+	if err != nil {
+		return nil, err
+	}
 	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: tenantOf, Observer: obs, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err

@@ -31,6 +31,16 @@ type ProviderOptions struct {
 	TimeoutRate float64
 	// Rand decides failures and timeouts. Default: a random seed.
 	Rand *rand.Rand
+	// Fault, if set, is asked at every call, after Latency, whether
+	// something goes wrong with it, so that a test or the demo can script
+	// one call instead of drawing on the rates. It returns nil to let
+	// FailRate and TimeoutRate decide, ErrProviderUnavailable to refuse
+	// the call before charging, ErrProviderTimeout to charge and lose the
+	// answer, or any other error (ctx's, say) to end the call at once,
+	// uncharged and uncounted, like a caller that gave up. It may block
+	// (until ctx is done), to stall a call on its way to the processor.
+	// key is the call's downstream idempotency key. Default: nil.
+	Fault func(ctx context.Context, key string) error
 }
 
 // Provider is a simulated card processor that honours a downstream
@@ -66,8 +76,9 @@ func NewProvider(opts ProviderOptions) *Provider {
 
 // Charge charges amount under the downstream key, or returns the charge
 // already made under it. It fails with ErrProviderUnavailable (nothing
-// charged), ErrProviderTimeout (charged, answer lost) or ctx's error
-// (nothing charged).
+// charged), ErrProviderTimeout (charged, answer lost), ctx's error
+// (nothing charged) or the error of ProviderOptions.Fault (nothing
+// charged).
 func (p *Provider) Charge(ctx context.Context, key string, amount int64, currency string) (Charge, error) {
 	if p.opts.Latency > 0 {
 		t := time.NewTimer(p.opts.Latency)
@@ -78,11 +89,18 @@ func (p *Provider) Charge(ctx context.Context, key string, amount int64, currenc
 			return Charge{}, ctx.Err()
 		}
 	}
+	var fault error
+	if p.opts.Fault != nil {
+		fault = p.opts.Fault(ctx, key)
+		if fault != nil && !errors.Is(fault, ErrProviderUnavailable) && !errors.Is(fault, ErrProviderTimeout) {
+			return Charge{}, fault
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
 	roll := p.rnd.Float64()
-	if roll < p.opts.FailRate {
+	if errors.Is(fault, ErrProviderUnavailable) || (fault == nil && roll < p.opts.FailRate) {
 		return Charge{}, ErrProviderUnavailable
 	}
 	c, dup := p.charges[key]
@@ -92,7 +110,7 @@ func (p *Provider) Charge(ctx context.Context, key string, amount int64, currenc
 		c = Charge{ID: "ch_" + randomHex(8), Amount: amount, Currency: currency}
 		p.charges[key] = c
 	}
-	if roll < p.opts.FailRate+p.opts.TimeoutRate {
+	if errors.Is(fault, ErrProviderTimeout) || (fault == nil && roll < p.opts.FailRate+p.opts.TimeoutRate) {
 		return Charge{}, ErrProviderTimeout
 	}
 	return c, nil

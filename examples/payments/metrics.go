@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/idemkv/idemkv/engine/engineprom"
 	"github.com/idemkv/idemkv/httpidem"
 )
 
@@ -17,8 +18,8 @@ import (
 //	idemkv_http_store_errors_total                     requests that met a store error
 //	idemkv_payments_created_total                      payments committed
 //	idemkv_provider_calls_total{result}                charged, timeout, unavailable, cancelled
-//	idemkv_engine_*                                    the engine's own gauges
-func (s *Service) metrics() httpidem.Observer {
+//	idemkv_engine_*                                    the engine's own (package engineprom)
+func (s *Service) metrics() (httpidem.Observer, error) {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idemkv_http_requests_total",
 		Help: "Requests handled by the idempotency middleware, by what it did with them.",
@@ -41,13 +42,15 @@ func (s *Service) metrics() httpidem.Observer {
 		Help: "Calls to the simulated card processor, by result.",
 	}, []string{"result"})
 	s.registry.MustRegister(requests, latency, storeErrors, s.created, s.provider,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newEngineCollector(s.cfg.Store))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := engineprom.Register(s.registry, s.cfg.Store); err != nil {
+		return nil, err
+	}
 	return httpidem.ObserverFunc(func(r httpidem.Report) {
 		requests.WithLabelValues(r.Endpoint, string(r.Disposition)).Inc()
 		latency.WithLabelValues(string(r.Disposition)).Observe(r.Duration.Seconds())
 		if r.Err != nil {
 			storeErrors.Inc()
 		}
-	})
+	}), nil
 }

@@ -1,0 +1,62 @@
+// Package payments is an example of embedding idemkv in a service: a
+// small card-payments API whose POST /v1/payments is protected by the
+// Idempotency-Key middleware (package httpidem) on the Pebble engine
+// (package engine), in front of a simulated card processor. `idemkv
+// serve` runs it and `idemkv demo` plays the guide's failure modes
+// against it over HTTP. It is meant to be read, and copied from.
+//
+// Run it with
+//
+//	go run ./cmd/idemkv serve
+//
+// and pay with curl (README.md shows a session, docs/http.md the
+// protocol and the metrics).
+//
+// What it shows:
+//
+//   - A remote, resumable route. The claim is durable before the
+//     processor is called (idemkv.ModeRemote), and the processor is sent
+//     the claim's OperationID as its own idempotency key. A crash, or a
+//     request that outlives its lease, between the charge and the answer
+//     cannot lead to a second charge: the retry resumes the same
+//     operation and the processor deduplicates it.
+//   - Business writes that commit with the outcome. The payment row and
+//     its index entry go through httpidem.Op.Apply, in the same atomic
+//     batch as the stored response: a payment exists exactly when its
+//     retries can be replayed, and an attempt fenced off by a takeover
+//     writes neither.
+//   - Compact outcomes. Payments never change, so the route stores only
+//     the status and a pointer (httpidem.Route.PointerOnly) and rebuilds
+//     a replay from the payment row, byte for byte.
+//   - Uncertain outcomes. A processor timeout marks the key uncertain and
+//     answers 504; its retries get 409 reconciling, never a second
+//     charge.
+//   - Metrics on the service's own registry: the middleware's reports
+//     through an httpidem.Observer, the engine's figures through package
+//     engine/engineprom.
+//
+// # Basics
+//
+//	e, err := engine.Open("idemkv-data", nil)
+//	svc, err := payments.New(payments.Config{Store: e, Provider: payments.NewProvider(payments.ProviderOptions{})})
+//	err = http.ListenAndServe("127.0.0.1:8080", svc.Handler())
+//
+// Routes: POST /v1/payments (Idempotency-Key required), GET
+// /v1/payments/{id}, GET /v1/payments (newest first; limit,
+// starting_after), GET /healthz and GET /metrics. The account is the
+// bearer token: "Authorization: Bearer acct_1".
+//
+// # Caveats
+//
+//   - The processor is simulated and keeps its ledger in memory. It
+//     stands for a remote system, but forgets every charge when the
+//     process ends: a charge resumed after a restart is charged anew,
+//     where a real processor would deduplicate it.
+//   - There is no reconciler. An uncertain payment stays uncertain, and
+//     its retries answer 409, until someone resolves its record
+//     (idemkv.Store.Resolve); the stored response a resolution would
+//     need is in httpidem's own format, which it does not yet let a
+//     reconciler build.
+//   - Authentication is a stand-in: the bearer token is taken as the
+//     account, unchecked.
+package payments

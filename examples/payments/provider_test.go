@@ -1,0 +1,110 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/internal/fakeclock"
+)
+
+// TestFaultScriptsEachCall: ProviderOptions.Fault decides single calls,
+// overriding the rates (here every call is refused): a timeout charges
+// and loses the answer, an unavailable processor charges nothing, another
+// error ends the call uncounted, and nil leaves the call to the rates.
+func TestFaultScriptsEachCall(t *testing.T) {
+	errGaveUp := errors.New("gave up")
+	var (
+		mu    sync.Mutex
+		fates = []error{ErrProviderTimeout, ErrProviderUnavailable, errGaveUp}
+	)
+	f := newService(t, ProviderOptions{FailRate: 1, Fault: func(context.Context, string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(fates) == 0 {
+			return nil
+		}
+		fate := fates[0]
+		fates = fates[1:]
+		return fate
+	}})
+	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
+	problemOf(t, f.pay("acct_1", "order-2", order), http.StatusServiceUnavailable, "provider-unavailable")
+	pr := problemOf(t, f.pay("acct_1", "order-3", order), http.StatusServiceUnavailable, "provider-unavailable")
+	assert.Contains(t, pr.Detail, errGaveUp.Error())
+	problemOf(t, f.pay("acct_1", "order-4", order), http.StatusServiceUnavailable, "provider-unavailable")
+	assert.Equal(t, ProviderStats{Calls: 3, Charges: 1}, f.p.Stats(), "only order-1 charged; order-3 never counted")
+}
+
+// TestStalledChargeIsFencedAfterTakeover: a request that stalls on its
+// way to the processor past its lease loses the key to its retry, which
+// resumes the same operation under the same downstream key. When the
+// stalled request wakes, the processor answers it with the retry's
+// charge, and its payment row is refused together with its outcome: one
+// charge, one payment, and the client's next retry replays it.
+func TestStalledChargeIsFencedAfterTakeover(t *testing.T) {
+	const lease = 10 * time.Second
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	p := NewProvider(ProviderOptions{Fault: func(ctx context.Context, _ string) error {
+		stall := false
+		once.Do(func() { stall = true })
+		if !stall {
+			return nil
+		}
+		close(reached)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	svc, err := New(Config{Store: eng, Provider: p, Now: clock.Now})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &svcFixture{t: t, eng: eng, srv: srv, p: p}
+
+	stalled := make(chan reply, 1)
+	go func() { stalled <- f.pay("acct_1", "order-1", order) }()
+	<-reached
+	clock.Advance(lease + time.Second)
+	retry := f.pay("acct_1", "order-1", order)
+	require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
+	assert.Empty(t, retry.header.Get("Idempotent-Replayed"), "the retry ran: a takeover")
+	close(release)
+	problemOf(t, <-stalled, http.StatusConflict, httpidem.ProblemLeaseLost)
+
+	assert.Equal(t, ProviderStats{Calls: 2, Charges: 1, Dedups: 1}, p.Stats(), "both attempts sent one downstream key")
+	list := decode[struct {
+		Data []Payment `json:"data"`
+	}](t, f.send("GET", "/v1/payments", "acct_1", "", ""))
+	require.Len(t, list.Data, 1, "the stalled attempt's payment row was refused with its outcome")
+	assert.Equal(t, decode[Payment](t, retry), list.Data[0])
+	again := f.pay("acct_1", "order-1", order)
+	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, retry.body, again.body)
+
+	rec, err := eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"})
+	require.NoError(t, err)
+	assert.Equal(t, uint32(2), rec.Attempt)
+	st, err := eng.Stats()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), st.Takeovers)
+	assert.Equal(t, int64(1), st.Fenced)
+}
