@@ -11,7 +11,11 @@
 //	}
 //
 // The suite drives time through the harness (never by sleeping), restarts
-// the store through it, and reads effects back through it.
+// the store through it, and reads effects back through it. Besides a few
+// scenarios it checks the store two ways against models of the contract:
+// random sequences of calls, one at a time, against a plain model of every
+// record (with reopens and sweeps in between), and concurrent histories of
+// many clients against a sequential model with porcupine (Linearizable).
 package storetest
 
 import (
@@ -40,6 +44,9 @@ type Config struct {
 }
 
 // Harness is a store under test together with control over its world.
+// Store, Config, Now and Advance may be called from many goroutines at
+// once, and while the store's operations run; Reopen and Close are called
+// alone.
 type Harness interface {
 	// Store returns the store; it changes after Reopen.
 	Store() idemkv.Store
@@ -72,13 +79,14 @@ type NewHarness func(t *testing.T, cfg *Config) Harness
 
 var ctx = context.Background()
 
-// Run runs the whole suite.
+// Run runs the whole suite, Linearizable included.
 func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("OneWinner", func(t *testing.T) { oneWinner(t, newHarness) })
 	t.Run("TenantIsolation", func(t *testing.T) { tenantIsolation(t, newHarness) })
 	t.Run("StaleHolderFenced", func(t *testing.T) { staleHolderFenced(t, newHarness) })
 	t.Run("RetentionClasses", func(t *testing.T) { retentionClasses(t, newHarness) })
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
+	t.Run("Linearizable", func(t *testing.T) { Linearizable(t, newHarness) })
 }
 
 // EnsureDefaults returns a copy of c (which may be nil) with every zero
