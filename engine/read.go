@@ -49,16 +49,7 @@ func (e *Engine) readLocked(k []byte, now time.Time) (idemkv.Record, bool, error
 	if err != nil {
 		return idemkv.Record{}, false, err
 	}
-	var rec idemkv.Record
-	found := it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k)
-	if found {
-		var v []byte
-		if v, err = it.ValueAndErr(); err == nil {
-			rec, err = record.Decode(v)
-		}
-	} else if err = it.Error(); err == nil {
-		rec, found, err = e.readBucketsLocked(it, k, now)
-	}
+	rec, found, err := e.readWith(it, k, now)
 	if cerr := it.Close(); err == nil {
 		err = cerr
 	}
@@ -103,4 +94,23 @@ func (e *Engine) lookupLocked(st *stripe, k []byte, now time.Time) (rec idemkv.R
 		}
 	}
 	return rec, nil, found, err
+}
+
+// readWith reads the record stored for k through it, as readLocked does.
+//
+// REQUIRES: the key's stripe mutex held, or no other caller of the engine
+// (Load's private engine).
+func (e *Engine) readWith(it *pebble.Iterator, k []byte, now time.Time) (idemkv.Record, bool, error) {
+	if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return idemkv.Record{}, false, err
+		}
+		rec, err := record.Decode(v)
+		return rec, err == nil, err
+	}
+	if err := it.Error(); err != nil {
+		return idemkv.Record{}, false, err
+	}
+	return e.readBucketsLocked(it, k, now)
 }
