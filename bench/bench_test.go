@@ -433,6 +433,10 @@ func TestBulkLoadReplays(t *testing.T) {
 	e, err := engine.Open(dir, opts)
 	require.NoError(t, err)
 	defer e.Close()
+	rep, err := e.Check(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+	require.Equal(t, 100, rep.Completed)
 	for i := range uint64(100) {
 		c, err := e.Claim(context.Background(), idemkv.ClaimRequest{ID: keyOf(7, i, 10), Fingerprint: fingerprint(7, i, false)})
 		require.NoError(t, err)

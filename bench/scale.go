@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
-	"github.com/idemkv/idemkv/internal/record"
 )
 
 // ScalePoint is the unique workload measured on the first target (the
@@ -122,56 +120,32 @@ func checkpoint(src, dst string, eo *engine.Options) error {
 	return err
 }
 
-// bulkLoad writes n completed records of stream into a new store in dir,
-// straight into Pebble with the engine's options and record encoding, then
-// flushes and compacts it, as a store that has lived with n keys would be.
-// It skips the engine (and its fsync per request) because it only sets the
-// stage: the requests measured afterwards go through the engine and are
-// durable as always.
+// bulkLoad writes n completed records of stream into a new store in dir
+// through engine.Load (the layout the engine writes: records in their
+// expiry buckets), then compacts it, as a store that has lived with n keys
+// would be. It skips the engine's claims (and their fsync per request)
+// because it only sets the stage: the requests measured afterwards go
+// through the engine and are durable as always.
 func bulkLoad(ctx context.Context, dir string, eo *engine.Options, stream uint64, n, tenants int) error {
-	o := eo.EnsureDefaults()
-	po := o.PebbleOptions()
-	c := pebble.NewCache(o.CacheSize)
-	defer c.Unref()
-	po.Cache = c
-	db, err := pebble.Open(dir, po)
-	if err != nil {
-		return err
-	}
-	now := o.Clock.Now()
-	b := db.NewBatch()
-	// The layout marker, as the engine's first Open would write it.
-	_ = b.Set(record.LayoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)
-	var kbuf, vbuf []byte
-	for i := range n {
-		id := keyOf(stream, uint64(i), tenants)
-		rec := idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fingerprint(stream, uint64(i), false),
-			Token: uint64(i) + 1, Attempt: 1, Created: now, Expires: now.Add(o.Retention),
-			Result: resultOf(stream, uint64(i), nil)}
-		kbuf = record.AppendKey(kbuf[:0], id)
-		vbuf = record.Encode(vbuf[:0], &rec)
-		_ = b.Set(kbuf, vbuf, nil)
-		if b.Len() >= 4<<20 {
-			if err = b.Commit(pebble.NoSync); err != nil {
-				break
-			}
-			b.Reset()
-			if err = ctx.Err(); err != nil {
-				break
+	o := *eo.EnsureDefaults()
+	recs := func(yield func(idemkv.Record) bool) {
+		for i := range uint64(n) {
+			if !yield(idemkv.Record{ID: keyOf(stream, i, tenants), State: idemkv.StateCompleted,
+				Fingerprint: fingerprint(stream, i, false), Result: resultOf(stream, i, nil)}) {
+				return
 			}
 		}
 	}
-	if err == nil {
-		err = b.Commit(pebble.NoSync)
+	if _, err := engine.Load(ctx, dir, &o, recs); err != nil {
+		return err
 	}
-	_ = b.Close()
-	if err == nil {
-		err = db.Flush()
+	o.ClaimFilterBitsPerKey, o.NoBackgroundSweep = -1, true
+	e, err := engine.Open(dir, &o)
+	if err != nil {
+		return err
 	}
-	if err == nil {
-		err = db.Compact(ctx, []byte{0}, []byte{0xff}, true)
-	}
-	if cerr := db.Close(); err == nil {
+	err = e.Compact(ctx)
+	if cerr := e.Close(); err == nil {
 		err = cerr
 	}
 	return err
