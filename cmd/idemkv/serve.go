@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 )
@@ -71,7 +73,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 // stored before the store closes.
 func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	o, _, err := c.bg.apply(nil)
+	o, prio, err := c.bg.apply(nil)
 	if err != nil {
 		ln.Close()
 		return err
@@ -88,6 +90,12 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		ln.Close()
 		e.Close()
 		return err
+	}
+	if prio != nil {
+		svc.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "idemkv_low_priority_compactions_total",
+			Help: "Compactions run at the lowered priority of --background-nice.",
+		}, func() float64 { return float64(prio.Lowered()) }))
 	}
 	srv := &http.Server{
 		Handler:           svc.Handler(),

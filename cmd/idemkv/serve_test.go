@@ -89,3 +89,27 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		assert.Equal(t, exitUsage, run(context.Background(), args, &out, &errOut), "%v", args)
 	}
 }
+
+// With --background-nice, serve exports how many compactions ran at the
+// lowered priority; without it, the family is absent.
+func TestServeLowPriorityMetric(t *testing.T) {
+	for _, nice := range []int{0, 19} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- serve(ctx, ln, serveConfig{dir: t.TempDir(), bg: backgroundFlags{nice: nice}}, io.Discard) }()
+		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		if nice == 0 {
+			require.NotContains(t, string(body), "idemkv_low_priority_compactions_total")
+		} else {
+			require.Contains(t, string(body), "idemkv_low_priority_compactions_total 0")
+		}
+		cancel()
+		require.NoError(t, <-done)
+	}
+}
