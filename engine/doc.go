@@ -81,6 +81,14 @@
 // through a prefix seek that consults every level's bloom filter, so size
 // Options.CacheSize to hold those filters (docs/operations.md).
 //
+// Pebble's flushes and compactions run at the process's priority. On a
+// machine with few cores, a service can run compactions at a lower one
+// (package engine/lowprio, through Options.ConfigurePebble); the engine
+// never changes the scheduling of its host process by itself.
+//
+// Load seeds a store that no process holds in bulk, in the same layout
+// Claim and Complete write, for benchmarks and imports.
+//
 // # Caveats
 //
 //   - One process owns a store directory (Pebble locks it). Exclusion
