@@ -62,7 +62,7 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 		// An expired remote lease turns uncertain: its record is on disk.
 		ws := e.table.beginWriteLocked(st, k, s, cur)
 		st.mu.Unlock()
-		if err := e.commitWrite(st, k, ws, true, &d.rec, nil); err != nil {
+		if err := e.commitRecord(st, k, ws, true, &d.rec, nil); err != nil {
 			return idemkv.Claim{}, err
 		}
 	default:

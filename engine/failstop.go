@@ -29,7 +29,8 @@ import (
 // store.
 
 // fatalCommitPrefix starts the message Pebble logs through Fatalf when a
-// commit fails (db.go, DB.Apply).
+// commit fails (DB.Apply). TestFailedLogSyncFailsTheEngine fails if a
+// Pebble upgrade changes it.
 const fatalCommitPrefix = "pebble: fatal commit error"
 
 // commitFailure is the panic value that failStopLogger raises for a failed
@@ -59,10 +60,9 @@ func (l failStopLogger) Fatalf(format string, args ...any) {
 }
 
 // fatalCreateFormats are the formats of the fatal messages Pebble logs
-// when it cannot write the first MANIFEST of a new store (version_set.go,
-// versionSet.create, called only from pebble.Open). The same failures
-// later in a store's life are logged with the format "%s" and still stop
-// the process.
+// when it cannot write the first MANIFEST of a new store (only while
+// pebble.Open creates it). The same failures later in a store's life are
+// logged with the format "%s" and still stop the process.
 var fatalCreateFormats = map[string]bool{
 	"MANIFEST flush failed: %v":       true,
 	"MANIFEST sync failed: %v":        true,
@@ -72,11 +72,10 @@ var fatalCreateFormats = map[string]bool{
 // commitBatch commits b, returning a failed commit as an error instead of
 // letting Pebble stop the process (see failStopLogger). Any other panic
 // out of Pebble's commit is a failed commit too: once a write of its log
-// has failed, Pebble remembers the error and panics with it (db.go,
-// DB.commitWrite) on a later commit, one that may not even wait for a
-// sync, and it does so holding its commit pipeline's mutex. Either way no
-// commit may follow, which is the committer's rule after any error from
-// here.
+// has failed, Pebble remembers the error and panics with it on a later
+// commit, one that may not even wait for a sync, and it does so holding
+// its commit pipeline's mutex. Either way no commit may follow, which is
+// the committer's rule after any error from here.
 func commitBatch(b *pebble.Batch, o *pebble.WriteOptions) (err error) {
 	defer func() {
 		if r := recover(); r != nil {

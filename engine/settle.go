@@ -16,7 +16,7 @@ import (
 // that nothing else changes the key meanwhile, and duplicates answer
 // InProgress rather than read a write that is not yet durable); it
 // commits with a synced write, no lock held; then it removes the busy
-// slot under the mutex again (commitWrite).
+// slot under the mutex again (commitRecord).
 
 // Complete implements idemkv.Store. The outcome and the effects commit in
 // one Pebble batch with a synced write, so after a crash either both are
@@ -61,7 +61,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	b := e.db.NewBatch()
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	if err := e.commitWrite(st, k, s, stored, &done, b); err != nil {
+	if err := e.commitRecord(st, k, s, stored, &done, b); err != nil {
 		return err
 	}
 	e.counters.completed.Add(1)
@@ -95,7 +95,7 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 	if !stored {
 		return nil
 	}
-	return e.commitWrite(st, k, s, true, nil, nil)
+	return e.commitRecord(st, k, s, true, nil, nil)
 }
 
 // MarkUncertain implements idemkv.Store. The uncertain record is written
@@ -133,7 +133,7 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	unc.Expires = e.expiresAt(now, unc.Class)
 	unc.Note = note
 	e.counters.uncertain.Add(1)
-	return e.commitWrite(st, k, s, stored, &unc, nil)
+	return e.commitRecord(st, k, s, stored, &unc, nil)
 }
 
 // Renew implements idemkv.Store. Renewal is held in memory: the durable
@@ -204,7 +204,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		// as ending now, rounded down so that the stamp is already past
 		// (AppendStamp rounds up).
 		fx.writeTo(b, cur.Token, time.Unix(now.Unix(), 0))
-		return e.commitWrite(st, k, s, true, nil, b)
+		return e.commitRecord(st, k, s, true, nil, b)
 	}
 	done := cur
 	done.State = idemkv.StateCompleted
@@ -212,7 +212,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	return e.commitWrite(st, k, s, true, &done, b)
+	return e.commitRecord(st, k, s, true, &done, b)
 }
 
 // holdLocked checks that l is the current holder of k, and marks its slot
@@ -285,12 +285,12 @@ func (e *Engine) resolvableLocked(ctx context.Context, st *stripe, k []byte, req
 	return cur, e.table.beginWriteLocked(st, k, nil, cur), nil
 }
 
-// commitWrite durably replaces k's record with next (nil: deletes it)
+// commitRecord durably replaces k's record with next (nil: deletes it)
 // together with the writes already in b (nil: none), then ends the write
 // on k's busy slot s. stored says whether k's current record is stored
 // under its record key. On failure the engine is poisoned and s stays
 // busy: nothing may answer for k any more.
-func (e *Engine) commitWrite(st *stripe, k []byte, s *slot, stored bool, next *idemkv.Record, b *pebble.Batch) error {
+func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, stored bool, next *idemkv.Record, b *pebble.Batch) error {
 	if b == nil {
 		b = e.db.NewBatch()
 	}
