@@ -12,7 +12,7 @@ import (
 // replayCache keeps recently completed records in memory, so that replays
 // (retries of finished requests, the common case right after a lost
 // response) are answered without a Pebble read. The engine has one; each
-// key's entry is read and written only under its shard's mutex.
+// key's entry is read and written only under its stripe's mutex.
 //
 // The records are kept encoded (the codec of internal/record) in
 // freecache's ring buffers: a few hundred large byte slices without
@@ -20,9 +20,8 @@ import (
 // (a map and a list of records) costs the collector several pointers per
 // entry on every cycle; at the default 128 MiB, hundreds of thousands of
 // entries, that marking showed up as latency on every request of the
-// process that embeds the engine (docs/benchmarks.md, "The HTTP
-// middleware"). Eviction is freecache's: per segment, least recently used
-// first, approximately.
+// process that embeds the engine. Eviction is freecache's: per segment,
+// least recently used first, approximately.
 //
 // Invariant, under the stripe mutex: an entry for k is a durable completed
 // record and equals what Pebble holds for k. It is kept by two rules: every

@@ -18,8 +18,8 @@ import (
 //
 // Nearly every claim is for a key the store has never seen, and answering
 // "not there" through Pebble costs an iterator, a search of every memtable's
-// skiplist and a bloom probe per level: the largest single cost of a claim
-// (docs/benchmarks.md). Each stripe of the lease table therefore keeps an in-memory bloom
+// skiplist and a bloom probe per level: the largest single cost of a claim.
+// Each stripe of the lease table therefore keeps an in-memory bloom
 // filter of the record keys stored under it, and a lookup the filter
 // answers "absent" skips Pebble.
 //

@@ -15,9 +15,8 @@ const maxGroupBytes = 1 << 20
 
 // maxRunning is how many groups may be in Pebble's commit pipeline at once.
 // With more than one, a group's WAL write and memtable apply overlap the
-// previous group's fsync; with one, groups are larger and fewer. Measured
-// with the harness (unique workload, 64 clients, 2 cores, same run): 1
-// group 33.5k req/s, 2 groups 26.9k, 4 groups 26.8k. So one.
+// previous group's fsync; with one, groups are larger and fewer, and one
+// measured faster than two or four (docs/design.md).
 //
 // It must stay one: after a failed commit no other may be in Pebble's
 // pipeline (failstop.go). The array below fails to compile otherwise.

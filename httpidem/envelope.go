@@ -10,8 +10,7 @@ import (
 // A stored response travels in idemkv.Result: the status in Status, the
 // created object's location in Pointer, and in Body an envelope holding
 // the replayable headers, the fingerprint diagnostics and, unless the
-// response was too large to keep, the body. Version 2, written since
-// 2026-12-01:
+// response was too large to keep, the body. Version 2, the one written:
 //
 //	version byte (2) | flags byte | uvarint header count |
 //	  per header: name ref, value ref |
@@ -24,9 +23,9 @@ import (
 // is not stored twice. A typical JSON 201 (Content-Type and Location) thus
 // stores its headers in 6 bytes instead of about 60.
 //
-// Version 1 (until 2026-12-01) spells every name and value out, each as a
-// uvarint length and its bytes. Records written in it are still read until
-// they expire.
+// Version 1, written by earlier versions, spells every name and value out,
+// each as a uvarint length and its bytes. Records written in it are still
+// read until they expire.
 const (
 	envelopeV1 = 1
 	envelopeV2 = 2
