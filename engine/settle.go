@@ -39,29 +39,19 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 			return err
 		}
 	}
-	k := appendRecordKey(nil, l.ID)
-	st := e.table.stripe(k)
 	now := e.clock.Now()
-	st.mu.Lock()
-	s, err := e.holdLocked(ctx, st, k, l)
-	var (
-		done   idemkv.Record
-		stored bool
-	)
-	if err == nil {
-		done, stored = s.rec, s.durable
-	}
-	st.mu.Unlock()
+	h, err := e.hold(ctx, l)
 	if err != nil {
 		return err
 	}
+	done := h.rec
 	done.State = idemkv.StateCompleted
 	done.LeaseExpires = time.Time{}
 	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	b := e.db.NewBatch()
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	if err := e.commitRecord(st, k, s, stored, &done, b); err != nil {
+	if err := e.commitRecord(h.st, h.k, h.s, h.stored, &done, b); err != nil {
 		return err
 	}
 	e.counters.completed.Add(1)
@@ -112,28 +102,18 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 		return err
 	}
 	defer e.gate.exit()
-	k := appendRecordKey(nil, l.ID)
-	st := e.table.stripe(k)
 	now := e.clock.Now()
-	st.mu.Lock()
-	s, err := e.holdLocked(ctx, st, k, l)
-	var (
-		unc    idemkv.Record
-		stored bool
-	)
-	if err == nil {
-		unc, stored = s.rec, s.durable
-	}
-	st.mu.Unlock()
+	h, err := e.hold(ctx, l)
 	if err != nil {
 		return err
 	}
+	unc := h.rec
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
 	unc.Expires = e.expiresAt(now, unc.Class)
 	unc.Note = note
 	e.counters.uncertain.Add(1)
-	return e.commitRecord(st, k, s, stored, &unc, nil)
+	return e.commitRecord(h.st, h.k, h.s, h.stored, &unc, nil)
 }
 
 // Renew implements idemkv.Store. Renewal is held in memory: the durable
@@ -213,6 +193,30 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
 	return e.commitRecord(st, k, s, true, &done, b)
+}
+
+// held is a holder's key marked busy for its write: where it is, its slot,
+// a copy of its record, and whether that record is stored.
+type held struct {
+	st     *stripe
+	k      []byte
+	s      *slot
+	rec    idemkv.Record
+	stored bool
+}
+
+// hold is holdLocked for l's key, under its stripe mutex.
+func (e *Engine) hold(ctx context.Context, l idemkv.Lease) (held, error) {
+	h := held{k: appendRecordKey(nil, l.ID)}
+	h.st = e.table.stripe(h.k)
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	s, err := e.holdLocked(ctx, h.st, h.k, l)
+	if err != nil {
+		return held{}, err
+	}
+	h.s, h.rec, h.stored = s, s.rec, s.durable
+	return h, nil
 }
 
 // holdLocked checks that l is the current holder of k, and marks its slot
