@@ -98,7 +98,9 @@ func TestServeLowPriorityMetric(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- serve(ctx, ln, serveConfig{dir: t.TempDir(), bg: backgroundFlags{nice: nice}}, io.Discard) }()
+		go func() {
+			done <- serve(ctx, ln, serveConfig{dir: t.TempDir(), bg: backgroundFlags{nice: nice}}, io.Discard)
+		}()
 		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
 		require.NoError(t, err)
 		body, err := io.ReadAll(resp.Body)
