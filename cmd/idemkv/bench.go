@@ -8,12 +8,14 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/bench/workloads"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -26,12 +28,11 @@ func init() {
 		summary: "measure the engine against a hand-written raw-Pebble baseline, side by side (docs/benchmarks.md)",
 		flags: func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			f := benchFlags{profile: "quick"}
-			profileFlag(fs, &f.profile, "`quick` (about a minute) or full (10 to 15 minutes): durations, preload and sizing sizes (default quick)",
-				func(s string) error { _, err := bench.Profile(s); return err })
-			fs.Func("workloads", "comma-separated `list` of workloads to run: "+strings.Join(bench.Workloads(), ",")+" (default all)", func(s string) error {
+			profileFlag(fs, &f.profile, "`quick` (about a minute) or full (10 to 15 minutes): durations, preload and sizing sizes (default quick)")
+			fs.Func("workloads", "comma-separated `list` of workloads to run: "+strings.Join(workloads.Names(), ",")+" (default all)", func(s string) error {
 				names := strings.Split(s, ",")
 				for _, n := range names {
-					if bench.Describe(n) == "" {
+					if !slices.Contains(workloads.Names(), n) {
 						return fmt.Errorf("unknown workload %q", n)
 					}
 				}
@@ -176,7 +177,7 @@ func (p pebbleFlags) apply(o *engine.Options) *engine.Options {
 // runBench runs the benchmark: the table on stdout, a progress bar on
 // stderr if it is a terminal, and the JSON and charts if asked for.
 func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.File) error {
-	cfg, err := bench.Profile(f.profile)
+	cfg, err := workloads.Profile(f.profile)
 	if err != nil {
 		return err
 	}
@@ -210,10 +211,10 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	f.bg.setProcs()
 	cfg.CompactionNice = f.bg.nice
 	cfg.Engine = f.pebble.apply(cfg.Engine)
-	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {
+	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*workloads.Report, error) {
 		cfg.Progress = progress
-		return bench.Run(ctx, cfg)
-	}, func(rep *bench.Report) error {
+		return workloads.Run(ctx, cfg)
+	}, func(rep *workloads.Report) error {
 		if f.plot == "" {
 			return nil
 		}
@@ -222,11 +223,11 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	})
 }
 
-// profileFlag defines the --profile flag of a bench command: a name that
-// known accepts, stored in *p.
-func profileFlag(fs *flag.FlagSet, p *string, usage string, known func(string) error) {
+// profileFlag defines the --profile flag of a bench command: one of
+// bench.Profiles, stored in *p.
+func profileFlag(fs *flag.FlagSet, p *string, usage string) {
 	fs.Func("profile", usage, func(s string) error {
-		if known(s) != nil {
+		if !slices.Contains(bench.Profiles(), s) {
 			return errors.New("want quick or full")
 		}
 		*p = s

@@ -1,4 +1,4 @@
-package bench
+package httpoverhead
 
 import (
 	"math"
@@ -20,8 +20,7 @@ type RuntimeFigures struct {
 		P99  float64 `json:"p99"`
 		P999 float64 `json:"p999"`
 	} `json:"sched_latency_us"`
-	// GCCycles is the number of completed collections.
-	GCCycles uint64 `json:"gc_cycles"`
+	GCCycles uint64 `json:"gc_cycles"` // the number of completed collections
 	// GCCPUSecondsPerRequest is the collector's CPU time (mark assists,
 	// background marking and pauses) per request.
 	GCCPUSecondsPerRequest float64 `json:"gc_cpu_seconds_per_request"`

@@ -1,14 +1,16 @@
-package bench
+package workloads
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/bench/internal/baseline"
 	"github.com/idemkv/idemkv/engine"
-	"github.com/idemkv/idemkv/engine/lowprio"
 )
 
 // Store is a store under test: the idemkv contract plus what the harness
@@ -18,11 +20,9 @@ type Store interface {
 	// GetData reads a value written through Effects. It returns an error
 	// wrapping idemkv.ErrNotFound if the key is absent.
 	GetData(key []byte) ([]byte, error)
-	// Settle flushes the memtable and compacts the whole key space, so that
-	// Disk reports the size of the data at rest.
-	Settle(ctx context.Context) error
-	// Disk reports the store's Pebble size and write figures.
-	Disk() (Disk, error)
+	// Settle flushes the memtable and compacts the whole key space, and
+	// returns the size of the data at rest.
+	Settle(ctx context.Context) (Disk, error)
 }
 
 // Disk is a store's Pebble figures.
@@ -33,9 +33,6 @@ type Disk struct {
 	// bytes written to sstables by flushes and compactions per byte
 	// flushed.
 	WriteAmp float64
-	// DiskBytes is the size of all the store's files (sstables, WAL,
-	// manifest), in bytes.
-	DiskBytes uint64
 }
 
 // Target is one implementation under test. Open opens a fresh store in
@@ -82,50 +79,53 @@ func withFS(opts *engine.Options, fs vfs.FS) *engine.Options {
 
 type engineStore struct{ *engine.Engine }
 
-func (s engineStore) Settle(ctx context.Context) error {
-	if err := s.Flush(); err != nil {
-		return err
+func (s engineStore) Settle(ctx context.Context) (Disk, error) {
+	err := s.Flush()
+	if err == nil {
+		err = s.Compact(ctx)
 	}
-	return s.Compact(ctx)
-}
-
-func (s engineStore) Disk() (Disk, error) {
-	st, err := s.Stats()
-	if err != nil {
-		return Disk{}, err
-	}
-	return Disk{TableBytes: st.TableBytes, WriteAmp: st.WriteAmp, DiskBytes: st.DiskBytes}, nil
+	st, serr := s.Stats()
+	return Disk{TableBytes: st.TableBytes, WriteAmp: st.WriteAmp}, errors.Join(err, serr)
 }
 
 type baselineStore struct{ *baseline.DB }
 
-func (s baselineStore) Settle(ctx context.Context) error {
-	if err := s.Flush(); err != nil {
-		return err
+func (s baselineStore) Settle(ctx context.Context) (Disk, error) {
+	err := s.Flush()
+	if err == nil {
+		err = s.Compact(ctx)
 	}
-	return s.Compact(ctx)
-}
-
-func (s baselineStore) Disk() (Disk, error) {
-	m, err := s.Metrics()
-	if err != nil {
+	m, merr := s.Metrics()
+	if err = errors.Join(err, merr); err != nil {
 		return Disk{}, err
 	}
 	total := m.Total()
-	return Disk{TableBytes: uint64(total.TablesSize), WriteAmp: total.WriteAmp(), DiskBytes: m.DiskSpaceUsage()}, nil
+	return Disk{TableBytes: uint64(total.TablesSize), WriteAmp: total.WriteAmp()}, nil
 }
 
-// withCompactionNice makes o run its stores' compactions at nice (package
-// engine/lowprio) if nice is positive and o does not configure Pebble
-// already.
-func withCompactionNice(o *engine.Options, nice int) error {
-	if nice == 0 || o.ConfigurePebble != nil {
-		return nil
+// load stores n completed records of stream (status, 32-byte pointer and
+// body, no effect) in s, claiming and completing each, with 64 concurrent
+// clients.
+func load(ctx context.Context, s Store, stream uint64, n, tenants int, body []byte) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for i := uint64(next.Add(1) - 1); i < uint64(n); i = uint64(next.Add(1) - 1) {
+				c, err := bench.ClaimNew(ctx, s, stream, i, tenants, idemkv.ModeLocal)
+				if err == nil {
+					err = s.Complete(ctx, c.Lease, bench.Result(stream, i, body), nil)
+				}
+				if err != nil {
+					errs <- err
+					next.Store(int64(n))
+					return
+				}
+			}
+		})
 	}
-	p, err := lowprio.New(&lowprio.Options{Nice: nice, Logger: o.Logger})
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	o.ConfigurePebble = p.Configure
-	return nil
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
