@@ -2,10 +2,9 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemkv/idemkv/bench"
@@ -60,18 +59,11 @@ type Guide struct {
 // sweepCost measures the sweeper on its own, on a store in dir whose
 // clock the run moves.
 func sweepCost(ctx context.Context, o *Options, dir string) (SweepCost, error) {
-	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	eo := *o.Engine
-	eo.Clock, eo.Retention, eo.NoBackgroundSweep = clock, time.Hour, true
-	eo.Sweep = ttl.Options{Rate: -1}
-	e, err := engine.Open(dir, &eo)
+	e, clock, err := costStore(ctx, o, dir)
 	if err != nil {
 		return SweepCost{}, err
 	}
 	defer e.Close()
-	if err := seedCost(ctx, e, o); err != nil {
-		return SweepCost{}, err
-	}
 	res := SweepCost{Keys: o.CostKeys}
 	// Nothing expired: a pass that skips every bucket.
 	if _, res.IdlePassCPUSeconds, _, err = pass(ctx, e); err != nil {
@@ -103,29 +95,26 @@ func sweepCost(ctx context.Context, o *Options, dir string) (SweepCost, error) {
 	return res, nil
 }
 
-// seedCost stores o.CostKeys completed records in e, claiming and
-// completing each, and settles the store.
-func seedCost(ctx context.Context, e *engine.Engine, o *Options) error {
-	stream := uint64(time.Now().UnixNano())
-	var wg sync.WaitGroup
-	var next atomic.Uint64
-	errs := make(chan error, o.Clients)
-	for range o.Clients {
-		wg.Go(func() {
-			for i := next.Add(1); i <= uint64(o.CostKeys); i = next.Add(1) {
-				if err := request(ctx, e, stream, i, o.Tenants); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
+// costStore seeds a store in dir with o.CostKeys completed records that
+// expire in an hour of its clock (bench.Seed), opens it with the sweeper
+// stopped and unlimited, and flushes and compacts it. It returns the
+// store and its clock.
+func costStore(ctx context.Context, o *Options, dir string) (*engine.Engine, *fakeclock.Clock, error) {
+	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	eo := *o.Engine
+	eo.Clock, eo.Retention, eo.NoBackgroundSweep = clock, time.Hour, true
+	eo.Sweep = ttl.Options{Rate: -1}
+	if err := bench.Seed(ctx, dir, &eo, uint64(time.Now().UnixNano()), o.CostKeys, o.Tenants, nil); err != nil {
+		return nil, nil, err
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
+	e, err := engine.Open(dir, &eo)
+	if err != nil {
+		return nil, nil, err
 	}
-	return settle(ctx, e)
+	if err := settle(ctx, e); err != nil {
+		return nil, nil, errors.Join(err, e.Close())
+	}
+	return e, clock, nil
 }
 
 // pass runs one sweeper pass and returns it, its CPU time and its wall

@@ -65,3 +65,22 @@ func TestOptions(t *testing.T) {
 	_, err := Profile("slow")
 	require.Error(t, err)
 }
+
+// TestCostStorePassesCheck: the store the cost measurement seeds is sound
+// and holds every record, in the layout the engine writes.
+func TestCostStorePassesCheck(t *testing.T) {
+	ctx := context.Background()
+	o := (&Options{Options: bench.Options{Tenants: 10}, CostKeys: 500}).EnsureDefaults()
+	e, clock, err := costStore(ctx, o, t.TempDir())
+	require.NoError(t, err)
+	defer e.Close()
+	rep, err := e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+	require.Equal(t, 500, rep.Completed)
+	require.Zero(t, rep.Expired)
+	clock.Advance(2 * time.Hour)
+	rep, err = e.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 500, rep.Expired, "every record expires within the hour")
+}

@@ -20,7 +20,10 @@
 // baseline, at the same point). Every write workload gets a fresh store per
 // point; the read-only workloads share one preloaded store per target.
 // Each store is opened with a vfs.FS wrapper that counts syncs and the
-// records appended to the write-ahead log.
+// records appended to the write-ahead log. Stores that hold records
+// before they are measured (preloaded, sizing, scale) are seeded by
+// Target.Seed: the engine's through engine.Load (bench.Seed), in the
+// layout the engine writes, the baseline's through its own claims.
 //
 // # What a run checks
 //

@@ -42,10 +42,10 @@ type Options struct {
 	// included in its latency. Default: 0 (no call; measures the store).
 	RemoteLatency time.Duration
 
-	// ScaleKeys, if set, adds the scale measurement: for each N, a store is
-	// bulk-loaded with N completed records (through engine.Load, flushed
-	// and compacted) and the unique workload measured on the first target
-	// at ScaleConcurrency. Default: none.
+	// ScaleKeys, if set, adds the scale measurement: for each N, a store
+	// of the first target is seeded with N completed records (flushed and
+	// compacted) and the unique workload measured on it at
+	// ScaleConcurrency. Default: none.
 	ScaleKeys []int
 	// ScaleConcurrency is the concurrency of the scale points. Default: 64.
 	ScaleConcurrency int

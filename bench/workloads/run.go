@@ -102,17 +102,18 @@ func (r *runner) open(t Target, dir string) (*opened, error) {
 	return &opened{Store: s, fs: fs, dir: dir}, nil
 }
 
-// seeded opens a fresh store of t holding n completed records of stream,
-// each with body, flushed and compacted.
+// seeded opens a fresh store of t seeded (Target.Seed) with n completed
+// records of stream, each with body, flushed and compacted.
 func (r *runner) seeded(ctx context.Context, t Target, stream uint64, n int, body []byte) (*opened, error) {
-	o, err := r.open(t, r.run.Dir(t.Name))
-	if err != nil {
-		return nil, err
+	dir := r.run.Dir(t.Name)
+	if err := t.Seed(ctx, dir, stream, n, r.o.Tenants, body); err != nil {
+		return nil, errors.Join(fmt.Errorf("bench: seed %s: %w", t.Name, err), os.RemoveAll(dir))
 	}
-	if err = load(ctx, o, stream, n, r.o.Tenants, body); err == nil {
-		o.disk, err = o.Settle(ctx)
-	}
+	o, err := r.open(t, dir)
 	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	if o.disk, err = o.Settle(ctx); err != nil {
 		return nil, errors.Join(err, o.close())
 	}
 	return o, nil

@@ -33,16 +33,21 @@ type ScalePoint struct {
 }
 
 // scale measures the unique workload at Options.ScaleConcurrency over
-// stores bulk-loaded with each of Options.ScaleKeys live records: every
-// store is loaded first, then each round measures every size in turn, on
-// a fresh checkpoint of its loaded store (hard links: no copying), so
-// that the writes of one round do not grow the store of the next.
+// stores of the first target seeded with each of Options.ScaleKeys live
+// records, then flushed and compacted, as a store that has lived with
+// them would be: every store is loaded first, then each round measures
+// every size in turn, on a fresh checkpoint of its loaded store (hard
+// links: no copying), so that the writes of one round do not grow the
+// store of the next.
 func (r *runner) scale(ctx context.Context) ([]ScalePoint, error) {
 	loaded := make([]string, len(r.o.ScaleKeys))
 	for i, n := range r.o.ScaleKeys {
-		loaded[i] = r.run.Dir(fmt.Sprintf("scale-%d", n))
 		r.run.Step(fmt.Sprintf("scale: loading %d keys", n))
-		if err := bulkLoad(ctx, loaded[i], r.o.Engine, r.newStream(), n, r.o.Tenants); err != nil {
+		o, err := r.seeded(ctx, r.o.Targets[0], r.newStream(), n, nil)
+		if err == nil {
+			loaded[i], err = o.dir, o.Close() // the store stays on disk
+		}
+		if err != nil {
 			return nil, fmt.Errorf("bench: scale load of %d keys: %w", n, err)
 		}
 	}
@@ -107,26 +112,6 @@ func checkpoint(src, dst string, eo *engine.Options) error {
 	}
 	err = db.Checkpoint(dst)
 	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// bulkLoad seeds a new store in dir with n completed records of stream
-// (bench.Seed), then compacts it, as a store that has lived with n keys
-// would be.
-func bulkLoad(ctx context.Context, dir string, eo *engine.Options, stream uint64, n, tenants int) error {
-	if err := bench.Seed(ctx, dir, eo, stream, n, tenants, nil); err != nil {
-		return err
-	}
-	o := *eo.EnsureDefaults()
-	o.ClaimFilterBitsPerKey, o.NoBackgroundSweep = -1, true
-	e, err := engine.Open(dir, &o)
-	if err != nil {
-		return err
-	}
-	err = e.Compact(ctx)
-	if cerr := e.Close(); err == nil {
 		err = cerr
 	}
 	return err

@@ -35,36 +35,57 @@ type Disk struct {
 	WriteAmp float64
 }
 
-// Target is one implementation under test. Open opens a fresh store in
-// dir on fs; the harness passes a filesystem that counts syncs.
+// Target is one implementation under test.
 type Target struct {
 	Name string
+	// Open opens the store in dir, creating it if needed, on fs: the
+	// harness passes a filesystem that counts syncs.
 	Open func(dir string, fs vfs.FS) (Store, error)
+	// Seed writes n completed records of stream (bench.Key, bench.Result
+	// with body, no effect) into a new store in dir, which Open then opens
+	// with the records in it, as they would be had requests completed
+	// them.
+	Seed func(ctx context.Context, dir string, stream uint64, n, tenants int, body []byte) error
 }
 
 // EngineTarget is the engine opened with opts (nil: defaults), its FS
-// replaced by the harness's counting wrapper around it.
+// replaced by the harness's counting wrapper around it. It is seeded
+// through engine.Load (bench.Seed), in the layout the engine writes.
 func EngineTarget(opts *engine.Options) Target {
-	return Target{Name: "engine", Open: func(dir string, fs vfs.FS) (Store, error) {
-		o := withFS(opts, fs)
-		e, err := engine.Open(dir, o)
-		if err != nil {
-			return nil, err
-		}
-		return engineStore{e}, nil
-	}}
+	return Target{Name: "engine",
+		Open: func(dir string, fs vfs.FS) (Store, error) {
+			e, err := engine.Open(dir, withFS(opts, fs))
+			if err != nil {
+				return nil, err
+			}
+			return engineStore{e}, nil
+		},
+		Seed: func(ctx context.Context, dir string, stream uint64, n, tenants int, body []byte) error {
+			return bench.Seed(ctx, dir, opts, stream, n, tenants, body)
+		},
+	}
 }
 
 // BaselineTarget is the hand-written raw-Pebble store (see package doc,
-// "The baseline") opened with the same opts as the engine.
+// "The baseline") opened with the same opts as the engine. It is seeded
+// through its own claims and completions: its layout is its own.
 func BaselineTarget(opts *engine.Options) Target {
-	return Target{Name: "baseline", Open: func(dir string, fs vfs.FS) (Store, error) {
+	open := func(dir string, fs vfs.FS) (Store, error) {
 		db, err := baseline.Open(dir, withFS(opts, fs))
 		if err != nil {
 			return nil, err
 		}
 		return baselineStore{db}, nil
-	}}
+	}
+	return Target{Name: "baseline", Open: open,
+		Seed: func(ctx context.Context, dir string, stream uint64, n, tenants int, body []byte) error {
+			s, err := open(dir, opts.EnsureDefaults().FS)
+			if err != nil {
+				return err
+			}
+			return errors.Join(load(ctx, s, stream, n, tenants, body), s.Close())
+		},
+	}
 }
 
 // withFS returns a copy of opts whose FS is fs.

@@ -156,7 +156,7 @@ func TestRunCatchesBrokenStores(t *testing.T) {
 			cfg.Concurrency = []int{2}
 			cfg.Duration = 30 * time.Millisecond
 			good := EngineTarget(cfg.Engine)
-			bad := Target{Name: "broken", Open: func(dir string, fs vfs.FS) (Store, error) {
+			bad := Target{Name: "broken", Seed: good.Seed, Open: func(dir string, fs vfs.FS) (Store, error) {
 				s, err := good.Open(dir, fs)
 				if err != nil {
 					return nil, err
@@ -338,7 +338,7 @@ func TestScaleCheckpointIsFresh(t *testing.T) {
 	dir := t.TempDir()
 	opts := smallEngine()
 	loaded := filepath.Join(dir, "loaded")
-	require.NoError(t, bulkLoad(context.Background(), loaded, opts, 7, 100, 10))
+	require.NoError(t, bench.Seed(context.Background(), loaded, opts, 7, 100, 10, nil))
 	id := idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: "written-in-round-1"}
 	for round := 1; round <= 2; round++ {
 		ck := filepath.Join(dir, fmt.Sprint("round-", round))
@@ -351,4 +351,34 @@ func TestScaleCheckpointIsFresh(t *testing.T) {
 		require.NoError(t, e.Complete(context.Background(), c.Lease, idemkv.Result{Status: 201}, nil))
 		require.NoError(t, e.Close())
 	}
+}
+
+// TestSeededStoresPassCheck runs every measurement of a run that seeds
+// stores (the preloaded store of replay, both sizing stores, a scale
+// store) with the engine target's seeding wrapped to run engine.Check on
+// each store it seeds: every one must be sound, in the layout the engine
+// writes, before the harness opens it.
+func TestSeededStoresPassCheck(t *testing.T) {
+	o := tinyOptions(t, Replay)
+	o.Concurrency, o.Duration = []int{1}, 20*time.Millisecond
+	o.SizingKeys, o.BodyKeys, o.ScaleKeys, o.ScaleConcurrency = 300, 50, []int{400}, 1
+	eng := EngineTarget(o.Engine)
+	var seeded []int
+	checking := eng
+	checking.Seed = func(ctx context.Context, dir string, stream uint64, n, tenants int, body []byte) error {
+		require.NoError(t, eng.Seed(ctx, dir, stream, n, tenants, body))
+		e, err := engine.Open(dir, o.Engine)
+		require.NoError(t, err)
+		defer e.Close()
+		rep, err := e.Check(ctx)
+		require.NoError(t, err)
+		require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+		require.Equal(t, n, rep.Completed)
+		seeded = append(seeded, n)
+		return nil
+	}
+	o.Targets = []Target{checking, BaselineTarget(o.Engine)}
+	_, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	require.Equal(t, []int{300, 300, 50, 400}, seeded, "preload, sizing, sizing with bodies, scale")
 }
