@@ -134,8 +134,10 @@ type Point struct {
 	// workloads it includes the effect rows (Sizing measures records
 	// alone).
 	DiskBytesPerKey float64 `json:"disk_bytes_per_key"`
-	// WriteAmp is Pebble's write amplification over the store's life:
-	// sstable bytes written by flushes and compactions per byte flushed.
+	// WriteAmp is Pebble's write amplification over the point's store
+	// since it was opened: sstable bytes written by flushes and
+	// compactions per byte flushed. 0 for replay and mismatch, which write
+	// nothing to their seeded store.
 	WriteAmp float64 `json:"write_amp"`
 	// VerifiedKeys is the acknowledged keys re-claimed after the point and
 	// found replaying their stored result (and holding their effect).

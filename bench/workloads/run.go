@@ -196,10 +196,13 @@ func (r *runner) point(ctx context.Context, wl *workload, t Target, shared *open
 	pt.Target = t.Name
 	if shared == nil {
 		o.disk, err = o.Settle(ctx)
+		pt.WriteAmp = o.disk.WriteAmp
 	} else {
+		// A seeded store's write amplification is its seeding's, and
+		// Pebble counts it only from Open: not the point's.
 		pt.KeysStored = int64(p.preloaded)
 	}
-	pt.TableBytes, pt.WriteAmp = o.disk.TableBytes, o.disk.WriteAmp
+	pt.TableBytes = o.disk.TableBytes
 	if pt.KeysStored > 0 {
 		pt.DiskBytesPerKey = float64(o.disk.TableBytes) / float64(pt.KeysStored)
 	}

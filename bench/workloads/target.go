@@ -29,9 +29,9 @@ type Store interface {
 type Disk struct {
 	// TableBytes is the size of all live sstables, in bytes.
 	TableBytes uint64
-	// WriteAmp is Pebble's write amplification over the store's life:
-	// bytes written to sstables by flushes and compactions per byte
-	// flushed.
+	// WriteAmp is Pebble's write amplification since the store was
+	// opened: bytes written to sstables by flushes and compactions per
+	// byte flushed.
 	WriteAmp float64
 }
 
