@@ -26,7 +26,7 @@ func TestRequests(t *testing.T) {
 			require.Equal(t, id, Key(s<<20, i, 1000), "keys are derived, not drawn")
 			require.Len(t, Fingerprint(s, i, false), 9)
 			require.NotEqual(t, Fingerprint(s, i, false), Fingerprint(s, i, true))
-			require.Len(t, Result(s, i, nil).Pointer, PointerLen)
+			require.Len(t, Result(s, i, nil).Pointer, pointerLen)
 		}
 	}
 }

@@ -21,13 +21,13 @@ import (
 //     "POST /v1/payments".
 //   - Fingerprint: 9 bytes, a version byte and 8 bytes of hash, as a
 //     request-body hash would be.
-//   - Result: status 201 and a PointerLen-byte pointer
+//   - Result: status 201 and a 32-byte pointer
 //     ("/v1/payments/pay_" and 15 hex digits), and the body asked for.
 //   - Effect: "payments/" + key = 16 bytes (amount, currency, time).
 const endpoint = "POST /v1/payments"
 
-// PointerLen is the length of every result pointer.
-const PointerLen = 32
+// pointerLen is the length of every result pointer.
+const pointerLen = 32
 
 // splitmix64 is a fast, well-mixed 64-bit hash (Steele et al.).
 func splitmix64(x uint64) uint64 {

@@ -46,8 +46,9 @@ import (
 // stated on it; Profile returns the standard configurations.
 type Options struct {
 	// Options are the harness's: directory, engine options (Retention, the
-	// sweep options and the clock are set by the run), compaction
-	// priority, tenants and progress.
+	// sweep options and the clock are set by the run, and a Lease unset or
+	// longer than Retention becomes the shorter of 30 s and Retention/2),
+	// compaction priority, tenants and progress.
 	bench.Options
 	// Retention is the records' retention window: the guide's 24 hours,
 	// compressed. Default: 60 s.
