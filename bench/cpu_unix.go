@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// cpuTime returns the CPU time (user + system) this process has used, or
+// CPUTime returns the CPU time (user + system) this process has used, or
 // -1 if it cannot tell.
-func cpuTime() time.Duration {
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return -1

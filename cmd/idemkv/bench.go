@@ -6,14 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/bench/workloads"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -24,93 +27,90 @@ func init() {
 		name:    "bench",
 		args:    "[--profile quick|full] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--scale N,...] [--scale-rounds R] [--json FILE] [--plot DIR]",
 		summary: "measure the engine against a hand-written raw-Pebble baseline, side by side (docs/benchmarks.md)",
-		flags: func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
-			f := benchFlags{profile: "quick"}
-			profileFlag(fs, &f.profile, "`quick` (about a minute) or full (10 to 15 minutes): durations, preload and sizing sizes (default quick)",
-				func(s string) error { _, err := bench.Profile(s); return err })
-			fs.Func("workloads", "comma-separated `list` of workloads to run: "+strings.Join(bench.Workloads(), ",")+" (default all)", func(s string) error {
-				names := strings.Split(s, ",")
-				for _, n := range names {
-					if bench.Describe(n) == "" {
-						return fmt.Errorf("unknown workload %q", n)
-					}
-				}
-				f.workloads = names
-				return nil
-			})
-			fs.Func("concurrency", "comma-separated `list` of concurrent clients per point (default 1,16,64,256)", func(s string) error {
-				var cs []int
-				for _, part := range strings.Split(s, ",") {
-					n, err := strconv.Atoi(part)
-					if err != nil || n < 1 || n > 1<<16 {
-						return fmt.Errorf("bad concurrency %q (want 1..65536)", part)
-					}
-					cs = append(cs, n)
-				}
-				f.concurrency = cs
-				return nil
-			})
-			fs.Func("duration", "how long each point runs, for example 2s (default: the profile's)", func(s string) error {
-				d, err := time.ParseDuration(s)
-				if err != nil || d <= 0 {
-					return fmt.Errorf("bad duration %q", s)
-				}
-				f.duration = d
-				return nil
-			})
-			fs.Func("retry-fraction", "share of retry-workload requests that re-send a recent key, 0..1 (default 0.25)", func(s string) error {
-				v, err := strconv.ParseFloat(s, 64)
-				if err != nil || v <= 0 || v > 1 {
-					return fmt.Errorf("bad fraction %q (want a number in (0, 1])", s)
-				}
-				f.retryFraction = v
-				return nil
-			})
-			fs.Func("remote-latency", "simulated downstream call of the remote workload, for example 5ms (default 0)", func(s string) error {
-				d, err := time.ParseDuration(s)
-				if err != nil || d < 0 {
-					return fmt.Errorf("bad duration %q", s)
-				}
-				f.remoteLatency = d
-				return nil
-			})
-			fs.Func("scale", "comma-separated `list` of live-key counts: also measure unique at 64 clients on the engine over stores bulk-loaded with each, for example 1000000,20000000 (default none)", func(s string) error {
-				var ns []int
-				for _, part := range strings.Split(s, ",") {
-					n, err := strconv.Atoi(part)
-					if err != nil || n < 1 {
-						return fmt.Errorf("bad key count %q", part)
-					}
-					ns = append(ns, n)
-				}
-				f.scale = ns
-				return nil
-			})
-			fs.Func("scale-rounds", "with --scale: measure every store size this many times, alternating sizes, each time on a fresh copy of the loaded store (default 1)", func(s string) error {
-				n, err := strconv.Atoi(s)
-				if err != nil || n < 1 {
-					return fmt.Errorf("bad round count %q (want 1 or more)", s)
-				}
-				f.scaleRounds = n
-				return nil
-			})
-			fs.Func("claim-filter-bits", "bits per key of the engine's claim filter; negative turns it off (default 10)", func(s string) error {
-				n, err := strconv.Atoi(s)
-				if err != nil || n == 0 || n > 64 {
-					return fmt.Errorf("bad bits per key %q (want -1, or 1..64)", s)
-				}
-				f.claimFilterBits = n
-				return nil
-			})
-			f.pebble.register(fs)
-			f.bg.register(fs, false)
-			fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
-			fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
-			fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
-			return func(ctx context.Context, stdout io.Writer) error {
-				return runBench(ctx, f, stdout, os.Stderr)
+		flags:   benchWorkloadsFlags,
+	})
+}
+
+func benchWorkloadsFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+	f := benchFlags{profile: "quick"}
+	profileFlag(fs, &f.profile, "`quick` (about a minute) or full (10 to 15 minutes): durations, preload and sizing sizes (default quick)")
+	fs.Func("workloads", "comma-separated `list` of workloads to run: "+strings.Join(workloads.Names(), ",")+" (default all)", func(s string) error {
+		names := strings.Split(s, ",")
+		for _, n := range names {
+			if !slices.Contains(workloads.Names(), n) {
+				return fmt.Errorf("unknown workload %q", n)
 			}
-		},
+		}
+		f.workloads = names
+		return nil
+	})
+	intsFlag(fs, "concurrency", "comma-separated `list` of concurrent clients per point (default 1,16,64,256)",
+		1, 1<<16, "bad concurrency %q (want 1..65536)", &f.concurrency)
+	durationFlag(fs, "duration", "how long each point runs, for example 2s (default: the profile's)", 1, &f.duration)
+	fs.Func("retry-fraction", "share of retry-workload requests that re-send a recent key, 0..1 (default 0.25)", func(s string) error {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v <= 0 || v > 1 {
+			return fmt.Errorf("bad fraction %q (want a number in (0, 1])", s)
+		}
+		f.retryFraction = v
+		return nil
+	})
+	durationFlag(fs, "remote-latency", "simulated downstream call of the remote workload, for example 5ms (default 0)", 0, &f.remoteLatency)
+	intsFlag(fs, "scale", "comma-separated `list` of live-key counts: also measure unique at 64 clients on the engine over stores bulk-loaded with each, for example 1000000,20000000 (default none)",
+		1, math.MaxInt, "bad key count %q", &f.scale)
+	fs.Func("scale-rounds", "with --scale: measure every store size this many times, alternating sizes, each time on a fresh copy of the loaded store (default 1)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad round count %q (want 1 or more)", s)
+		}
+		f.scaleRounds = n
+		return nil
+	})
+	fs.Func("claim-filter-bits", "bits per key of the engine's claim filter; negative turns it off (default 10)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n == 0 || n > 64 {
+			return fmt.Errorf("bad bits per key %q (want -1, or 1..64)", s)
+		}
+		f.claimFilterBits = n
+		return nil
+	})
+	f.pebble.register(fs)
+	f.bg.register(fs, false)
+	fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
+	fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
+	fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
+	return func(ctx context.Context, stdout io.Writer) error {
+		return runBench(ctx, f, stdout, os.Stderr)
+	}
+}
+
+// intsFlag defines a flag of comma-separated integers from lo to hi,
+// stored in *dst; a part that is not one fails with bad, formatted with
+// the part.
+func intsFlag(fs *flag.FlagSet, name, usage string, lo, hi int, bad string, dst *[]int) {
+	fs.Func(name, usage, func(s string) error {
+		var ns []int
+		for _, part := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(part)
+			if err != nil || n < lo || n > hi {
+				return fmt.Errorf(bad, part)
+			}
+			ns = append(ns, n)
+		}
+		*dst = ns
+		return nil
+	})
+}
+
+// durationFlag defines a flag of a duration of at least lo, stored in *dst.
+func durationFlag(fs *flag.FlagSet, name, usage string, lo time.Duration, dst *time.Duration) {
+	fs.Func(name, usage, func(s string) error {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < lo {
+			return fmt.Errorf("bad duration %q", s)
+		}
+		*dst = d
+		return nil
 	})
 }
 
@@ -176,7 +176,7 @@ func (p pebbleFlags) apply(o *engine.Options) *engine.Options {
 // runBench runs the benchmark: the table on stdout, a progress bar on
 // stderr if it is a terminal, and the JSON and charts if asked for.
 func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.File) error {
-	cfg, err := bench.Profile(f.profile)
+	cfg, err := workloads.Profile(f.profile)
 	if err != nil {
 		return err
 	}
@@ -210,10 +210,10 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	f.bg.setProcs()
 	cfg.CompactionNice = f.bg.nice
 	cfg.Engine = f.pebble.apply(cfg.Engine)
-	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*bench.Report, error) {
+	return measureAndReport(stdout, stderr, "bench", f.json, func(progress func(bench.Progress)) (*workloads.Report, error) {
 		cfg.Progress = progress
-		return bench.Run(ctx, cfg)
-	}, func(rep *bench.Report) error {
+		return workloads.Run(ctx, cfg)
+	}, func(rep *workloads.Report) error {
 		if f.plot == "" {
 			return nil
 		}
@@ -222,11 +222,11 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	})
 }
 
-// profileFlag defines the --profile flag of a bench command: a name that
-// known accepts, stored in *p.
-func profileFlag(fs *flag.FlagSet, p *string, usage string, known func(string) error) {
+// profileFlag defines the --profile flag of a bench command: one of
+// bench.Profiles, stored in *p.
+func profileFlag(fs *flag.FlagSet, p *string, usage string) {
 	fs.Func("profile", usage, func(s string) error {
-		if known(s) != nil {
+		if !slices.Contains(bench.Profiles(), s) {
 			return errors.New("want quick or full")
 		}
 		*p = s

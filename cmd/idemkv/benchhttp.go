@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/bench/httpoverhead"
 )
 
 func init() {
@@ -29,8 +30,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		pf            pebbleFlags
 		bg            backgroundFlags
 	)
-	profileFlag(fs, &profile, "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)",
-		func(s string) error { _, err := bench.HTTPProfile(s); return err })
+	profileFlag(fs, &profile, "`quick` (3 s slices, about 25 s) or full (10 s slices, about 2.5 minutes) (default quick)")
 	fs.Float64Var(&rate, "rate", 0, "requests per second (default 5000, the guide's)")
 	fs.IntVar(&clients, "clients", 0, "concurrent clients (default 64)")
 	fs.DurationVar(&slice, "slice", 0, "how long each handler is driven at a time (default: the profile's)")
@@ -40,7 +40,7 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
 	return func(ctx context.Context, stdout io.Writer) error {
-		cfg, err := bench.HTTPProfile(profile)
+		cfg, err := httpoverhead.Profile(profile)
 		if err != nil {
 			return err
 		}
@@ -60,9 +60,9 @@ func benchHTTPFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}
-		return measureAndReport(stdout, os.Stderr, "bench http", jsonOut, func(progress func(bench.Progress)) (*bench.HTTPReport, error) {
+		return measureAndReport(stdout, os.Stderr, "bench http", jsonOut, func(progress func(bench.Progress)) (*httpoverhead.Report, error) {
 			cfg.Progress = progress
-			return bench.RunHTTP(ctx, cfg)
+			return httpoverhead.Run(ctx, cfg)
 		}, nil)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/bench/retention"
 )
 
 func init() {
@@ -22,16 +23,15 @@ func init() {
 func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	profile := "quick"
 	var (
-		retention, interval time.Duration
+		window, interval    time.Duration
 		sweepOn, sweepOff   time.Duration
 		periods, chunk      int
 		rate, sweepRate     float64
 		noCompare           bool
 		data, jsonOut, plot string
 	)
-	profileFlag(fs, &profile, "`quick` (10 s windows, about 2.5 minutes) or full (60 s windows, about 13 minutes) (default quick)",
-		func(s string) error { _, err := bench.TTLProfile(s); return err })
-	fs.DurationVar(&retention, "retention", 0, "the retention window (default: the profile's)")
+	profileFlag(fs, &profile, "`quick` (10 s windows, about 2.5 minutes) or full (60 s windows, about 13 minutes) (default quick)")
+	fs.DurationVar(&window, "retention", 0, "the retention window (default: the profile's)")
 	fs.IntVar(&periods, "periods", 0, "how many windows each run lasts (default 6)")
 	fs.Float64Var(&rate, "rate", 0, "constant requests per second (default 5000, the guide's)")
 	fs.DurationVar(&interval, "sweep-interval", 0, "the sweeper's interval (default retention/144, the engine's 10 minutes against 24 hours)")
@@ -46,12 +46,12 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
 	fs.StringVar(&plot, "plot", "", "write ttl-disk.png into `DIR`")
 	return func(ctx context.Context, stdout io.Writer) error {
-		cfg, err := bench.TTLProfile(profile)
+		cfg, err := retention.Profile(profile)
 		if err != nil {
 			return err
 		}
-		if retention != 0 {
-			cfg.Retention = retention
+		if window != 0 {
+			cfg.Retention = window
 		}
 		cfg.Periods, cfg.Rate, cfg.SweepInterval, cfg.SweepRate = periods, rate, interval, sweepRate
 		cfg.NoCompare, cfg.Dir = noCompare, data
@@ -63,10 +63,10 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}
-		return measureAndReport(stdout, os.Stderr, "bench ttl", jsonOut, func(progress func(bench.Progress)) (*bench.TTLReport, error) {
+		return measureAndReport(stdout, os.Stderr, "bench ttl", jsonOut, func(progress func(bench.Progress)) (*retention.Report, error) {
 			cfg.Progress = progress
-			return bench.RunTTL(ctx, cfg)
-		}, func(rep *bench.TTLReport) error {
+			return retention.Run(ctx, cfg)
+		}, func(rep *retention.Report) error {
 			if plot == "" {
 				return nil
 			}

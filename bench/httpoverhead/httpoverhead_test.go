@@ -1,4 +1,4 @@
-package bench
+package httpoverhead
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/engine"
 )
 
@@ -20,9 +21,9 @@ func TestHTTPRun(t *testing.T) {
 	}
 	// Memtables small enough that the stores flush during the slices, so
 	// that their background work is counted.
-	cfg := HTTPConfig{Rate: 1000, Clients: 4, Slice: 200 * time.Millisecond, Slices: 2, Tenants: 10, Dir: t.TempDir(),
-		Engine: &engine.Options{MemTableSize: 16 << 10}}
-	rep, err := RunHTTP(context.Background(), cfg)
+	cfg := &Options{Options: bench.Options{Tenants: 10, Dir: t.TempDir(), Engine: &engine.Options{MemTableSize: 16 << 10}},
+		Rate: 1000, Clients: 4, Slice: 200 * time.Millisecond, Slices: 2}
+	rep, err := Run(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Len(t, rep.Targets, 2)
 	require.Equal(t, "bare", rep.Targets[0].Name)
@@ -72,13 +73,14 @@ func TestHTTPRun(t *testing.T) {
 	require.Contains(t, out.String(), "slices had a compaction running")
 	out.Reset()
 	require.NoError(t, rep.WriteJSON(&out))
-	var back HTTPReport
+	var back Report
 	require.NoError(t, json.Unmarshal(out.Bytes(), &back))
 	require.Equal(t, rep.Targets[1].Requests, back.Targets[1].Requests)
 	require.Equal(t, rep.Targets[1].SliceP99US, back.Targets[1].SliceP99US)
 
-	require.Error(t, HTTPConfig{Rate: -1}.Validate())
-	_, err = HTTPProfile("slow")
+	require.Error(t, (&Options{Rate: -1}).Validate())
+	require.NoError(t, (&Options{}).Validate(), "zero means the default")
+	_, err = Profile("slow")
 	require.Error(t, err)
 }
 

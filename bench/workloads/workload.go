@@ -1,28 +1,38 @@
-package bench
+package workloads
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/bench"
 )
 
 // Workload names, in the order a run measures them.
 const (
-	Unique   = "unique"
-	Retry    = "retry"
-	Hot      = "hot"
-	Replay   = "replay"
+	// Unique: every request a new key: local claim, a 16-byte effect,
+	// complete.
+	Unique = "unique"
+	// Retry: like unique, but a fraction of requests re-send a recent key,
+	// some while its first request is still running.
+	Retry = "retry"
+	// Hot: bursts of concurrent duplicates of few keys: the first claim of
+	// a key completes it, the rest replay it or see it in progress.
+	Hot = "hot"
+	// Replay: read-only replays of preloaded completed keys.
+	Replay = "replay"
+	// Mismatch: a preloaded key re-sent with a different fingerprint:
+	// answered Mismatch, nothing written.
 	Mismatch = "mismatch"
-	Remote   = "remote"
+	// Remote: every request a new key: durable remote claim, a simulated
+	// downstream call of Options.RemoteLatency, complete.
+	Remote = "remote"
 )
 
-// Workloads returns every workload's name, in run order.
-func Workloads() []string {
+// Names returns every workload's name, in run order.
+func Names() []string {
 	names := make([]string, len(workloads))
 	for i, w := range workloads {
 		names[i] = w.name
@@ -30,19 +40,10 @@ func Workloads() []string {
 	return names
 }
 
-// Describe returns a one-line description of the named workload, or "" if
-// there is none by that name.
-func Describe(name string) string {
-	if w := workloadByName(name); w != nil {
-		return w.doc
-	}
-	return ""
-}
-
 // workload is one request mix. A request is one client call as a server
 // would make it: the claim and whatever its outcome requires.
 type workload struct {
-	name, doc string
+	name string
 	// readOnly workloads run against preloaded completed keys and write
 	// nothing; they share one store per target across the sweep.
 	readOnly bool
@@ -51,18 +52,12 @@ type workload struct {
 }
 
 var workloads = []*workload{
-	{name: Unique, request: uniqueRequest,
-		doc: "every request a new key: local claim, a 16-byte effect, complete"},
-	{name: Retry, request: retryRequest,
-		doc: "like unique, but a fraction of requests re-send a recent key, some while its first request is still running"},
-	{name: Hot, request: hotRequest,
-		doc: "bursts of concurrent duplicates of few keys: the first claim of a key completes it, the rest replay or see it in progress"},
-	{name: Replay, readOnly: true, request: replayRequest,
-		doc: "read-only replays of preloaded completed keys"},
-	{name: Mismatch, readOnly: true, request: mismatchRequest,
-		doc: "a preloaded key re-sent with a different fingerprint: answered Mismatch, nothing written"},
-	{name: Remote, request: remoteRequest,
-		doc: "every request a new key: durable remote claim, a simulated downstream call of Config.RemoteLatency, complete"},
+	{name: Unique, request: uniqueRequest},
+	{name: Retry, request: retryRequest},
+	{name: Hot, request: hotRequest},
+	{name: Replay, readOnly: true, request: replayRequest},
+	{name: Mismatch, readOnly: true, request: mismatchRequest},
+	{name: Remote, request: remoteRequest},
 }
 
 func workloadByName(name string) *workload {
@@ -76,7 +71,7 @@ func workloadByName(name string) *workload {
 
 // point is the state the workers of one measurement share.
 type point struct {
-	cfg   *Config
+	o     *Options
 	store Store
 	// stream is this point's first key stream: worker w's own new keys are
 	// stream+1+w; hot keys are stream. Preloaded keys are preStream.
@@ -91,21 +86,22 @@ type point struct {
 	hotSeq atomic.Uint64
 }
 
+// hotKeys returns the number of hot keys the point's requests used.
+func (p *point) hotKeys() uint64 {
+	d := uint64(p.o.HotDuplicates)
+	return (p.hotSeq.Load() + d - 1) / d
+}
+
 // worker is one client goroutine of a point.
 type worker struct {
-	p   *point
-	id  uint64
-	rng *rand.Rand
+	p    *point
+	id   uint64
+	rng  *rand.Rand
+	hist *bench.Histogram
 	// fresh counts this worker's new keys (unique, retry, remote): keys
 	// 0..fresh-1 of its stream were acquired and completed.
 	fresh    uint64
 	outcomes Outcomes
-}
-
-var errViolation = errors.New("bench: contract violation")
-
-func violation(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errViolation}, args...)...)
 }
 
 func (w *worker) stream() uint64 { return w.p.stream + 1 + w.id }
@@ -114,13 +110,9 @@ func (w *worker) stream() uint64 { return w.p.stream + 1 + w.id }
 // publish, if set, is called once the claim is acquired.
 func (w *worker) newKey(ctx context.Context, mode idemkv.Mode, publish func(i uint64)) error {
 	s, i := w.stream(), w.fresh
-	id := keyOf(s, i, w.p.cfg.Tenants)
-	c, err := w.p.store.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fingerprint(s, i, false), Mode: mode})
+	c, err := bench.ClaimNew(ctx, w.p.store, s, i, w.p.o.Tenants, mode)
 	if err != nil {
 		return err
-	}
-	if c.Outcome != idemkv.Acquired {
-		return violation("claim of new key %v: %v", id, c.Outcome)
 	}
 	w.outcomes.Acquired++
 	if publish != nil {
@@ -128,14 +120,14 @@ func (w *worker) newKey(ctx context.Context, mode idemkv.Mode, publish func(i ui
 	}
 	var apply func(idemkv.Effects) error
 	if mode == idemkv.ModeLocal {
-		ek, ev := effectOf(id, s, i)
+		ek, ev := bench.Effect(c.Lease.ID, s, i)
 		apply = func(e idemkv.Effects) error { return e.Set(ek, ev) }
-	} else if d := w.p.cfg.RemoteLatency; d > 0 {
+	} else if d := w.p.o.RemoteLatency; d > 0 {
 		// The downstream call. Sleeping models its latency; it is the
 		// workload, not synchronization.
 		time.Sleep(d)
 	}
-	if err := w.p.store.Complete(ctx, c.Lease, resultOf(s, i, nil), apply); err != nil {
+	if err := w.p.store.Complete(ctx, c.Lease, bench.Result(s, i, nil), apply); err != nil {
 		return err
 	}
 	w.fresh++
@@ -152,27 +144,32 @@ func remoteRequest(ctx context.Context, w *worker) error {
 
 // checkReplay checks that a claim of request (s, i) replayed its result.
 func checkReplay(c idemkv.Claim, s, i uint64) error {
-	want := resultOf(s, i, nil)
+	want := bench.Result(s, i, nil)
 	if c.Outcome != idemkv.Replay {
-		return violation("claim of completed key %v: %v, want replay", c.Record.ID, c.Outcome)
+		return bench.Violation("claim of completed key %v: %v, want replay", c.Record.ID, c.Outcome)
 	}
 	if got := c.Record.Result; got.Status != want.Status || got.Pointer != want.Pointer {
-		return violation("replay of %v: %d %q, stored %d %q", c.Record.ID, got.Status, got.Pointer, want.Status, want.Pointer)
+		return bench.Violation("replay of %v: %d %q, stored %d %q", c.Record.ID, got.Status, got.Pointer, want.Status, want.Pointer)
 	}
 	return nil
 }
 
+// claim claims request (s, i)'s key with its own fingerprint, or another
+// one.
+func (p *point) claim(ctx context.Context, s, i uint64, other bool) (idemkv.Claim, error) {
+	return p.store.Claim(ctx, idemkv.ClaimRequest{ID: bench.Key(s, i, p.o.Tenants), Fingerprint: bench.Fingerprint(s, i, other)})
+}
+
 func retryRequest(ctx context.Context, w *worker) error {
 	p := w.p
-	if pos := p.recentPos.Load(); pos > 0 && w.rng.Float64() < p.cfg.RetryFraction {
+	if pos := p.recentPos.Load(); pos > 0 && w.rng.Float64() < p.o.RetryFraction {
 		// Re-send one of the most recently acquired keys: with several
 		// workers some are still running.
 		back := w.rng.Uint64N(min(pos, uint64(len(p.recent))))
-		v := p.recent[(pos-1-back)%uint64(len(p.recent))].Load()
-		if v != 0 {
+		if v := p.recent[(pos-1-back)%uint64(len(p.recent))].Load(); v != 0 {
 			v--
 			s, i := p.stream+1+v>>40, v&(1<<40-1)
-			c, err := p.store.Claim(ctx, idemkv.ClaimRequest{ID: keyOf(s, i, p.cfg.Tenants), Fingerprint: fingerprint(s, i, false)})
+			c, err := p.claim(ctx, s, i, false)
 			if err != nil {
 				return err
 			}
@@ -194,17 +191,16 @@ func retryRequest(ctx context.Context, w *worker) error {
 // the point's hot stream.
 func hotRequest(ctx context.Context, w *worker) error {
 	p := w.p
-	i := (p.hotSeq.Add(1) - 1) / uint64(p.cfg.HotDuplicates)
-	id := keyOf(p.stream, i, p.cfg.Tenants)
-	c, err := p.store.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fingerprint(p.stream, i, false)})
+	i := (p.hotSeq.Add(1) - 1) / uint64(p.o.HotDuplicates)
+	c, err := p.claim(ctx, p.stream, i, false)
 	if err != nil {
 		return err
 	}
 	switch c.Outcome {
 	case idemkv.Acquired:
 		w.outcomes.Acquired++
-		ek, ev := effectOf(id, p.stream, i)
-		return p.store.Complete(ctx, c.Lease, resultOf(p.stream, i, nil),
+		ek, ev := bench.Effect(c.Lease.ID, p.stream, i)
+		return p.store.Complete(ctx, c.Lease, bench.Result(p.stream, i, nil),
 			func(e idemkv.Effects) error { return e.Set(ek, ev) })
 	case idemkv.InProgress:
 		w.outcomes.InProgress++
@@ -217,7 +213,7 @@ func hotRequest(ctx context.Context, w *worker) error {
 func replayRequest(ctx context.Context, w *worker) error {
 	p := w.p
 	i := w.rng.Uint64N(p.preloaded)
-	c, err := p.store.Claim(ctx, idemkv.ClaimRequest{ID: keyOf(p.preStream, i, p.cfg.Tenants), Fingerprint: fingerprint(p.preStream, i, false)})
+	c, err := p.claim(ctx, p.preStream, i, false)
 	if err != nil {
 		return err
 	}
@@ -228,16 +224,15 @@ func replayRequest(ctx context.Context, w *worker) error {
 func mismatchRequest(ctx context.Context, w *worker) error {
 	p := w.p
 	i := w.rng.Uint64N(p.preloaded)
-	id := keyOf(p.preStream, i, p.cfg.Tenants)
-	c, err := p.store.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fingerprint(p.preStream, i, true)})
+	c, err := p.claim(ctx, p.preStream, i, true)
 	if err != nil {
 		return err
 	}
 	if c.Outcome != idemkv.Mismatch {
-		return violation("claim of %v with another fingerprint: %v, want mismatch", id, c.Outcome)
+		return bench.Violation("claim of %v with another fingerprint: %v, want mismatch", bench.Key(p.preStream, i, p.o.Tenants), c.Outcome)
 	}
 	if c.Record.Result.Status != 0 || c.Record.Result.Pointer != "" {
-		return violation("mismatch on %v leaked the stored result", id)
+		return bench.Violation("mismatch on %v leaked the stored result", bench.Key(p.preStream, i, p.o.Tenants))
 	}
 	w.outcomes.Mismatch++
 	return nil

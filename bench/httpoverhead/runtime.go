@@ -1,4 +1,4 @@
-package bench
+package httpoverhead
 
 import (
 	"math"
@@ -16,14 +16,13 @@ type RuntimeFigures struct {
 	// µs: each the upper bound of the runtime's histogram bucket holding
 	// that quantile.
 	SchedLatencyUS struct {
-		P50  float64 `json:"p50"`
-		P99  float64 `json:"p99"`
-		P999 float64 `json:"p999"`
+		P50  float64 `json:"p50"`  // the median wait, in µs
+		P99  float64 `json:"p99"`  // the 99th percentile, in µs
+		P999 float64 `json:"p999"` // the 99.9th percentile, in µs
 	} `json:"sched_latency_us"`
-	// GCCycles is the number of completed collections.
-	GCCycles uint64 `json:"gc_cycles"`
+	GCCycles uint64 `json:"gc_cycles"` // the number of completed collections
 	// GCCPUSecondsPerRequest is the collector's CPU time (mark assists,
-	// background marking and pauses) per request.
+	// background marking and pauses) per request, in seconds.
 	GCCPUSecondsPerRequest float64 `json:"gc_cpu_seconds_per_request"`
 }
 

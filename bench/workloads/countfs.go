@@ -1,4 +1,4 @@
-package bench
+package workloads
 
 import (
 	"encoding/binary"
@@ -16,9 +16,6 @@ type ioCounts struct {
 	Syncs int64
 	// WALSyncs are the Syncs on write-ahead log files (*.log).
 	WALSyncs int64
-	// WriteBackHints are SyncTo calls that only started write-back (no
-	// durability; Pebble issues them every BytesPerSync). Not in Syncs.
-	WriteBackHints int64
 	// WALRecords is the number of records appended to write-ahead logs: one
 	// per committed Pebble batch. Both targets commit every batch with
 	// pebble.Sync, so this is their number of synced batches.
@@ -31,8 +28,7 @@ type ioCounts struct {
 func (c ioCounts) sub(d ioCounts) ioCounts {
 	return ioCounts{
 		Syncs: c.Syncs - d.Syncs, WALSyncs: c.WALSyncs - d.WALSyncs,
-		WriteBackHints: c.WriteBackHints - d.WriteBackHints,
-		WALRecords:     c.WALRecords - d.WALRecords, WALBytes: c.WALBytes - d.WALBytes,
+		WALRecords: c.WALRecords - d.WALRecords, WALBytes: c.WALBytes - d.WALBytes,
 	}
 }
 
@@ -40,7 +36,7 @@ func (c ioCounts) sub(d ioCounts) ioCounts {
 // it opens. It is safe for concurrent use.
 type countingFS struct {
 	vfs.FS
-	syncs, walSyncs, hints, walRecords, walBytes atomic.Int64
+	syncs, walSyncs, walRecords, walBytes atomic.Int64
 }
 
 var _ vfs.FS = (*countingFS)(nil)
@@ -50,7 +46,7 @@ func newCountingFS(fs vfs.FS) *countingFS { return &countingFS{FS: fs} }
 // Counts returns the totals since the filesystem was wrapped.
 func (fs *countingFS) Counts() ioCounts {
 	return ioCounts{
-		Syncs: fs.syncs.Load(), WALSyncs: fs.walSyncs.Load(), WriteBackHints: fs.hints.Load(),
+		Syncs: fs.syncs.Load(), WALSyncs: fs.walSyncs.Load(),
 		WALRecords: fs.walRecords.Load(), WALBytes: fs.walBytes.Load(),
 	}
 }
@@ -143,11 +139,11 @@ func (f *countingFile) SyncData() error {
 }
 
 func (f *countingFile) SyncTo(length int64) (bool, error) {
+	// A SyncTo that is not full only started write-back (Pebble issues
+	// them every BytesPerSync): no durability, not counted.
 	full, err := f.File.SyncTo(length)
 	if full {
 		f.synced()
-	} else {
-		f.fs.hints.Add(1)
 	}
 	return full, err
 }
