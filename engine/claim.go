@@ -34,25 +34,27 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	if err != nil {
 		return idemkv.Claim{}, err
 	}
-	c := claimCase{req: &req, lease: cmp.Or(req.Lease, e.opts.Lease), class: class, expiresAt: e.expiresAt}
 	k := appendRecordKey(nil, req.ID)
 	st := e.table.stripe(k)
-	c.now = e.clock.Now()
+	now := e.clock.Now()
+	c := claimCase{now: now, lease: cmp.Or(req.Lease, e.opts.Lease), class: class, expires: e.expiresAt(now, class)}
 
 	st.mu.Lock()
-	cur, s, found, err := e.lookupLocked(st, k, c.now)
+	var s *slot
+	c.cur, s, c.found, err = e.lookupLocked(st, k, now)
 	if err != nil {
 		st.mu.Unlock()
 		return idemkv.Claim{}, err
 	}
-	if found {
-		cur.ID = req.ID
-		c.cur, c.busy, c.durable = &cur, s != nil && s.busy, s == nil || s.durable
+	if c.found {
+		c.cur.ID = req.ID
+		c.busy, c.durable = s != nil && s.busy, s == nil || s.durable
+		c.curExpires = e.expiresAt(now, c.cur.Class)
 	}
-	d := decideClaim(&c)
+	d := decideClaim(&req, &c)
 	switch {
 	case d.outcome == idemkv.Acquired:
-		s, err := e.acquireLocked(st, k, &d.rec, opID, c.now)
+		s, err := e.acquireLocked(st, k, &d.rec, opID, now)
 		st.mu.Unlock()
 		if err != nil {
 			return idemkv.Claim{}, err
@@ -60,7 +62,7 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 		return e.acquired(st, k, s, &d.rec)
 	case d.write:
 		// An expired remote lease turns uncertain: its record is on disk.
-		ws := e.table.beginWriteLocked(st, k, s, cur)
+		ws := e.table.beginWriteLocked(st, k, s, c.cur)
 		st.mu.Unlock()
 		if err := e.commitRecord(st, k, ws, true, &d.rec, nil); err != nil {
 			return idemkv.Claim{}, err

@@ -12,15 +12,16 @@ import (
 // outcome will be known within about one fsync.
 const busyRetry = 50 * time.Millisecond
 
-// claimCase is everything a claim's answer depends on: the request, what
-// is there for its key, and the time. decideClaim turns it into the
-// answer; the engine only gathers it (under the key's stripe mutex) and
-// carries the decision out.
+// claimCase is what a claim's answer depends on besides the request: what
+// is there for its key, and the time. decideClaim turns them into the
+// answer; the engine only gathers them (under the key's stripe mutex) and
+// carries the decision out. It holds values, not pointers, so that a claim
+// allocates nothing for it.
 type claimCase struct {
-	req *idemkv.ClaimRequest
 	// cur is the live record for the key (a holder's slot, else the stored
-	// record), nil if there is none.
-	cur *idemkv.Record
+	// record), if found.
+	cur   idemkv.Record
+	found bool
 	// busy: a write of the key is in flight. durable: cur, if in progress,
 	// is on disk (a remote claim): its attempt's effect may have happened
 	// elsewhere.
@@ -31,9 +32,10 @@ type claimCase struct {
 	// gets (already checked).
 	lease time.Duration
 	class string
-	// expiresAt is the end of a class's retention window for a record that
-	// settles at now.
-	expiresAt func(now time.Time, class string) time.Time
+	// expires is the end of the retention window, for a record settling
+	// at now, of class (a new record) and of cur's class (a record turning
+	// uncertain).
+	expires, curExpires time.Time
 }
 
 // claimDecision is the answer to a claimCase.
@@ -50,20 +52,20 @@ type claimDecision struct {
 	retryAfter time.Duration
 }
 
-// decideClaim answers a claim. It is a pure function of its case: the
-// precedence of the answers (docs/design.md, "States and transitions") is
-// written down here and nowhere else.
-func decideClaim(c *claimCase) claimDecision {
-	req, now := c.req, c.now
-	if c.cur == nil {
+// decideClaim answers req, a claim. It is a pure function of the request
+// and its case: the precedence of the answers (docs/design.md, "States and
+// transitions") is written down here and nowhere else.
+func decideClaim(req *idemkv.ClaimRequest, c *claimCase) claimDecision {
+	now := c.now
+	if !c.found {
 		return claimDecision{outcome: idemkv.Acquired, rec: idemkv.Record{
 			ID: req.ID, State: idemkv.StateInProgress, Mode: req.Mode,
 			Fingerprint: bytes.Clone(req.Fingerprint), Attempt: 1,
 			Created: now.Truncate(time.Second), LeaseExpires: now.Add(c.lease),
-			Expires: c.expiresAt(now, c.class), Class: c.class,
+			Expires: c.expires, Class: c.class,
 		}}
 	}
-	cur := *c.cur
+	cur := c.cur
 	if !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
 		cur.Result = idemkv.Result{} // another request's outcome is not this one's to see
 		return claimDecision{outcome: idemkv.Mismatch, rec: cur}
@@ -107,7 +109,7 @@ func decideClaim(c *claimCase) claimDecision {
 	unc := cur
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
-	unc.Expires = c.expiresAt(now, unc.Class)
+	unc.Expires = c.curExpires
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	return claimDecision{outcome: idemkv.Reconciling, rec: unc, write: true}
 }

@@ -105,9 +105,12 @@ func TestDecideClaim(t *testing.T) {
 				fp = fpA
 			}
 			req := idemkv.ClaimRequest{ID: id("k"), Fingerprint: fp, Mode: tc.mode, Resumable: tc.resumable}
-			c := claimCase{req: &req, cur: tc.cur, busy: tc.busy, durable: tc.durable, now: now,
-				lease: time.Minute, class: "", expiresAt: expiresAt}
-			tc.check(t, decideClaim(&c))
+			c := claimCase{busy: tc.busy, durable: tc.durable, now: now, lease: time.Minute, class: "",
+				expires: expiresAt(now, "")}
+			if tc.cur != nil {
+				c.cur, c.found, c.curExpires = *tc.cur, true, expiresAt(now, tc.cur.Class)
+			}
+			tc.check(t, decideClaim(&req, &c))
 		})
 	}
 }
