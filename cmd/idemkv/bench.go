@@ -255,8 +255,7 @@ func measureAndReport[R report](stdout io.Writer, stderr *os.File, name, jsonPat
 		defer jsonFile.Close()
 	}
 	if path := os.Getenv("IDEMKV_CPUPROFILE"); path != "" {
-		// A CPU profile of the whole measurement, for `go tool pprof`
-		// (docs/benchmarks.md, "Where the time goes").
+		// A CPU profile of the whole measurement, for `go tool pprof`.
 		f, err := os.Create(path)
 		if err != nil {
 			return err
