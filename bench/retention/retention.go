@@ -180,6 +180,9 @@ type Meta struct {
 	// under way, in seconds.
 	SweepOnSeconds  float64 `json:"sweep_on_seconds"`
 	SweepOffSeconds float64 `json:"sweep_off_seconds"` // the length of its slices without, in seconds
+	// CompactionNice is the nice value of the stores' compactions
+	// (Options.CompactionNice; --background-nice), 0 for none.
+	CompactionNice int `json:"compaction_nice"`
 }
 
 // Run runs the retention measurement o describes (nil: defaults).
@@ -213,7 +216,8 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	rep.Meta = Meta{Meta: run.Meta(), RetentionSeconds: o.Retention.Seconds(), Periods: o.Periods, Rate: o.Rate,
 		Clients: o.Clients, SweepIntervalSec: o.SweepInterval.Seconds(),
 		SweepRate:      (&ttl.Options{Rate: o.SweepRate}).EnsureDefaults().Rate,
-		SweepOnSeconds: o.SweepOn.Seconds(), SweepOffSeconds: o.SweepOff.Seconds()}
+		SweepOnSeconds: o.SweepOn.Seconds(), SweepOffSeconds: o.SweepOff.Seconds(),
+		CompactionNice: o.CompactionNice}
 	return rep, nil
 }
 

@@ -17,6 +17,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	m := &r.Meta
 	m.WriteHeader(&b, "bench ttl")
+	if m.CompactionNice > 0 {
+		fmt.Fprintf(&b, "compactions at nice %d\n", m.CompactionNice)
+	}
 	fmt.Fprintf(&b, "retention %v, %d periods, %.0f requests/s from %d clients, sweeper every %v at %.0f records/s\n\n",
 		seconds(m.RetentionSeconds), m.Periods, m.Rate, m.Clients, seconds(m.SweepIntervalSec), m.SweepRate)
 	fmt.Fprintf(&b, "%-11s %9s %11s %7s %10s %10s %11s %10s %10s %9s %9s %7s\n", "run", "req/s", "steady live", "spread",

@@ -120,6 +120,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--background-nice", "20"}, "--background-nice 20 outside 0..19"},
 		{[]string{"http", "--background-nice", "-1"}, "--background-nice -1 outside 0..19"},
 		{[]string{"http", "--gomaxprocs", "-2"}, "--gomaxprocs may not be negative"},
+		{[]string{"ttl", "--background-nice", "20"}, "--background-nice 20 outside 0..19"},
+		{[]string{"ttl", "--gomaxprocs", "-1"}, "--gomaxprocs may not be negative"},
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {

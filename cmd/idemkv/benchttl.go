@@ -14,7 +14,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench ttl",
-		args:    "[--profile quick|full] [--retention D] [--periods N] [--rate R] [--no-compare] [--data DIR] [--json FILE] [--plot DIR]",
+		args:    "[--profile quick|full] [--retention D] [--periods N] [--rate R] [--no-compare] [--gomaxprocs N] [--background-nice N] [--data DIR] [--json FILE] [--plot DIR]",
 		summary: "measure retention: disk usage over several windows with and without the sweeper, and the sweeper's cost (docs/benchmarks.md)",
 		flags:   benchTTLFlags,
 	})
@@ -29,6 +29,7 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		rate, sweepRate     float64
 		noCompare           bool
 		data, jsonOut, plot string
+		bg                  backgroundFlags
 	)
 	profileFlag(fs, &profile, "`quick` (10 s windows, about 2.5 minutes) or full (60 s windows, about 13 minutes) (default quick)")
 	fs.DurationVar(&window, "retention", 0, "the retention window (default: the profile's)")
@@ -42,6 +43,7 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	var memtable uint64
 	fs.IntVar(&chunk, "sweep-chunk", 0, "the sweeper's records per chunk (default the engine's)")
 	fs.Uint64Var(&memtable, "memtable", 0, "the engine's memtable size in bytes (default: the profile's)")
+	bg.register(fs, true)
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure as JSON to `FILE`")
 	fs.StringVar(&plot, "plot", "", "write ttl-disk.png into `DIR`")
@@ -60,9 +62,14 @@ func benchTTLFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if memtable != 0 {
 			cfg.MemTableSize = memtable
 		}
+		if err := bg.validate(); err != nil {
+			return usageError{err}
+		}
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}
+		bg.setProcs()
+		cfg.CompactionNice = bg.nice
 		return measureAndReport(stdout, os.Stderr, "bench ttl", jsonOut, func(progress func(bench.Progress)) (*retention.Report, error) {
 			cfg.Progress = progress
 			return retention.Run(ctx, cfg)
