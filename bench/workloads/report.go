@@ -247,7 +247,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	return err
 }
 
-// writeReadOffs writes the figures the goals of issue 3 are stated in.
+// writeReadOffs writes the figures the engine's performance goals are
+// stated in, each beside its goal.
 func (r *Report) writeReadOffs(w io.Writer) {
 	var lines []string
 	for _, c := range r.Comparisons {
@@ -280,7 +281,7 @@ func (r *Report) writeReadOffs(w io.Writer) {
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nRead-offs against the goals of issue 3:\n")
+	fmt.Fprintf(w, "\nRead-offs against the performance goals:\n")
 	for _, l := range lines {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
