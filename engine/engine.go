@@ -96,7 +96,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		closeDB()
 		return nil, err
 	}
-	if e.sweeper.s, err = ttl.New(sweepTarget{e}, &o.Sweep); err != nil {
+	if e.sweeper.s, err = ttl.New(sweepTarget{e}, e.sweepOptions()); err != nil {
 		closeDB()
 		return nil, err
 	}

@@ -57,8 +57,10 @@ type Options struct {
 
 	// Sweep configures the sweeper that deletes expired records (package
 	// ttl): interval (default 10 min), rate (default 50,000 records a
-	// second) and chunk size. Its Clock is always the engine's. Reads never
-	// need it: expired records are absent at once.
+	// second), chunk size, and the wait before retrying a failed pass
+	// (default 1 s, doubling up to the interval; each failure is logged).
+	// Its Clock is always the engine's. Reads never need it: expired
+	// records are absent at once.
 	Sweep ttl.Options
 
 	// NoBackgroundSweep stops Open from starting the sweeper; expired

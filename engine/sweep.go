@@ -291,6 +291,20 @@ func (e *Engine) sweepUnsettled(cursor []byte, n int, now time.Time) (ttl.Chunk,
 	return c, nil
 }
 
+// sweepOptions are the sweeper's options: the engine's, with failed
+// passes logged before any OnError of the caller's is called.
+func (e *Engine) sweepOptions() *ttl.Options {
+	o := e.opts.Sweep
+	onError := o.OnError
+	o.OnError = func(err error, inARow int) {
+		e.opts.Logger.Errorf("idemkv: sweep pass failed (%d in a row), will retry: %v", inARow, err)
+		if onError != nil {
+			onError(err, inARow)
+		}
+	}
+	return &o
+}
+
 // startSweeper starts the background sweeper (unless the store is read-only
 // or the options say not to). Close stops it.
 func (e *Engine) startSweeper() {

@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/record"
@@ -472,6 +475,63 @@ func TestBackgroundSweeperDeletesWithinOneInterval(t *testing.T) {
 	st, err := v.e.Stats()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Sweep.Passes)
+	require.NoError(t, v.e.Close()) // stops the loop while it waits
+	v.e = nil
+}
+
+// TestBackgroundSweeperRetriesAfterAReadError: a pass that fails on a
+// transient read error is logged and retried after Sweep.RetryWait, with
+// Stats saying the sweeper is failing until a pass succeeds; it then
+// deletes what the failed pass could not.
+func TestBackgroundSweeperRetriesAfterAReadError(t *testing.T) {
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && op.Kind == errorfs.OpFileReadAt && strings.HasSuffix(op.Path, ".sst") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	ticks, waits := make(chan time.Time), make(chan time.Duration, 1)
+	passes, failures := make(chan ttl.Pass, 1), make(chan int, 1)
+	v := newSweepEnv(t, func(o *Options) {
+		o.FS = errorfs.Wrap(vfs.Default, inj)
+		o.ReplayCacheSize = -1
+		o.NoBackgroundSweep = false
+		o.Sweep.Interval = time.Minute
+		o.Sweep.RetryWait = time.Second
+		o.Sweep.After = func(d time.Duration) <-chan time.Time { waits <- d; return ticks }
+		o.Sweep.OnPass = func(p ttl.Pass) { passes <- p }
+		o.Sweep.OnError = func(_ error, inARow int) { failures <- inARow }
+	})
+	require.Zero(t, (<-passes).Deleted) // the pass at Open: an empty store
+	<-waits
+	for i := range 30 {
+		v.completeIn("k"+strconv.Itoa(i), "short", fpA, 200)
+	}
+	require.NoError(t, v.e.Flush())
+	require.NoError(t, v.e.Compact(ctx)) // the records are read from sstables
+	v.clock.Advance(time.Hour + time.Hour/bucketsPerWindow)
+
+	armed.Store(true)
+	ticks <- v.clock.Now()
+	require.Equal(t, 1, <-failures)
+	d := <-waits
+	require.GreaterOrEqual(t, d, time.Second/2)
+	require.LessOrEqual(t, d, time.Second, "the retry wait, not the interval")
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Sweep.Failures)
+	require.False(t, st.Sweep.FailingSince.IsZero())
+	require.ErrorContains(t, st.Sweep.LastError, "injected")
+
+	armed.Store(false)
+	ticks <- v.clock.Now()
+	require.Equal(t, 30, (<-passes).Deleted)
+	<-waits
+	st, err = v.e.Stats()
+	require.NoError(t, err)
+	require.True(t, st.Sweep.FailingSince.IsZero())
+	require.Empty(t, v.stored())
 	require.NoError(t, v.e.Close()) // stops the loop while it waits
 	v.e = nil
 }

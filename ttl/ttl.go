@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -180,6 +181,7 @@ const (
 	DefaultInterval  = 10 * time.Minute
 	DefaultRate      = 50_000
 	DefaultChunkSize = 64
+	DefaultRetryWait = time.Second
 )
 
 // Options configure a Sweeper. A nil *Options, and every zero field, means
@@ -206,6 +208,15 @@ type Options struct {
 	After func(d time.Duration) <-chan time.Time
 	// OnPass, if set, is called after every pass with what it did.
 	OnPass func(Pass)
+	// RetryWait is how long the background loop waits after a failed pass
+	// before it tries again. It doubles with each failure in a row, up to
+	// Interval, and is jittered to between half and all of that, so that a
+	// transient fault (a read error, a full disk) costs a retry, not the
+	// sweeper. Default: 1 second.
+	RetryWait time.Duration
+	// OnError, if set, is called with the error of every failed pass of
+	// the background loop and the number of failures in a row.
+	OnError func(err error, inARow int)
 }
 
 // EnsureDefaults returns a copy of o (which may be nil) with every zero
@@ -230,6 +241,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if c.After == nil {
 		c.After = time.After
 	}
+	if c.RetryWait == 0 {
+		c.RetryWait = DefaultRetryWait
+	}
 	return &c
 }
 
@@ -241,6 +255,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("ttl: negative interval %v", c.Interval)
 	case c.ChunkSize < 1 || c.ChunkSize > 1<<16:
 		return fmt.Errorf("ttl: chunk size %d not in [1, 65536]", c.ChunkSize)
+	case c.RetryWait < 0:
+		return fmt.Errorf("ttl: negative retry wait %v", c.RetryWait)
 	}
 	return nil
 }
@@ -258,6 +274,13 @@ type Stats struct {
 	Last, Current Pass
 	// Running reports that a pass is under way.
 	Running bool
+	// Failures counts the passes that ended with an error other than
+	// their context's. FailingSince is when the first of the latest
+	// failures in a row began, zero once a pass succeeds; LastError is the
+	// latest failure's error, kept after a success for diagnosis.
+	Failures     int64
+	FailingSince time.Time
+	LastError    error
 }
 
 // HeldPastExpiry is the number of records past their expiry kept by the
@@ -306,6 +329,7 @@ func (s *Sweeper) Pass(ctx context.Context) (Pass, error) {
 	defer s.pass.Unlock()
 	cursor, err := s.t.SweepCursor()
 	if err != nil {
+		s.failed(s.opts.Clock.Now(), err)
 		return Pass{}, err
 	}
 	p := Pass{Started: s.opts.Clock.Now(), Resumed: cursor != nil}
@@ -328,6 +352,9 @@ func (s *Sweeper) Pass(ctx context.Context) (Pass, error) {
 		}
 		c, err := s.t.SweepChunk(ctx, cursor, s.opts.ChunkSize, s.opts.Clock.Now())
 		if err != nil {
+			if ctx.Err() == nil {
+				s.failed(p.Started, err)
+			}
 			return p, err
 		}
 		p.add(c)
@@ -345,6 +372,7 @@ func (s *Sweeper) Pass(ctx context.Context) (Pass, error) {
 	s.mu.Lock()
 	s.stats.Passes++
 	s.stats.Last = p
+	s.stats.FailingSince = time.Time{}
 	s.mu.Unlock()
 	if s.opts.OnPass != nil {
 		s.opts.OnPass(p)
@@ -352,19 +380,39 @@ func (s *Sweeper) Pass(ctx context.Context) (Pass, error) {
 	return p, nil
 }
 
+// failed records a pass, started at start, that failed with err.
+func (s *Sweeper) failed(start time.Time, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Failures++
+	s.stats.LastError = err
+	if s.stats.FailingSince.IsZero() {
+		s.stats.FailingSince = start
+	}
+}
+
 // Run sweeps until ctx ends: a pass at once, then one every Interval
-// (measured from pass start to pass start). It returns ctx's error, or the
-// first error of a pass that is not ctx's.
+// (measured from pass start to pass start). After a failed pass it tries
+// again after RetryWait, doubled for each failure in a row up to Interval
+// and jittered; it returns only ctx's error.
 func (s *Sweeper) Run(ctx context.Context) error {
+	inARow := 0
 	for {
 		start := time.Now()
-		if _, err := s.Pass(ctx); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
+		_, err := s.Pass(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		wait := s.opts.Interval - time.Since(start)
+		if err != nil {
+			inARow++
+			if s.opts.OnError != nil {
+				s.opts.OnError(err, inARow)
+			}
+			wait = s.retryWait(inARow)
+		} else {
+			inARow = 0
+		}
 		if wait <= 0 {
 			// Yield to cancellation between back-to-back passes.
 			if err := ctx.Err(); err != nil {
@@ -378,4 +426,16 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		case <-s.opts.After(wait):
 		}
 	}
+}
+
+// retryWait is the wait before the next pass after n failed passes in a
+// row: RetryWait doubled n-1 times, at most Interval (or RetryWait, if
+// longer), jittered to between half and all of it so that the sweepers
+// of many processes do not retry in step.
+func (s *Sweeper) retryWait(n int) time.Duration {
+	d := s.opts.RetryWait << min(n-1, 30)
+	if d <= 0 || d > max(s.opts.Interval, s.opts.RetryWait) {
+		d = max(s.opts.Interval, s.opts.RetryWait)
+	}
+	return d/2 + rand.N(d/2+1)
 }

@@ -46,7 +46,10 @@ type memTarget struct {
 	expired map[string]bool
 	cursor  []byte
 	failAt  int // fail the chunk that would examine this key index (0: never)
-	chunks  int
+	// failNext fails this many chunks from now on, then none: a transient
+	// fault.
+	failNext int
+	chunks   int
 }
 
 func newMemTarget(n int, expiredEvery int) *memTarget {
@@ -70,6 +73,10 @@ func (m *memTarget) SweepChunk(_ context.Context, cursor []byte, n int, _ time.T
 	}
 	if m.failAt > 0 && i <= m.failAt && m.failAt < i+n {
 		return Chunk{}, errors.New("injected")
+	}
+	if m.failNext > 0 {
+		m.failNext--
+		return Chunk{}, errTransient
 	}
 	var c Chunk
 	var kept []string
@@ -151,11 +158,71 @@ func TestRunStartsPassesOnTheInjectedTimer(t *testing.T) {
 	require.ErrorIs(t, <-done, context.Canceled)
 }
 
+var errTransient = errors.New("injected transient fault")
+
+// TestRunRetriesAfterFailedPasses: a fault that lasts four passes costs
+// four retries, each waiting twice as long as the last up to Interval,
+// and the sweeper then sweeps as before. Stats say it is failing, and
+// why, until a pass succeeds.
+func TestRunRetriesAfterFailedPasses(t *testing.T) {
+	m := newMemTarget(30, 2)
+	m.failNext = 4
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waits, ticks := make(chan time.Duration), make(chan time.Time)
+	var inARow []int
+	s, err := New(m, &Options{ChunkSize: 4, Rate: -1, Interval: 3 * time.Second, RetryWait: time.Second,
+		After: func(d time.Duration) <-chan time.Time {
+			waits <- d
+			return ticks
+		},
+		OnError: func(err error, n int) {
+			require.ErrorIs(t, err, errTransient)
+			inARow = append(inARow, n)
+		}})
+	require.NoError(t, err)
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+
+	next := func() time.Duration {
+		select {
+		case d := <-waits:
+			return d
+		case err := <-done:
+			t.Fatalf("Run returned %v instead of retrying", err)
+			return 0
+		}
+	}
+	for i, ceiling := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second} {
+		d := next()
+		require.GreaterOrEqual(t, d, ceiling/2, "retry %d", i+1)
+		require.LessOrEqual(t, d, ceiling, "retry %d", i+1)
+		st := s.Stats()
+		require.EqualValues(t, i+1, st.Failures)
+		require.ErrorIs(t, st.LastError, errTransient)
+		require.False(t, st.FailingSince.IsZero())
+		require.Zero(t, st.Passes)
+		ticks <- time.Time{}
+	}
+	next() // after the pass that succeeded: Interval from its start
+	st := s.Stats()
+	require.EqualValues(t, 1, st.Passes)
+	require.EqualValues(t, 15, st.Deleted)
+	require.True(t, st.FailingSince.IsZero(), "no longer failing")
+	require.EqualValues(t, 4, st.Failures)
+	require.ErrorIs(t, st.LastError, errTransient, "kept for diagnosis")
+	require.Equal(t, []int{1, 2, 3, 4}, inARow)
+
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
 func TestOptionsValidate(t *testing.T) {
 	for _, o := range []Options{
 		{Interval: -1},
 		{ChunkSize: -1},
 		{ChunkSize: 1 << 20},
+		{RetryWait: -time.Second},
 	} {
 		_, err := New(&memTarget{}, &o)
 		require.Error(t, err, "%+v", o)

@@ -45,6 +45,15 @@ var metrics = []metric{
 	// Expired records the sweeper deleted (Stats.Sweep.Deleted).
 	{"idemkv_engine_swept_total", "Expired records deleted by the sweeper.", true,
 		func(s engine.Stats) float64 { return float64(s.Sweep.Deleted) }},
+	// Sweeper passes that failed (Stats.Sweep.Failures). The sweeper
+	// retries with backoff; a count that keeps rising means it is not
+	// deleting, and the store grows (Stats.Sweep.LastError says why).
+	{"idemkv_engine_sweep_failures_total", "Sweeper passes that ended with an error.", true,
+		func(s engine.Stats) float64 { return float64(s.Sweep.Failures) }},
+	// 1 while the sweeper's latest pass failed, 0 once one succeeds
+	// (Stats.Sweep.FailingSince).
+	{"idemkv_engine_sweep_failing", "1 while the sweeper's latest pass failed.", false,
+		func(s engine.Stats) float64 { return b2f(!s.Sweep.FailingSince.IsZero()) }},
 	// Records past their expiry that the last sweep had to keep because
 	// they are uncertain, in progress or held (Stats.Sweep.HeldPastExpiry).
 	// A number that only grows is work nobody settles: uncertain payments
@@ -146,4 +155,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.descs[i], t, m.value(s))
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -34,6 +34,8 @@ var stableNames = []string{
 	"idemkv_engine_held_past_expiry",
 	"idemkv_engine_l0_files",
 	"idemkv_engine_read_amp",
+	"idemkv_engine_sweep_failing",
+	"idemkv_engine_sweep_failures_total",
 	"idemkv_engine_swept_total",
 	"idemkv_engine_takeovers_total",
 }
