@@ -390,7 +390,9 @@ type ResolveRequest struct {
 // Effects collects a local operation's business writes so that they commit
 // atomically with its outcome. Keys live in a namespace of their own, apart
 // from the store's records. Effects are not visible to reads until Complete
-// commits them.
+// commits them. A store bounds the size of keys and of one operation's
+// writes; a write past a bound fails with ErrInvalidArgument, and the apply
+// function should return that error, which then writes nothing.
 type Effects interface {
 	// Set writes key=value. The store copies both.
 	Set(key, value []byte) error

@@ -74,3 +74,53 @@ func TestRetentionOfClass(t *testing.T) {
 	_, err := v.e.Retention("nope")
 	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
 }
+
+// TestEffectsSizeBound: writes past Options.MaxEffectsSize fail in the
+// apply function, before anything is held or written, and leave the key
+// as it was: the holder can still complete, an uncertain record can still
+// be resolved.
+func TestEffectsSizeBound(t *testing.T) {
+	v := newEnv(t)
+	v.opts.MaxEffectsSize = 1024
+	v.reopen()
+	big := make([]byte, 1025)
+
+	c := v.claim(id("k"), fpA, idemkv.ModeLocal)
+	err := v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		return fx.Set([]byte("big"), big)
+	})
+	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
+	require.ErrorContains(t, err, "limit 1024")
+	err = v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		for i := range 3 { // keys and values add up: the third write is past the bound
+			if err := fx.Set([]byte{'a', byte(i)}, big[:400]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		return fx.Set([]byte("small"), big[:1000])
+	}), "the failed attempts held nothing")
+	_, err = v.e.GetData([]byte("big"))
+	require.ErrorIs(t, err, idemkv.ErrNotFound)
+	require.Equal(t, idemkv.Replay, v.claim(id("k"), fpA, idemkv.ModeLocal).Outcome)
+
+	u := v.claim(id("u"), fpA, idemkv.ModeRemote)
+	require.NoError(t, v.e.MarkUncertain(ctx, u.Lease, "timeout"))
+	rec, err := v.e.Get(ctx, id("u"))
+	require.NoError(t, err)
+	req := idemkv.ResolveRequest{ID: id("u"), Token: rec.Token, Result: idemkv.Result{Status: 201},
+		Apply: func(fx idemkv.Effects) error { return fx.Delete(big) }}
+	require.ErrorIs(t, v.e.Resolve(ctx, req), idemkv.ErrInvalidArgument, "a key past MaxEffectKeyLen")
+	req.Apply = func(fx idemkv.Effects) error { return fx.Set([]byte("ledger"), big) }
+	require.ErrorIs(t, v.e.Resolve(ctx, req), idemkv.ErrInvalidArgument)
+	req.Apply = func(fx idemkv.Effects) error { return fx.Set([]byte("ledger"), big[:10]) }
+	require.NoError(t, v.e.Resolve(ctx, req), "the record was left uncertain, and resolvable")
+	require.Equal(t, idemkv.Replay, v.claim(id("u"), fpA, idemkv.ModeRemote).Outcome)
+
+	v.opts.MaxEffectsSize = -1
+	_, err = Open(t.TempDir(), &v.opts)
+	require.ErrorContains(t, err, "MaxEffectsSize")
+}

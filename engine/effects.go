@@ -63,6 +63,8 @@ func (e *Engine) GetData(key []byte) ([]byte, error) {
 // expiry of the outcome they pair with, which every value is stamped with
 // (record.AppendStamp).
 type effectBuf struct {
+	// limit bounds the arena: Options.MaxEffectsSize.
+	limit int
 	ops   []effectOp
 	arena []byte
 	// Inline room for the common apply (a few small writes), so that
@@ -80,8 +82,20 @@ func (w *effectBuf) init() {
 	}
 }
 
+// fits reports whether n more bytes keep the writes within their limit.
+func (w *effectBuf) fits(n int) error {
+	if len(w.arena)+n > w.limit {
+		return fmt.Errorf("%w: effects of one operation would be %d bytes, limit %d (Options.MaxEffectsSize)",
+			idemkv.ErrInvalidArgument, len(w.arena)+n, w.limit)
+	}
+	return nil
+}
+
 func (w *effectBuf) Set(key, value []byte) error {
 	if err := validateEffectKey(key); err != nil {
+		return err
+	}
+	if err := w.fits(len(key) + len(value)); err != nil {
 		return err
 	}
 	w.init()
@@ -96,6 +110,9 @@ func (w *effectBuf) Set(key, value []byte) error {
 
 func (w *effectBuf) Delete(key []byte) error {
 	if err := validateEffectKey(key); err != nil {
+		return err
+	}
+	if err := w.fits(len(key)); err != nil {
 		return err
 	}
 	w.init()

@@ -80,6 +80,12 @@ type Options struct {
 	// larger responses as a Result.Pointer instead.
 	MaxBodySize int
 
+	// MaxEffectsSize bounds what one operation writes through Effects: the
+	// bytes of its keys and values together. Default: 1 MiB. A Set or
+	// Delete past it fails with idemkv.ErrInvalidArgument before anything
+	// is held or written, so that no batch can outgrow what Pebble commits.
+	MaxEffectsSize int
+
 	// CacheSize is the Pebble block cache, in bytes. Default: 64 MiB. Claim
 	// misses and replays that miss the replay cache read from it.
 	CacheSize int64
@@ -190,6 +196,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if c.MaxBodySize == 0 {
 		c.MaxBodySize = 64 << 10
 	}
+	if c.MaxEffectsSize == 0 {
+		c.MaxEffectsSize = 1 << 20
+	}
 	if c.CacheSize == 0 {
 		c.CacheSize = 64 << 20
 	}
@@ -267,6 +276,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxBodySize < 0 || o.MaxBodySize > 16<<20 {
 		errs = append(errs, fmt.Errorf("MaxBodySize %d outside 0..16 MiB", o.MaxBodySize))
+	}
+	if o.MaxEffectsSize < 0 || o.MaxEffectsSize > 256<<20 {
+		errs = append(errs, fmt.Errorf("MaxEffectsSize %d outside 0..256 MiB", o.MaxEffectsSize))
 	}
 	if o.CacheSize < 0 {
 		errs = append(errs, fmt.Errorf("CacheSize %d is negative", o.CacheSize))

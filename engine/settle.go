@@ -33,7 +33,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 		return err
 	}
 	defer e.gate.exit()
-	var fx effectBuf
+	fx := effectBuf{limit: e.opts.MaxEffectsSize}
 	if apply != nil {
 		if err := apply(&fx); err != nil {
 			return err
@@ -162,7 +162,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		return err
 	}
 	defer e.gate.exit()
-	var fx effectBuf
+	fx := effectBuf{limit: e.opts.MaxEffectsSize}
 	if req.Apply != nil {
 		if err := req.Apply(&fx); err != nil {
 			return err
