@@ -90,7 +90,10 @@ func (rg *rig) serve(name string, h http.Handler, e *engine.Engine) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux}
+	// The limits of idemkv serve, so that the measured server is the one
+	// a service runs (they do not bind at the harness's rate).
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		WriteTimeout: 45 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 32 << 10}
 	go srv.Serve(ln)
 	rg.closers = append(rg.closers, srv.Close)
 	s := &server{name: name, hist: bench.NewHistogram(), engine: e}

@@ -48,8 +48,10 @@ func startDemo(dir string, cfg demoConfig) (*demo, error) {
 		return nil, err
 	}
 	d.url = "http://" + ln.Addr().String()
-	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
-	go d.srv.Serve(ln)
+	_, conns := fileBudget()
+	srv, cl := newServer(d, defaultLimits(demoLease, conns), nil)
+	d.srv = srv
+	go d.srv.Serve(cl.Listener(ln))
 	// Every request on a new connection: net/http's client resends by
 	// itself a request that carries an Idempotency-Key when a reused
 	// connection drops before the answer, and the demo's client retries

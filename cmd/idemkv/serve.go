@@ -78,6 +78,8 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		ln.Close()
 		return err
 	}
+	storeFiles, maxConns := fileBudget()
+	o.ConfigurePebble = keepFilesUnder(storeFiles, o.ConfigurePebble)
 	e, err := engine.Open(c.dir, o)
 	if err != nil {
 		ln.Close()
@@ -97,13 +99,14 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 			Help: "Compactions run at the lowered priority of --background-nice.",
 		}, func() float64 { return float64(prio.Lowered()) }))
 	}
-	srv := &http.Server{
-		Handler:           svc.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	lease := c.lease
+	if lease == 0 {
+		lease = o.EnsureDefaults().Lease
 	}
-	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; GOMAXPROCS %d, compactions at nice %d)\n",
-		ln.Addr(), c.dir, runtime.GOMAXPROCS(0), c.bg.nice)
+	srv, cl := newServer(svc.Handler(), defaultLimits(lease+c.wait, maxConns), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	ln = cl.Listener(ln)
+	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d)\n",
+		ln.Addr(), c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice)
 	fmt.Fprintf(stdout, "try: curl -si -X POST http://%s/v1/payments -H 'Authorization: Bearer acct_1' -H 'Idempotency-Key: order-1' -d '{\"amount\":5000,\"currency\":\"USD\",\"card\":\"tok_123\"}'\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
