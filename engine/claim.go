@@ -20,6 +20,9 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	if err := req.Validate(); err != nil {
 		return idemkv.Claim{}, err
 	}
+	if err := e.writable(); err != nil {
+		return idemkv.Claim{}, err
+	}
 	if err := e.gate.begin(ctx); err != nil {
 		return idemkv.Claim{}, err
 	}
@@ -85,7 +88,10 @@ func (e *Engine) acquireLocked(st *stripe, k []byte, rec *idemkv.Record, opID id
 	if e.disk.lowAt(now) {
 		return nil, fmt.Errorf("%w (less than %d bytes free)", idemkv.ErrNoSpace, e.opts.MinFreeDisk)
 	}
-	rec.Token = e.nextToken()
+	var err error
+	if rec.Token, err = e.nextToken(); err != nil {
+		return nil, err
+	}
 	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
 		rec.OperationID = opID
 	}

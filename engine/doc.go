@@ -43,7 +43,9 @@
 // # Fencing and takeovers
 //
 // Tokens are epoch<<40 | sequence, where the epoch is advanced durably at
-// every Open: they are unique and increasing for the life of the store. A
+// every Open: they are unique and increasing for the life of the store.
+// An Open that issues all 2^40 tokens of its epoch fails (ErrFailed) rather
+// than repeat one; reopening advances the epoch. A
 // holder's Complete, Release, MarkUncertain and Renew are compare-and-set on
 // the token. An expired local lease may be taken over at once (the stale
 // holder's effects are fenced with its outcome). An expired remote lease is

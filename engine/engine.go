@@ -146,6 +146,30 @@ func (e *Engine) Close() error {
 // give about that key is safe any more.
 func (e *Engine) fail(err error) error { return e.gate.fail(err) }
 
-func (e *Engine) nextToken() uint64 {
-	return e.epoch<<tokenSeqBits | e.seq.Add(1)
+// ErrReadOnly is returned by every call that would change a store opened
+// with Options.ReadOnly. It is also an idemkv.ErrInvalidArgument.
+var ErrReadOnly = fmt.Errorf("%w: store opened read-only", idemkv.ErrInvalidArgument)
+
+// writable refuses a state-changing call on a read-only store: a claim it
+// acquired could never be completed.
+func (e *Engine) writable() error {
+	if e.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	return nil
+}
+
+// maxSeq is the last sequence number of an epoch.
+const maxSeq = 1<<tokenSeqBits - 1
+
+// nextToken returns a new token of this Open's epoch. Once the epoch's
+// 2^40 sequence numbers are used, a token would spill into the epoch's
+// bits and repeat an earlier one, so the engine fails instead (ErrFailed,
+// and /healthz says so): reopening it advances the epoch.
+func (e *Engine) nextToken() (uint64, error) {
+	s := e.seq.Add(1)
+	if s > maxSeq {
+		return 0, e.fail(errors.New("every token of this Open's epoch has been issued; reopen the store to advance it"))
+	}
+	return e.epoch<<tokenSeqBits | s, nil
 }

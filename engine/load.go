@@ -149,7 +149,9 @@ func (l *loader) fill(rec *idemkv.Record) error {
 		return err
 	}
 	rec.Class = class
-	rec.Token = e.nextToken()
+	if rec.Token, err = e.nextToken(); err != nil {
+		return err
+	}
 	if rec.Attempt == 0 {
 		rec.Attempt = 1
 	}

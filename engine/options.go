@@ -163,8 +163,9 @@ type Options struct {
 	// it low to make the claim filter rebuild often.
 	claimFilterMinKeys int64
 
-	// ReadOnly opens the store for inspection only: writes return an error
-	// and the store's epoch is not advanced.
+	// ReadOnly opens the store for inspection only: every call that would
+	// change it, Claim included, returns ErrReadOnly, and the store's epoch
+	// is not advanced.
 	ReadOnly bool
 }
 

@@ -29,6 +29,9 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	if err := e.validateResult(&r); err != nil {
 		return err
 	}
+	if err := e.writable(); err != nil {
+		return err
+	}
 	if err := e.gate.begin(ctx); err != nil {
 		return err
 	}
@@ -65,6 +68,9 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
+	if err := e.writable(); err != nil {
+		return err
+	}
 	if err := e.gate.begin(ctx); err != nil {
 		return err
 	}
@@ -98,6 +104,9 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	if len(note) > idemkv.MaxNoteLen {
 		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
 	}
+	if err := e.writable(); err != nil {
+		return err
+	}
 	if err := e.gate.begin(ctx); err != nil {
 		return err
 	}
@@ -129,6 +138,9 @@ func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (id
 	if d == 0 {
 		d = e.opts.Lease
 	}
+	if err := e.writable(); err != nil {
+		return idemkv.Lease{}, err
+	}
 	if err := e.gate.begin(ctx); err != nil {
 		return idemkv.Lease{}, err
 	}
@@ -157,6 +169,9 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		if err := e.validateResult(&req.Result); err != nil {
 			return err
 		}
+	}
+	if err := e.writable(); err != nil {
+		return err
 	}
 	if err := e.gate.begin(ctx); err != nil {
 		return err

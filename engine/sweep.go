@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/record"
 	"github.com/idemkv/idemkv/ttl"
 )
@@ -80,8 +79,8 @@ var (
 // a pass, Sweep waits for it and then runs a pass of its own. Running it
 // twice is harmless.
 func (e *Engine) Sweep(ctx context.Context) (ttl.Pass, error) {
-	if e.opts.ReadOnly {
-		return ttl.Pass{}, fmt.Errorf("engine: sweep: %w: store opened read-only", idemkv.ErrInvalidArgument)
+	if err := e.writable(); err != nil {
+		return ttl.Pass{}, fmt.Errorf("engine: sweep: %w", err)
 	}
 	return e.sweeper.s.Pass(ctx)
 }
