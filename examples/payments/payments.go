@@ -134,11 +134,29 @@ func New(cfg Config) (*Service, error) {
 	mux.HandleFunc("GET /v1/payments", s.list)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpidem.WriteProblem(w, "not-found", http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, 0)
-	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { noRoute(mux, w, r) })
 	s.handler = mux
 	return s, nil
+}
+
+// noRoute answers a request no route of mux matched: 405 with Allow if
+// its path has routes for other methods, else 404. The catch-all route
+// that calls it would otherwise hide the mux's own 405s.
+func noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := mux.Handler(probe); pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		httpidem.WriteProblem(w, "not-found", http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, 0)
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	httpidem.WriteProblem(w, "method-not-allowed", http.StatusMethodNotAllowed,
+		r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+strings.Join(allow, ", "), 0)
 }
 
 // Handler returns the service's HTTP handler.

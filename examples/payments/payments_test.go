@@ -162,7 +162,7 @@ func TestBadRequests(t *testing.T) {
 	assert.Contains(t, p.Detail, "currency must be")
 	problemOf(t, f.pay("acct_1", "k4", `{"amount":1.5,"currency":"USD","card":"tok"}`), http.StatusUnprocessableEntity, "invalid-payment")
 	problemOf(t, f.send("GET", "/v1/payments?limit=0", "acct_1", "", ""), http.StatusBadRequest, "invalid-query")
-	problemOf(t, f.send("DELETE", "/v1/payments", "acct_1", "", ""), http.StatusNotFound, "not-found")
+	problemOf(t, f.send("DELETE", "/v1/payments", "acct_1", "", ""), http.StatusMethodNotAllowed, "method-not-allowed")
 	// A validation error is a final answer: its retry is replayed, body
 	// and all (it has no pointer to rebuild it from).
 	first := f.pay("acct_1", "k5", `{"amount":0,"currency":"USD","card":"tok"}`)
@@ -359,4 +359,25 @@ func TestListPages(t *testing.T) {
 	for _, cursor := range []string{"pay_nope", other} {
 		problemOf(t, f.send("GET", "/v1/payments?starting_after="+cursor, "acct_1", "", ""), http.StatusBadRequest, "invalid-query")
 	}
+}
+
+// A method a path has no route for answers 405 with the methods it has;
+// a path with no route answers 404.
+func TestWrongMethodIs405(t *testing.T) {
+	f := newService(t, ProviderOptions{})
+	for _, tc := range []struct{ method, path, allow string }{
+		{"PUT", "/v1/payments", "GET, HEAD, POST"},
+		{"DELETE", "/v1/payments", "GET, HEAD, POST"},
+		{"PATCH", "/v1/payments/pay_1", "GET, HEAD"},
+		{"POST", "/healthz", "GET, HEAD"},
+	} {
+		r := f.send(tc.method, tc.path, "acct_1", "k1", order)
+		p := problemOf(t, r, http.StatusMethodNotAllowed, "method-not-allowed")
+		require.Equal(t, tc.allow, r.header.Get("Allow"), "%s %s", tc.method, tc.path)
+		require.Contains(t, p.Detail, tc.allow)
+	}
+	problemOf(t, f.send("GET", "/v1/nope", "acct_1", "", ""), http.StatusNotFound, "not-found")
+	problemOf(t, f.send("PUT", "/v1/nope", "acct_1", "", ""), http.StatusNotFound, "not-found")
+	require.Empty(t, decode[struct{ Data []any }](t, f.send("GET", "/v1/payments", "acct_1", "", "")).Data,
+		"the refused requests created nothing")
 }
