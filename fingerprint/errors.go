@@ -8,7 +8,7 @@ import (
 // Errors. Match them with errors.Is.
 //
 // Every error about the request body (malformed JSON, a duplicate member, bad
-// Unicode, a number out of range, too deep, too large) is a *BodyError that
+// Unicode, a number out of range or not exact, too deep, too large) is a *BodyError that
 // matches both ErrInvalidBody and its own kind: an HTTP layer answers all of
 // them with 400 by testing for ErrInvalidBody alone. The other errors are the
 // caller's or the store's fault, not the client's.
@@ -27,9 +27,16 @@ var (
 	// lone surrogate (\ud800 without its pair).
 	ErrInvalidUnicode = errors.New("fingerprint: invalid Unicode")
 	// ErrNumberRange: a number whose magnitude is beyond float64 (about
-	// 1.8e308). Numbers that underflow become 0, as in every JSON parser
-	// that uses IEEE-754 doubles.
+	// 1.8e308). One that underflows is an ErrInexactNumber.
 	ErrNumberRange = errors.New("fingerprint: number out of range")
+	// ErrInexactNumber: a number whose value changes on its way through a
+	// 64-bit float, such as 9007199254740993 or 5000.0000000000001 (or one
+	// that underflows to 0): its canonical form would denote another
+	// number, so two different requests could share a fingerprint. I-JSON
+	// (RFC 7493, 2.2) asks senders not to use such numbers; send them as
+	// strings. 0.1 and 5000.0 are exact in this sense: their canonical
+	// forms, 0.1 and 5000, denote the same values.
+	ErrInexactNumber = errors.New("fingerprint: number not exact in a 64-bit float")
 	// ErrTooDeep: arrays and objects nested deeper than Options.MaxDepth.
 	ErrTooDeep = errors.New("fingerprint: JSON nested too deeply")
 	// ErrTooLarge: the body is longer than Options.MaxBodySize.
@@ -51,7 +58,7 @@ var (
 // ErrInvalidBody and its Kind with errors.Is.
 type BodyError struct {
 	// Kind is ErrMalformed, ErrDuplicateName, ErrInvalidUnicode,
-	// ErrNumberRange, ErrTooDeep or ErrTooLarge.
+	// ErrNumberRange, ErrInexactNumber, ErrTooDeep or ErrTooLarge.
 	Kind error
 	// Offset is the byte offset in the body where the problem was found,
 	// or -1 when the problem has no position (ErrTooLarge).

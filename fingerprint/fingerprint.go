@@ -169,7 +169,7 @@ func Select(body []byte, opts *Options) ([]Field, error) {
 	}
 	cn := canonPool.Get()
 	defer cn.release()
-	if err := cn.run(body, c.maxDepth); err != nil {
+	if err := cn.run(body, c.maxDepth, c.inexact); err != nil {
 		return nil, err
 	}
 	for i := range fields {

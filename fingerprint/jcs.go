@@ -25,7 +25,8 @@ import (
 //
 // It fails with a *BodyError (matching ErrInvalidBody) on a body that is
 // empty, malformed, has a duplicate member name, invalid Unicode, a number
-// beyond float64, or is too large or too deep; with ErrInvalidOptions on
+// beyond float64 or not exact in one (unless Options.InexactNumbers), or is
+// too large or too deep; with ErrInvalidOptions on
 // bad limits.
 func Canonical(body []byte, opts *Options) ([]byte, error) {
 	o := opts.EnsureDefaults()
@@ -37,7 +38,7 @@ func Canonical(body []byte, opts *Options) ([]byte, error) {
 	}
 	c := canonPool.Get()
 	defer c.release()
-	if err := c.run(body, o.MaxDepth); err != nil {
+	if err := c.run(body, o.MaxDepth, o.InexactNumbers); err != nil {
 		return nil, err
 	}
 	return bytes.Clone(c.out), nil
@@ -54,6 +55,7 @@ type canon struct {
 	pos      int
 	depth    int
 	maxDepth int
+	inexact  bool // Options.InexactNumbers
 	out      []byte
 	// names holds the decoded member names of the objects being built, as
 	// a stack: an object's names follow its enclosing object's.
@@ -94,8 +96,8 @@ func (c *canon) reset() {
 }
 
 // run canonicalizes in into c.out.
-func (c *canon) run(in []byte, maxDepth int) error {
-	c.in, c.pos, c.depth, c.maxDepth = in, 0, 0, maxDepth
+func (c *canon) run(in []byte, maxDepth int, inexact bool) error {
+	c.in, c.pos, c.depth, c.maxDepth, c.inexact = in, 0, 0, maxDepth, inexact
 	c.out, c.names, c.members = c.out[:0], c.names[:0], c.members[:0]
 	c.ws()
 	if err := c.value(); err != nil {
@@ -603,8 +605,74 @@ func (c *canon) number() error {
 		}
 		return bodyError(ErrNumberRange, start, "%s is beyond the range of a 64-bit float", shown)
 	}
+	at := len(c.out)
 	c.out = appendNumber(c.out, f)
+	if !c.inexact && !sameDecimal(lex, c.out[at:]) {
+		shown := lex
+		if len(shown) > 40 {
+			shown = append(slices.Clip(shown[:40]), "..."...)
+		}
+		return bodyError(ErrInexactNumber, start, "%s is not exact in a 64-bit float (it would be %s); send it as a string", shown, c.out[at:])
+	}
 	return nil
+}
+
+// sameDecimal reports whether the JSON numbers a and b (grammar checked)
+// denote the same decimal value.
+func sameDecimal(a, b []byte) bool {
+	var abuf, bbuf [40]byte
+	an, ad, ae := decimalOf(a, abuf[:0])
+	bn, bd, be := decimalOf(b, bbuf[:0])
+	if len(ad) == 0 || len(bd) == 0 {
+		return len(ad) == len(bd) // zero is zero, whatever its sign
+	}
+	return an == bn && ae == be && bytes.Equal(ad, bd)
+}
+
+// decimalOf splits the JSON number lex into its sign and its value as
+// 0.digits × 10^exp, digits without leading or trailing zeros (none for
+// zero), appended to buf. An exponent beyond a million saturates there:
+// such a number is beyond a float's range either way.
+func decimalOf(lex, buf []byte) (neg bool, digits []byte, exp int) {
+	i := 0
+	if lex[0] == '-' {
+		neg, i = true, 1
+	}
+	intDigits, fraction := 0, false
+	for ; i < len(lex) && lex[i] != 'e' && lex[i] != 'E'; i++ {
+		d := lex[i]
+		if d == '.' {
+			fraction = true
+			continue
+		}
+		if !fraction {
+			intDigits++
+		}
+		if d == '0' && len(buf) == 0 {
+			exp-- // a leading zero moves the point, not the digits
+			continue
+		}
+		buf = append(buf, d)
+	}
+	e := 0
+	if i < len(lex) {
+		i++
+		sign := 1
+		if lex[i] == '+' || lex[i] == '-' {
+			if lex[i] == '-' {
+				sign = -1
+			}
+			i++
+		}
+		for ; i < len(lex); i++ {
+			e = min(e*10+int(lex[i]-'0'), 1_000_000)
+		}
+		e *= sign
+	}
+	for len(buf) > 0 && buf[len(buf)-1] == '0' {
+		buf = buf[:len(buf)-1]
+	}
+	return neg, buf, exp + intDigits + e
 }
 
 // appendNumber appends f (finite) the way ECMAScript's Number::toString

@@ -106,6 +106,14 @@ type Options struct {
 	// an ErrTooDeep.
 	MaxDepth int
 
+	// InexactNumbers accepts numbers whose value changes on their way
+	// through a 64-bit float, rounding them as RFC 8785 does. Default: off:
+	// such a number is an ErrInexactNumber, since two different numbers
+	// (9007199254740993 and 9007199254740992) would share a fingerprint
+	// and a retry with the other would be replayed. Turn it on only for a
+	// route whose handler reads numbers as doubles too.
+	InexactNumbers bool
+
 	// Diagnostics makes Compute also return per-part digests (FP.Diagnostics)
 	// so that Explain can later name which parts of a mismatching retry
 	// differ. Default: off. It costs a few bytes per covered part, stored
@@ -182,6 +190,7 @@ type config struct {
 	query       []string
 	maxBody     int
 	maxDepth    int
+	inexact     bool
 	diagnostics bool
 }
 
@@ -191,7 +200,7 @@ func newConfig(opts *Options) (config, error) {
 		return config{}, err
 	}
 	c := config{
-		mode: o.Mode, maxBody: o.MaxBodySize, maxDepth: o.MaxDepth, diagnostics: o.Diagnostics,
+		mode: o.Mode, maxBody: o.MaxBodySize, maxDepth: o.MaxDepth, inexact: o.InexactNumbers, diagnostics: o.Diagnostics,
 		fields: sortedSet(o.Fields, false),
 		query:  sortedSet(o.Query, false),
 	}

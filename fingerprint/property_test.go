@@ -3,8 +3,10 @@ package fingerprint_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -571,4 +573,85 @@ func TestPropertyNoConcatenation(t *testing.T) {
 			}
 		}
 	})
+}
+
+// genNumberText draws JSON number text: an integer or decimal part of up to 25
+// digits, sometimes with an exponent, so that some values are exact in a
+// double and many are not.
+func genNumberText(t *rapid.T) string {
+	var b strings.Builder
+	if rapid.Bool().Draw(t, "neg") {
+		b.WriteByte('-')
+	}
+	digits := rapid.StringMatching(`(0|[1-9][0-9]{0,24})`).Draw(t, "int")
+	b.WriteString(digits)
+	if rapid.Bool().Draw(t, "frac") {
+		b.WriteString("." + rapid.StringMatching(`[0-9]{1,20}`).Draw(t, "fraction"))
+	}
+	if rapid.IntRange(0, 3).Draw(t, "exp?") == 0 {
+		fmt.Fprintf(&b, "e%d", rapid.IntRange(-330, 310).Draw(t, "exp"))
+	}
+	return b.String()
+}
+
+// TestPropertyNumbersExact: a number is accepted exactly when its
+// canonical form denotes the same value as its text, decided here by exact
+// rational arithmetic; two accepted numbers share a fingerprint only if
+// they are the same number; with InexactNumbers every number in range is
+// accepted, as RFC 8785 rounds it.
+func TestPropertyNumbersExact(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		a := genNumberText(t)
+		got, err := fingerprint.Canonical([]byte(a), nil)
+		f, ferr := strconv.ParseFloat(a, 64)
+		if ferr != nil && !math.IsInf(f, 0) {
+			t.Fatalf("%s: %v", a, ferr)
+		}
+		if math.IsInf(f, 0) {
+			if !errors.Is(err, fingerprint.ErrNumberRange) {
+				t.Fatalf("%s overflows, got %v", a, err)
+			}
+			return
+		}
+		text, _ := new(big.Rat).SetString(a)
+		exact := false
+		if canon, err := fingerprint.Canonical([]byte(a), &fingerprint.Options{InexactNumbers: true}); err != nil {
+			t.Fatalf("%s in range, refused with InexactNumbers: %v", a, err)
+		} else {
+			c, _ := new(big.Rat).SetString(string(canon))
+			exact = c.Cmp(text) == 0
+		}
+		if exact != (err == nil) {
+			t.Fatalf("%s: exact %v, but Canonical says %q, %v", a, exact, got, err)
+		}
+		if err != nil && !errors.Is(err, fingerprint.ErrInexactNumber) {
+			t.Fatalf("%s: %v", a, err)
+		}
+
+		b := genNumberText(t)
+		gotB, errB := fingerprint.Canonical([]byte(b), nil)
+		tb, _ := new(big.Rat).SetString(b)
+		if err == nil && errB == nil && bytes.Equal(got, gotB) != (text.Cmp(tb) == 0) {
+			t.Fatalf("%s and %s: canonical %s and %s", a, b, got, gotB)
+		}
+	})
+}
+
+// The numbers of the hostile-client report: different requests that a
+// double cannot tell apart are refused, not replayed; numbers whose
+// canonical form keeps their value are accepted.
+func TestNumbersThatADoubleCannotTellApart(t *testing.T) {
+	for _, in := range []string{"9007199254740993", "1000000000000000001", "5000.0000000000001", "1e-400", "0.30000000000000000001"} {
+		_, err := fingerprint.Canonical([]byte(`{"amount":`+in+`}`), nil)
+		if !errors.Is(err, fingerprint.ErrInexactNumber) || !errors.Is(err, fingerprint.ErrInvalidBody) {
+			t.Errorf("%s: %v, want ErrInexactNumber", in, err)
+		}
+	}
+	for in, want := range map[string]string{"9007199254740992": "9007199254740992", "1000000000000000000": "1000000000000000000",
+		"5000.0": "5000", "0.1": "0.1", "1E3": "1000", "-0": "0", "0e999": "0", "123.4560e-2": "1.23456"} {
+		got, err := fingerprint.Canonical([]byte(in), nil)
+		if err != nil || string(got) != want {
+			t.Errorf("%s: %s, %v; want %s", in, got, err, want)
+		}
+	}
 }

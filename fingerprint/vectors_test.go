@@ -64,6 +64,9 @@ type vectorOptions struct {
 	Fields  []string `json:"fields,omitempty"`
 	Headers []string `json:"headers,omitempty"`
 	Query   []string `json:"query,omitempty"`
+	// InexactNumbers is Options.InexactNumbers: it accepts more bodies
+	// and does not change the fingerprint of any.
+	InexactNumbers bool `json:"inexact_numbers,omitempty"`
 }
 
 func (v vector) request(t *testing.T) fingerprint.Request {
@@ -84,7 +87,7 @@ func (v vector) options(t *testing.T, diag bool) *fingerprint.Options {
 	require.NoError(t, err, v.Name)
 	return &fingerprint.Options{
 		Mode: mode, Fields: v.Options.Fields, Headers: v.Options.Headers, Query: v.Options.Query,
-		Diagnostics: diag,
+		InexactNumbers: v.Options.InexactNumbers, Diagnostics: diag,
 	}
 }
 

@@ -159,7 +159,7 @@ func computeV1(st *state, req *Request, c *config) error {
 	case c.mode == ModeRaw:
 		st.note(diag, partBody, "", st.put(kindBodyRaw, req.Body))
 	case c.mode == ModeJSON:
-		if err := st.canon.run(req.Body, c.maxDepth); err != nil {
+		if err := st.canon.run(req.Body, c.maxDepth, c.inexact); err != nil {
 			return err
 		}
 		doc := st.canon.out
@@ -172,7 +172,7 @@ func computeV1(st *state, req *Request, c *config) error {
 			}
 		}
 	case c.mode == ModeFields:
-		if err := st.canon.run(req.Body, c.maxDepth); err != nil {
+		if err := st.canon.run(req.Body, c.maxDepth, c.inexact); err != nil {
 			return err
 		}
 		for _, p := range c.fields {
