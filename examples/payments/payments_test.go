@@ -381,3 +381,42 @@ func TestWrongMethodIs405(t *testing.T) {
 	require.Empty(t, decode[struct{ Data []any }](t, f.send("GET", "/v1/payments", "acct_1", "", "")).Data,
 		"the refused requests created nothing")
 }
+
+// The handler acts on what the fingerprint binds: numbers a double cannot
+// tell apart are refused before anything runs; 5000.0 and 5000 are the
+// same payment; member names match exactly and values keep their JSON
+// type, so a case variant or a string amount is a problem, never a charge.
+func TestBodyMeansWhatTheFingerprintSays(t *testing.T) {
+	f := newService(t, ProviderOptions{})
+	for i, amount := range []string{"9007199254740993", "1000000000000000001", "5000.0000000000001"} {
+		r := f.pay("acct_1", fmt.Sprintf("exact-%d", i), `{"amount":`+amount+`,"currency":"USD","card":"tok"}`)
+		p := problemOf(t, r, http.StatusBadRequest, httpidem.ProblemInvalidBody)
+		require.Contains(t, p.Detail, "not exact", amount)
+	}
+
+	first := f.pay("acct_1", "decimal", `{"amount":5000.0,"currency":"USD","card":"tok"}`)
+	require.Equal(t, http.StatusCreated, first.status, "%s", first.body)
+	again := f.pay("acct_1", "decimal", `{"amount":5000,"currency":"USD","card":"tok"}`)
+	require.Equal(t, http.StatusCreated, again.status)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, decode[Payment](t, first).ID, decode[Payment](t, again).ID)
+	require.EqualValues(t, 5000, decode[Payment](t, again).Amount)
+
+	n := 0
+	for body, want := range map[string]string{
+		`{"amount":5000,"currency":"USD","card":"tok","AMOUNT":1}`: `unknown member "AMOUNT"`,
+		`{"Amount":5000,"currency":"USD","card":"tok"}`:            `unknown member "Amount"`,
+		`{"amount":"5000","currency":"USD","card":"tok"}`:          "amount must be a JSON number",
+		`{"amount":5000,"currency":840,"card":"tok"}`:              "currency must be a JSON string",
+		`{"amount":1.5,"currency":"USD","card":"tok"}`:             "whole number",
+	} {
+		n++
+		p := problemOf(t, f.pay("acct_1", fmt.Sprintf("strict-%d", n), body), http.StatusUnprocessableEntity, "invalid-payment")
+		require.Contains(t, p.Detail, want, body)
+		require.NotContains(t, p.Detail, "Go ", "no Go type names")
+	}
+	p := problemOf(t, f.pay("acct_1", "array", `[5000]`), http.StatusBadRequest, "invalid-payment")
+	require.NotContains(t, p.Detail, "Go ")
+	list := decode[struct{ Data []Payment }](t, f.send("GET", "/v1/payments", "acct_1", "", ""))
+	require.Len(t, list.Data, 1, "only the 5000 payment was made")
+}
