@@ -44,7 +44,10 @@ type Options struct {
 	// scope of its keys, so that two callers never share one. Required:
 	// New refuses to build a middleware without it. A request for which it
 	// returns "" or an error is answered 401 and never reaches the store
-	// or the handler.
+	// or the handler. It must come from authentication (a verified API
+	// key, session or token), never from something the request merely
+	// states: whoever can choose the tenant can read another caller's
+	// replays and take its keys first.
 	Tenant func(r *http.Request) (string, error)
 
 	// Observer, if set, receives a Report for every request the

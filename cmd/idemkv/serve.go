@@ -22,7 +22,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -36,11 +36,14 @@ type serveConfig struct {
 	lease    time.Duration
 	provider payments.ProviderOptions
 	bg       backgroundFlags
+	// apiKeys is the API keys file; "" is demo mode, loopback only.
+	apiKeys string
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	var c serveConfig
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `ADDR`")
+	fs.StringVar(&c.apiKeys, "api-keys", "", "authenticate callers with the API keys in `FILE` (\"SECRET ACCOUNT\" lines, mode 600); without it the service runs in demo mode, where any bearer token is its account, and only on a loopback address")
 	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR`")
 	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running waits for its outcome before a 409 (0: answer 409 at once)")
 	fs.DurationVar(&c.lease, "lease", 0, "how long a payment may run before a retry may take it over and resume the same charge (default: the store's, 30s)")
@@ -59,6 +62,9 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		}
 		if err := c.bg.validate(); err != nil {
 			return usageError{err}
+		}
+		if c.apiKeys == "" && !isLoopback(c.addr) {
+			return usageError{fmt.Errorf("--addr %s is not a loopback address: give --api-keys FILE (without it any bearer token acts as its account)", c.addr)}
 		}
 		ln, err := net.Listen("tcp", c.addr)
 		if err != nil {
@@ -85,8 +91,16 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		ln.Close()
 		return err
 	}
+	var keys *payments.APIKeys
+	if c.apiKeys != "" {
+		if keys, err = payments.LoadAPIKeys(c.apiKeys); err != nil {
+			ln.Close()
+			e.Close()
+			return err
+		}
+	}
 	svc, err := payments.New(payments.Config{
-		Store: e, Provider: payments.NewProvider(c.provider), Wait: c.wait, Lease: c.lease, Logger: log,
+		Store: e, Provider: payments.NewProvider(c.provider), Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
 	})
 	if err != nil {
 		ln.Close()
@@ -107,6 +121,9 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	ln = cl.Listener(ln)
 	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d)\n",
 		ln.Addr(), c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice)
+	if keys == nil {
+		fmt.Fprintln(stdout, "idemkv: demo mode: any bearer token is taken as its account (give --api-keys FILE to authenticate)")
+	}
 	fmt.Fprintf(stdout, "try: curl -si -X POST http://%s/v1/payments -H 'Authorization: Bearer acct_1' -H 'Idempotency-Key: order-1' -d '{\"amount\":5000,\"currency\":\"USD\",\"card\":\"tok_123\"}'\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -121,4 +138,18 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		err = nil
 	}
 	return errors.Join(err, e.Close())
+}
+
+// isLoopback reports whether addr (host:port) can only be reached from
+// this machine.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

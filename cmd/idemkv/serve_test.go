@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -84,6 +86,8 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--provider-fail-rate", "1.5"},
 		{"serve", "--provider-fail-rate", "0.6", "--provider-timeout-rate", "0.6"},
 		{"serve", "--provider-latency", "-1s"},
+		{"serve", "--addr", "0.0.0.0:0"}, // not loopback, and no --api-keys
+		{"serve", "--addr", ":0"},
 	} {
 		var out, errOut bytes.Buffer
 		assert.Equal(t, exitUsage, run(context.Background(), args, &out, &errOut), "%v", args)
@@ -114,4 +118,56 @@ func TestServeLowPriorityMetric(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}
+}
+
+// With --api-keys, a caller is the account its secret maps to: a token
+// that is not a key, an account name included, is 401, and one account
+// cannot see another's payments. A key file others may read is refused.
+func TestServeAuthenticatesWithAPIKeys(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(keys, []byte("# secret account\nsk_alice_0123456789abcdef alice\nsk_bob_0123456789abcdef0 bob\n"), 0o600))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var out syncBuffer
+	go func() { done <- serve(ctx, ln, serveConfig{dir: t.TempDir(), apiKeys: keys}, &out) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NotContains(t, out.String(), "demo mode")
+	}()
+	url := "http://" + ln.Addr().String()
+	do := func(method, path, token, key string) (int, string) {
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(`{"amount":5000,"currency":"USD","card":"tok_123"}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status, body := do("POST", "/v1/payments", "sk_alice_0123456789abcdef", "k1")
+	require.Equal(t, http.StatusCreated, status, body)
+	for _, token := range []string{"alice", "bob", "sk_alice_0123456789abcdeX"} {
+		status, body = do("GET", "/v1/payments", token, "")
+		require.Equal(t, http.StatusUnauthorized, status, "%s: %s", token, body)
+		status, body = do("POST", "/v1/payments", token, "k1")
+		require.Equal(t, http.StatusUnauthorized, status, "%s: %s", token, body)
+	}
+	status, body = do("GET", "/v1/payments", "sk_bob_0123456789abcdef0", "")
+	require.Equal(t, http.StatusOK, status)
+	require.JSONEq(t, `{"data":[],"has_more":false}`, body, "bob sees none of alice's payments")
+	status, body = do("GET", "/v1/payments", "sk_alice_0123456789abcdef", "")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `"amount":5000`)
+
+	require.NoError(t, os.Chmod(keys, 0o644))
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	err = serve(context.Background(), ln2, serveConfig{dir: t.TempDir(), apiKeys: keys}, io.Discard)
+	require.ErrorContains(t, err, "chmod 600")
 }

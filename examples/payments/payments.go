@@ -42,6 +42,11 @@ type Config struct {
 	Now func() time.Time
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
+	// APIKeys authenticates callers: the bearer token is a secret API key
+	// and the account is the one it maps to. Nil is demo mode: the bearer
+	// token is the account itself, so anyone can act as any account; only
+	// for a service on loopback (idemkv serve refuses otherwise).
+	APIKeys *APIKeys
 }
 
 // Service is the payments API.
@@ -109,7 +114,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: tenantOf, Observer: obs, Logger: cfg.Logger})
+	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: s.tenantOf, Observer: obs, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -169,18 +174,27 @@ func (s *Service) Handler() http.Handler { return s.handler }
 // adding collectors.
 func (s *Service) Registry() *prometheus.Registry { return s.registry }
 
-// tenantOf is the principal: the bearer token's account.
-func tenantOf(r *http.Request) (string, error) {
+// tenantOf is the principal: the account the bearer token authenticates
+// (Config.APIKeys), or in demo mode the token itself. Every route calls it,
+// so every route applies the same rules.
+func (s *Service) tenantOf(r *http.Request) (string, error) {
 	auth := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	tok = strings.TrimSpace(tok)
 	switch {
 	case auth == "":
-		return "", errors.New("send Authorization: Bearer <account>")
+		return "", errors.New("send Authorization: Bearer <api key>")
 	case !ok || tok == "":
-		return "", errors.New("the Authorization header must be Bearer <account>")
-	case len(tok) > idemkv.MaxScopeLen:
-		return "", fmt.Errorf("the account is longer than %d bytes", idemkv.MaxScopeLen)
+		return "", errors.New("the Authorization header must be Bearer <api key>")
+	case s.cfg.APIKeys != nil:
+		account, ok := s.cfg.APIKeys.Account(tok)
+		if !ok {
+			return "", errors.New("unknown API key")
+		}
+		return account, nil
+	}
+	if err := validAccount(tok); err != nil {
+		return "", err
 	}
 	return tok, nil
 }
@@ -382,7 +396,7 @@ func (s *Service) load(id string) (stored, error) {
 }
 
 func (s *Service) get(w http.ResponseWriter, r *http.Request) {
-	tenant, err := tenantOf(r)
+	tenant, err := s.tenantOf(r)
 	if err != nil {
 		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
 		return
@@ -405,7 +419,7 @@ const (
 )
 
 func (s *Service) list(w http.ResponseWriter, r *http.Request) {
-	tenant, err := tenantOf(r)
+	tenant, err := s.tenantOf(r)
 	if err != nil {
 		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
 		return
