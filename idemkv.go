@@ -127,6 +127,20 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// AppendTenantKey appends to dst a data key for tenant: the tenant's
+// length in one byte, the tenant, then key. Two tenants' keys never
+// collide, and AppendTenantKey(nil, tenant, nil) is the prefix of all of
+// one tenant's keys, for a scan. A tenant that is not a valid scope is an
+// ErrInvalidScope.
+func AppendTenantKey(dst []byte, tenant string, key []byte) ([]byte, error) {
+	if err := validateScope("tenant", tenant); err != nil {
+		return dst, err
+	}
+	dst = append(dst, byte(len(tenant)))
+	dst = append(dst, tenant...)
+	return append(dst, key...), nil
+}
+
 // ValidateFingerprint reports whether fp is a usable fingerprint. It returns
 // an error wrapping ErrInvalidFingerprint.
 func ValidateFingerprint(fp []byte) error {
@@ -390,9 +404,14 @@ type ResolveRequest struct {
 // Effects collects a local operation's business writes so that they commit
 // atomically with its outcome. Keys live in a namespace of their own, apart
 // from the store's records. Effects are not visible to reads until Complete
-// commits them. A store bounds the size of keys and of one operation's
-// writes; a write past a bound fails with ErrInvalidArgument, and the apply
-// function should return that error, which then writes nothing.
+// commits them.
+//
+// Keys are the caller's namespace, shared by every tenant: the store does
+// not scope them, so put the tenant in the key of a value that belongs to
+// one (AppendTenantKey). A store bounds the size of keys and of one
+// operation's writes; a write past a bound fails with ErrInvalidArgument,
+// and the apply function should return that error, which then writes
+// nothing.
 type Effects interface {
 	// Set writes key=value. The store copies both.
 	Set(key, value []byte) error

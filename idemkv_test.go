@@ -1,6 +1,7 @@
 package idemkv
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -68,4 +69,22 @@ func TestNames(t *testing.T) {
 	require.Equal(t, "0100000000000000000000000000000f", OperationID{0: 1, 15: 15}.String())
 	require.False(t, Lease{Attempt: 1}.Takeover())
 	require.True(t, Lease{Attempt: 2}.Takeover())
+}
+
+// Tenant keys never collide across tenants, even when one tenant's name
+// and key spell another's, and a tenant's prefix covers only its keys.
+func TestAppendTenantKey(t *testing.T) {
+	ab, err := AppendTenantKey(nil, "a", []byte("bc"))
+	require.NoError(t, err)
+	abc, err := AppendTenantKey(nil, "ab", []byte("c"))
+	require.NoError(t, err)
+	require.NotEqual(t, ab, abc)
+	prefix, err := AppendTenantKey(nil, "a", nil)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(ab, prefix))
+	require.False(t, bytes.HasPrefix(abc, prefix))
+	for _, bad := range []string{"", strings.Repeat("x", MaxScopeLen+1), "\xff"} {
+		_, err := AppendTenantKey(nil, bad, []byte("k"))
+		require.ErrorIs(t, err, ErrInvalidScope)
+	}
 }
