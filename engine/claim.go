@@ -23,6 +23,9 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	if err := e.writable(); err != nil {
 		return idemkv.Claim{}, err
 	}
+	if err := e.health.check(); err != nil {
+		return idemkv.Claim{}, err
+	}
 	if err := e.gate.begin(ctx); err != nil {
 		return idemkv.Claim{}, err
 	}

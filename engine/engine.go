@@ -28,9 +28,11 @@ type Engine struct {
 	db    *pebble.DB
 	cache interface{ Unref() }
 
-	gate  gate
-	disk  diskGuard
-	table leaseTable
+	gate gate
+	disk diskGuard
+	// health is the state of Pebble's background work (health.go).
+	health *health
+	table  leaseTable
 	// commits combines concurrent synced writes (commit.go).
 	commits *committer
 	// filter keeps claims of new keys out of Pebble (claimfilter.go).
@@ -69,7 +71,9 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	po := o.PebbleOptions()
+	h := &health{logf: o.Logger.Errorf, now: o.Clock.Now}
+	el := h.listener()
+	po := o.pebbleOptions(&el)
 	po.Logger = failStopLogger{po.Logger}
 	c := pebble.NewCache(o.CacheSize)
 	po.Cache = c
@@ -78,7 +82,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		c.Unref()
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
-	e := &Engine{opts: o, clock: o.Clock, dir: dir, db: db, cache: c, commits: newCommitter(db)}
+	e := &Engine{opts: o, clock: o.Clock, dir: dir, db: db, cache: c, commits: newCommitter(db), health: h}
 	e.gate.init()
 	e.disk = diskGuard{fs: o.FS, dir: dir, min: o.MinFreeDisk}
 	e.table.init(o.Shards, newReplayCache(o.ReplayCacheSize), &e.filter)

@@ -313,10 +313,17 @@ func (o *Options) Validate() error {
 // bloom filters on every level, compression and compaction concurrency,
 // then whatever ConfigurePebble sets. It sets no block cache; Open adds
 // one of CacheSize. The benchmark baseline opens its raw Pebble store
-// with these, so the two differ only in how they use Pebble.
-func (o *Options) PebbleOptions() *pebble.Options {
+// with these, so the two differ only in how they use Pebble. Open also
+// sets an EventListener, before ConfigurePebble, to track the store's
+// health (Engine.Health); a ConfigurePebble that sets its own should tee
+// it with pebble.TeeEventListener.
+func (o *Options) PebbleOptions() *pebble.Options { return o.pebbleOptions(nil) }
+
+// pebbleOptions is PebbleOptions with the event listener el, if not nil.
+func (o *Options) pebbleOptions(el *pebble.EventListener) *pebble.Options {
 	po := &pebble.Options{
-		FS: o.FS,
+		EventListener: el,
+		FS:            o.FS,
 		// Pin the format: a store written by this engine stays readable by
 		// it, and a Pebble upgrade does not silently rewrite the format.
 		FormatMajorVersion: pebble.FormatNewest,

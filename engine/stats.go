@@ -92,6 +92,12 @@ type Stats struct {
 	// outcome is not settled or a holder is at work on them.
 	Sweep ttl.Stats
 
+	// BackgroundErrors counts Pebble's failed flushes and compactions since
+	// Open; UnhealthySince is when the current run of them began, zero
+	// while the store is healthy (Health).
+	BackgroundErrors int64
+	UnhealthySince   time.Time
+
 	// Pebble.
 	DiskBytes uint64 // all files of the store: sstables, WAL, manifest
 	// LiveBytes is the live sstables and WAL: DiskBytes without files
@@ -149,6 +155,7 @@ func (e *Engine) Stats() (Stats, error) {
 	st.ClaimFilterSkips, st.ClaimFilterMisses = f.skips.Load(), f.misses.Load()
 	st.ClaimFilterKeys, st.ClaimFilterStored, st.ClaimFilterBuilds = f.capacity.Load(), f.stored.Load(), f.builds.Load()
 	st.Sweep = e.sweeper.s.Stats()
+	st.BackgroundErrors, st.UnhealthySince = e.health.counts()
 	cm := e.commits
 	st.CommitGroups, st.CommitWrites = cm.groups.Load(), cm.writes.Load()
 	st.CommitTime, st.CommitSyncWait = time.Duration(cm.busy.Load()), time.Duration(cm.syncWait.Load())

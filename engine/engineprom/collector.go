@@ -54,6 +54,14 @@ var metrics = []metric{
 	// (Stats.Sweep.FailingSince).
 	{"idemkv_engine_sweep_failing", "1 while the sweeper's latest pass failed.", false,
 		func(s engine.Stats) float64 { return b2f(!s.Sweep.FailingSince.IsZero()) }},
+	// Pebble's failed flushes and compactions (Stats.BackgroundErrors):
+	// out of disk space or file descriptors, or an I/O error.
+	{"idemkv_engine_background_errors_total", "Failed Pebble flushes and compactions.", true,
+		func(s engine.Stats) float64 { return float64(s.BackgroundErrors) }},
+	// 1 while the latest of them failed and new claims are refused
+	// (Engine.Health, Stats.UnhealthySince).
+	{"idemkv_engine_unhealthy", "1 while Pebble's latest flush or compaction failed and new claims are refused.", false,
+		func(s engine.Stats) float64 { return b2f(!s.UnhealthySince.IsZero()) }},
 	// Records past their expiry that the last sweep had to keep because
 	// they are uncertain, in progress or held (Stats.Sweep.HeldPastExpiry).
 	// A number that only grows is work nobody settles: uncertain payments

@@ -19,6 +19,7 @@ import (
 // stableNames are the families dashboards and alerts read: a rename, a
 // removal or an addition must be a decision, so the set is spelled out.
 var stableNames = []string{
+	"idemkv_engine_background_errors_total",
 	"idemkv_engine_claim_filter_keys",
 	"idemkv_engine_claim_filter_misses_total",
 	"idemkv_engine_claim_filter_skips_total",
@@ -38,6 +39,7 @@ var stableNames = []string{
 	"idemkv_engine_sweep_failures_total",
 	"idemkv_engine_swept_total",
 	"idemkv_engine_takeovers_total",
+	"idemkv_engine_unhealthy",
 }
 
 func open(t *testing.T) *engine.Engine {

@@ -478,6 +478,11 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := s.cfg.Store.Health(); err != nil {
+		// The reason, for the operator; it names no key or account.
+		httpidem.WriteProblem(w, httpidem.ProblemStoreUnavailable, http.StatusServiceUnavailable, err.Error(), httpidem.StoreRetryAfter)
+		return
+	}
 	_, err := s.cfg.Store.Get(r.Context(), idemkv.ID{Tenant: "healthz", Endpoint: "healthz", Key: "healthz"})
 	if err != nil && !errors.Is(err, idemkv.ErrNotFound) {
 		s.storeError(w, err)
