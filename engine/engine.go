@@ -19,8 +19,8 @@ import (
 // business data written through Effects (effects.go), the committer that
 // groups synced writes (commit.go), the expiry buckets and the sweeper
 // (expiry.go, sweep.go), the claim filter (claimfilter.go), the replay
-// cache (cache.go), the admission gate (gate.go) and the disk-space guard
-// (disk.go).
+// cache (cache.go), the admission gate (gate.go), the disk-space guard
+// (disk.go) and the health of Pebble's background work (health.go).
 type Engine struct {
 	opts  *Options
 	clock idemkv.Clock
