@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,12 +311,7 @@ func TestClaimFilterFirstBuildIsNotFull(t *testing.T) {
 // use) and is tried again once more keys have been added.
 func TestClaimFilterBuildRetriesAfterAFailedScan(t *testing.T) {
 	var armed atomic.Bool
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if armed.Load() && op.Kind == errorfs.OpFileReadAt && strings.HasSuffix(op.Path, ".sst") {
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
+	inj := failingSSTables(&armed, errorfs.OpFileReadAt)
 	fs := hookFilter(t)
 	v := newEnv(t)
 	fs.await(t, "built")

@@ -35,6 +35,16 @@ func failingLogSync(armed *atomic.Bool) errorfs.Injector {
 	})
 }
 
+// failingSSTables fails every operation of kind on an sstable while armed.
+func failingSSTables(armed *atomic.Bool, kind errorfs.OpKind) errorfs.Injector {
+	return errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && op.Kind == kind && strings.HasSuffix(op.Path, ".sst") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+}
+
 // TestFailedLogSyncFailsTheEngine: a failed sync of Pebble's log, which
 // Pebble answers by stopping the process, reaches the caller as ErrFailed
 // instead. The process lives on, every later call (reads included) fails

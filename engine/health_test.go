@@ -19,12 +19,7 @@ import (
 // it healthy again.
 func TestBackgroundErrorMakesTheStoreUnhealthyUntilAFlushSucceeds(t *testing.T) {
 	var armed atomic.Bool
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if armed.Load() && op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, ".sst") {
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
+	inj := failingSSTables(&armed, errorfs.OpCreate)
 	logs := &healthLog{unhealthy: make(chan struct{}, 1), healthy: make(chan struct{}, 1)}
 	v := newEnv(t)
 	v.opts.FS = errorfs.Wrap(vfs.Default, inj)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -485,12 +484,7 @@ func TestBackgroundSweeperDeletesWithinOneInterval(t *testing.T) {
 // deletes what the failed pass could not.
 func TestBackgroundSweeperRetriesAfterAReadError(t *testing.T) {
 	var armed atomic.Bool
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if armed.Load() && op.Kind == errorfs.OpFileReadAt && strings.HasSuffix(op.Path, ".sst") {
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
+	inj := failingSSTables(&armed, errorfs.OpFileReadAt)
 	ticks, waits := make(chan time.Time), make(chan time.Duration, 1)
 	passes, failures := make(chan ttl.Pass, 1), make(chan int, 1)
 	v := newSweepEnv(t, func(o *Options) {
