@@ -74,6 +74,19 @@ type Clock interface {
 	Now() time.Time
 }
 
+// A SteadyClock is a Clock that also measures elapsed time on a steady
+// clock, one that setting the wall clock does not move (Go's monotonic
+// clock is one). A store checks the wall reading against it, so that a
+// step of the wall clock does not expire records or leases early (see
+// engine.Options.ClockTolerance). A store given a plain Clock measures
+// elapsed time with Go's monotonic clock.
+type SteadyClock interface {
+	Clock
+	// Read returns the wall time, as Now does, and the steady time elapsed
+	// since a fixed point of the clock's choosing, read together.
+	Read() (wall time.Time, elapsed time.Duration)
+}
+
 // ID addresses one idempotency record.
 type ID struct {
 	// Tenant is the caller's scope: the authenticated principal or account

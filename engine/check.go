@@ -176,6 +176,10 @@ func (e *Engine) checkMeta(r *CheckReport, k, v []byte) {
 		if len(v) != 8 || binary.BigEndian.Uint64(v) != record.Layout {
 			r.add(hex.EncodeToString(k), "layout marker %x, want layout %d", v, record.Layout)
 		}
+	case bytes.Equal(k, clockKey):
+		if len(v) != 8 {
+			r.add(hex.EncodeToString(k), "clock mark is %d bytes, want 8", len(v))
+		}
 	case bytes.Equal(k, sweepKey):
 		r.SweepCursor = true
 		if err := checkSweepCursor(v); err != nil {

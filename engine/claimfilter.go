@@ -306,9 +306,10 @@ func (e *Engine) estimateStoredRecords() (int64, error) {
 }
 
 // scanRecordKeys adds to its stripe's next filter the record key of every
-// unsettled record and of every completed record in a bucket that has not
-// ended (those in ended buckets have expired: absent is the right answer
-// for them), and returns how many it added.
+// record in the store, and returns how many it added. Records in ended
+// buckets have expired and cost the filter a little room until the
+// sweeper drops them; skipping them by the clock would hide them for the
+// filter's life if the clock were corrected back.
 func (e *Engine) scanRecordKeys(ctx context.Context) (int64, error) {
 	var n int64
 	lastYield := scanNow()
@@ -351,27 +352,21 @@ func (e *Engine) scanRecordKeys(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("scan record keys: %w", err)
 	}
 
-	unix := uint64(e.clock.Now().Unix())
 	if it, err = e.db.NewIter(&pebble.IterOptions{LowerBound: expiryStart, UpperBound: expiryEnd}); err != nil {
 		return 0, err
 	}
 	rk := []byte{nsRecord}
-	for valid := it.First(); valid; {
-		bp, _, end, _, err := record.SplitExpiryKey(it.Key())
+	for valid := it.First(); valid; valid = it.Next() {
+		bp, _, _, _, err := record.SplitExpiryKey(it.Key())
 		if err != nil {
 			_ = it.Close()
 			return 0, fmt.Errorf("scan expiry keys: %x: %w", it.Key(), err)
-		}
-		if end <= unix {
-			valid = it.SeekGE(prefixEnd(bp)) // ended: every record in it has expired
-			continue
 		}
 		rk = append(rk[:1], it.Key()[len(bp):]...)
 		if err := add(rk); err != nil {
 			_ = it.Close()
 			return 0, err
 		}
-		valid = it.Next()
 	}
 	if err := it.Close(); err != nil {
 		return 0, fmt.Errorf("scan expiry keys: %w", err)

@@ -54,6 +54,9 @@ type committer struct {
 	busy, syncWait atomic.Int64
 	// failed is set once a commit has failed: no commit is tried after it.
 	failed atomic.Pointer[error]
+	// stamp, if set, may add a write to a synced group before it commits
+	// (the engine's clock mark, clock.go).
+	stamp func(*pebble.Batch)
 }
 
 type commitGroup struct {
@@ -150,6 +153,9 @@ func (c *committer) lead(g *commitGroup) {
 	wo := pebble.NoSync
 	if g.sync {
 		wo = pebble.Sync
+		if c.stamp != nil {
+			c.stamp(g.b)
+		}
 	}
 	if p := c.failed.Load(); p != nil {
 		// Pebble's pipeline may be stuck behind the failed batch: a

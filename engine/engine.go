@@ -20,10 +20,12 @@ import (
 // groups synced writes (commit.go), the expiry buckets and the sweeper
 // (expiry.go, sweep.go), the claim filter (claimfilter.go), the replay
 // cache (cache.go), the admission gate (gate.go), the disk-space guard
-// (disk.go) and the health of Pebble's background work (health.go).
+// (disk.go), the health of Pebble's background work (health.go) and the
+// engine's time, checked against a steady clock (clock.go).
 type Engine struct {
-	opts  *Options
-	clock idemkv.Clock
+	opts *Options
+	// clock is the engine's time (clock.go), never Options.Clock directly.
+	clock *engineClock
 	dir   string
 	db    *pebble.DB
 	cache interface{ Unref() }
@@ -82,7 +84,15 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		c.Unref()
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
-	e := &Engine{opts: o, clock: o.Clock, dir: dir, db: db, cache: c, commits: newCommitter(db), health: h}
+	mark, err := readClockMark(db)
+	if err != nil {
+		_ = db.Close()
+		c.Unref()
+		return nil, err
+	}
+	e := &Engine{opts: o, dir: dir, db: db, cache: c, commits: newCommitter(db), health: h}
+	e.clock = newEngineClock(o.Clock, o.ClockTolerance, mark, o.Logger.Errorf)
+	e.commits.stamp = e.clock.stamp
 	e.gate.init()
 	e.disk = diskGuard{fs: o.FS, dir: dir, min: o.MinFreeDisk}
 	e.table.init(o.Shards, newReplayCache(o.ReplayCacheSize), &e.filter)
@@ -140,7 +150,11 @@ func (e *Engine) Close() error {
 		// failstop.go).
 		return fmt.Errorf("%w: %w", idemkv.ErrFailed, *p)
 	}
-	err := e.db.Close()
+	var err error
+	if !e.opts.ReadOnly {
+		err = e.clock.writeMark(e.db)
+	}
+	err = errors.Join(err, e.db.Close())
 	e.cache.Unref()
 	return err
 }

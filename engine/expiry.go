@@ -156,13 +156,13 @@ func scanBuckets(r pebble.Reader, fn func(prefix []byte, end uint64) error) erro
 	return it.Close()
 }
 
-// loadBuckets fills the set lookups probe with the buckets in the store.
+// loadBuckets fills the set lookups probe with every bucket in the store,
+// ended or not: lookups skip the ended ones by the time they read, and a
+// clock that is wrong at Open must not hide a bucket it is later corrected
+// back into. The sweeper forgets them as it drops them.
 func (e *Engine) loadBuckets() error {
-	now := uint64(e.clock.Now().Unix())
 	err := scanBuckets(e.db, func(bp []byte, end uint64) error {
-		if end > now {
-			e.buckets.add(bp, end)
-		}
+		e.buckets.add(bp, end)
 		return nil
 	})
 	if err != nil {

@@ -16,6 +16,7 @@ var (
 	nsData    = record.NSData
 	nsExpiry  = record.NSExpiry
 	epochKey  = record.EpochKey
+	clockKey  = record.ClockKey
 	layoutKey = record.LayoutKey
 )
 

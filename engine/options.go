@@ -17,9 +17,18 @@ import (
 	"github.com/idemkv/idemkv/ttl"
 )
 
+// systemClock is the default Clock: the wall clock, with Go's monotonic
+// clock as its steady reading.
 type systemClock struct{}
 
+var monotonicStart = time.Now()
+
 func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) Read() (time.Time, time.Duration) {
+	t := time.Now()
+	return t, t.Sub(monotonicStart)
+}
 
 // Options configure an Engine. A nil *Options, and every zero field, means
 // the default documented on the field. docs/operations.md says how to size
@@ -31,8 +40,21 @@ type Options struct {
 	FS vfs.FS
 
 	// Clock supplies the time: leases, retention and record timestamps are
-	// read from it. Default: the system clock.
+	// read from it. Default: the system clock. The engine follows it only
+	// while it agrees with elapsed time: see ClockTolerance.
 	Clock idemkv.Clock
+
+	// ClockTolerance is how far Clock may disagree with the time elapsed
+	// on a steady clock (Go's monotonic clock, or the Clock's own if it is
+	// an idemkv.SteadyClock) before the engine stops following it.
+	// Default: 1 s. Within it, a step forward can expire a record or a
+	// lease up to that much early. Beyond it, the engine keeps its own
+	// time at the steady clock's pace until the wall clock agrees again
+	// (a step forward that holds for an hour is followed), and its time
+	// never goes backwards, across restarts too: docs/operations.md,
+	// "Clocks". TrustClock follows Clock as it is, for tests and tools
+	// that set a manual clock on purpose.
+	ClockTolerance time.Duration
 
 	// Rand supplies randomness for operation ids. Default: crypto/rand.
 	Rand io.Reader
@@ -182,6 +204,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if c.Clock == nil {
 		c.Clock = systemClock{}
 	}
+	if c.ClockTolerance == 0 {
+		c.ClockTolerance = time.Second
+	}
 	if c.Rand == nil {
 		c.Rand = rand.Reader
 	}
@@ -252,6 +277,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.Lease < 0 {
 		errs = append(errs, fmt.Errorf("Lease %v is negative", o.Lease))
+	}
+	if o.ClockTolerance < 0 && o.ClockTolerance != TrustClock {
+		errs = append(errs, fmt.Errorf("ClockTolerance %v is negative (TrustClock is the only negative value)", o.ClockTolerance))
 	}
 	if o.Retention < 0 {
 		errs = append(errs, fmt.Errorf("Retention %v is negative", o.Retention))

@@ -98,6 +98,13 @@ type Stats struct {
 	BackgroundErrors int64
 	UnhealthySince   time.Time
 
+	// ClockSteps counts the steps of Options.Clock beyond ClockTolerance
+	// seen since Open, and ClockOffset is how far the clock is from engine
+	// time now (positive: ahead), zero while the engine follows it
+	// (clock.go).
+	ClockSteps  int64
+	ClockOffset time.Duration
+
 	// Pebble.
 	DiskBytes uint64 // all files of the store: sstables, WAL, manifest
 	// LiveBytes is the live sstables and WAL: DiskBytes without files
@@ -156,6 +163,7 @@ func (e *Engine) Stats() (Stats, error) {
 	st.ClaimFilterKeys, st.ClaimFilterStored, st.ClaimFilterBuilds = f.capacity.Load(), f.stored.Load(), f.builds.Load()
 	st.Sweep = e.sweeper.s.Stats()
 	st.BackgroundErrors, st.UnhealthySince = e.health.counts()
+	st.ClockSteps, st.ClockOffset = e.clock.steps.Load(), e.clock.offset()
 	cm := e.commits
 	st.CommitGroups, st.CommitWrites = cm.groups.Load(), cm.writes.Load()
 	st.CommitTime, st.CommitSyncWait = time.Duration(cm.busy.Load()), time.Duration(cm.syncWait.Load())

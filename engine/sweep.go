@@ -78,10 +78,15 @@ var (
 // returns what the pass did. If the background sweeper is in the middle of
 // a pass, Sweep waits for it and then runs a pass of its own. Running it
 // twice is harmless.
+//
+// Calling it vouches for the clock: after an Open with the clock ahead of
+// the store's last time, the background sweeper holds back for an hour
+// (docs/operations.md, "Clocks"), and Sweep ends that hour.
 func (e *Engine) Sweep(ctx context.Context) (ttl.Pass, error) {
 	if err := e.writable(); err != nil {
 		return ttl.Pass{}, fmt.Errorf("engine: sweep: %w", err)
 	}
+	e.clock.confirm()
 	return e.sweeper.s.Pass(ctx)
 }
 
@@ -294,6 +299,7 @@ func (e *Engine) sweepUnsettled(cursor []byte, n int, now time.Time) (ttl.Chunk,
 // passes logged before any OnError of the caller's is called.
 func (e *Engine) sweepOptions() *ttl.Options {
 	o := e.opts.Sweep
+	o.Clock = sweepClock{e.clock}
 	onError := o.OnError
 	o.OnError = func(err error, inARow int) {
 		e.opts.Logger.Errorf("idemkv: sweep pass failed (%d in a row), will retry: %v", inARow, err)

@@ -62,6 +62,13 @@ var metrics = []metric{
 	// (Engine.Health, Stats.UnhealthySince).
 	{"idemkv_engine_unhealthy", "1 while Pebble's latest flush or compaction failed and new claims are refused.", false,
 		func(s engine.Stats) float64 { return b2f(!s.UnhealthySince.IsZero()) }},
+	// Steps of the wall clock beyond Options.ClockTolerance
+	// (Stats.ClockSteps), and how far it is from engine time now: while
+	// the offset is not zero, engine time runs on elapsed time alone.
+	{"idemkv_engine_clock_steps_total", "Steps of the wall clock beyond the engine's clock tolerance.", true,
+		func(s engine.Stats) float64 { return float64(s.ClockSteps) }},
+	{"idemkv_engine_clock_offset_seconds", "How far the wall clock is from engine time (positive: ahead); 0 while the engine follows it.", false,
+		func(s engine.Stats) float64 { return s.ClockOffset.Seconds() }},
 	// Records past their expiry that the last sweep had to keep because
 	// they are uncertain, in progress or held (Stats.Sweep.HeldPastExpiry).
 	// A number that only grows is work nobody settles: uncertain payments

@@ -24,6 +24,8 @@ var stableNames = []string{
 	"idemkv_engine_claim_filter_misses_total",
 	"idemkv_engine_claim_filter_skips_total",
 	"idemkv_engine_claims_total",
+	"idemkv_engine_clock_offset_seconds",
+	"idemkv_engine_clock_steps_total",
 	"idemkv_engine_commit_seconds_total",
 	"idemkv_engine_commit_sync_wait_seconds_total",
 	"idemkv_engine_commit_writes_total",

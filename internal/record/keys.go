@@ -63,6 +63,10 @@ const Layout = 3
 // has read every expiry bucket. Absent between passes.
 var SweepKey = []byte{NSMeta, 's', 'w', 'e', 'e', 'p'}
 
+// ClockKey holds the high-water mark of the engine's time (big-endian
+// unix nanoseconds): no durable record carries a later time.
+var ClockKey = []byte{NSMeta, 'c', 'l', 'o', 'c', 'k'}
+
 // AppendKey appends id's record key to dst.
 func AppendKey(dst []byte, id idemkv.ID) []byte {
 	// One allocation at most: the uvarints take up to 10 bytes each.

@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// Wall clocks step: NTP corrects them, operators set them, virtual
+// machines resume with them wrong. Leases, expiry and the sweeper all act
+// on the engine's own time instead, which follows the wall clock
+// (Options.Clock) only while it agrees, within Options.ClockTolerance,
+// with the time a steady clock says has elapsed:
+//
+//   - A step forward is not followed. Engine time goes on at the steady
+//     clock's pace, so no lease or record expires early and the sweeper
+//     deletes nothing elapsed time has not expired; when the wall clock is
+//     corrected the engine follows it again. A step forward that holds
+//     for clockSettle is taken as a correction and followed.
+//   - Engine time never goes backwards. After a step back it goes on at
+//     the steady clock's pace from where it was, so leases end on time and
+//     retention is not shortened, until the wall clock agrees again.
+//   - Synced commits carry a high-water mark of engine time, and Open
+//     starts from it when the wall clock is behind it, so a clock set back
+//     while the store was closed shortens nothing either.
+//   - A wall clock ahead of the mark at Open is followed: the store may
+//     have been closed that long. But for clockSettle after Open the jump
+//     is provisional: a step back to no earlier than the mark plus the
+//     time elapsed since Open is followed, as the correction of a clock
+//     that was wrong at Open; the background sweeper deletes nothing the
+//     mark plus elapsed time has not expired, and no mark is written
+//     meanwhile. Leases granted before such a correction last longer by
+//     the step. An explicit Engine.Sweep vouches for the clock and ends
+//     it. Close writes the mark, so a clean restart is provisional only
+//     for as long as the store was closed.
+
+// TrustClock, as Options.ClockTolerance, makes the engine follow
+// Options.Clock as it is, steps and all. It is for tools and tests that
+// set a manual clock on purpose without a steady reading (a Clock that is
+// not an idemkv.SteadyClock).
+const TrustClock time.Duration = -1
+
+// clockSettle is how long the wall clock must stay ahead of elapsed time
+// before the engine takes the step as a correction and follows it: longer
+// than NTP takes to step a clock back (ntpd waits 15 minutes).
+const clockSettle = time.Hour
+
+// clockDrift is the rate, in parts per million, at which the wall clock
+// may run apart from the steady clock between two readings without being
+// taken as a step. NTP slews a clock by at most 500 ppm.
+const clockDrift = 1000
+
+// clockDriftSpan bounds the span over which drift is allowed for, so that
+// a wall clock left behind by a step does not come to agree with elapsed
+// time just because long has passed.
+const clockDriftSpan = 10 * time.Minute
+
+// clockMarkEvery is how far engine time must pass the persisted
+// high-water mark before a synced commit carries a new one: at most one a
+// second, so the mark may lag the latest durable record by that much, no
+// more than the default tolerance.
+const clockMarkEvery = time.Second
+
+// engineClock is the engine's time (see above). It implements idemkv.Clock
+// for the sweeper.
+type engineClock struct {
+	read      func() (time.Time, time.Duration)
+	tolerance time.Duration // TrustClock: follow the wall clock as is
+	openAt    time.Duration // the steady reading at Open
+	logf      func(format string, args ...any)
+
+	mu struct {
+		sync.Mutex
+		// anchor is engine time at the last reading that agreed with
+		// elapsed time, and anchorAt the steady reading then.
+		anchor   time.Time
+		anchorAt time.Duration
+		// last is the latest engine time handed out.
+		last time.Time
+		// aheadSince is the steady reading when the wall clock was first
+		// seen ahead; off says whether it disagrees now, and offset by
+		// how much (wall minus engine time).
+		aheadSince time.Duration
+		off        bool
+		offset     time.Duration
+		// provisional says the wall clock was ahead of the persisted mark
+		// at Open, by less than clockSettle ago; floor is the mark.
+		provisional bool
+		floor       time.Time
+	}
+	steps atomic.Int64
+	// mark is the high-water mark last put into a commit, unix nanoseconds.
+	mark atomic.Int64
+}
+
+// newEngineClock returns the engine's clock on c, starting no earlier than
+// mark, the high-water mark persisted by an earlier Open (zero: none).
+func newEngineClock(c idemkv.Clock, tolerance time.Duration, mark time.Time, logf func(string, ...any)) *engineClock {
+	ec := &engineClock{read: steadyReader(c), tolerance: tolerance, logf: logf}
+	w, at := ec.read()
+	w = w.Round(0) // compare wall readings, never Go's monotonic ones
+	ec.openAt = at
+	ec.mu.anchor, ec.mu.anchorAt, ec.mu.last = w, at, w
+	switch {
+	case tolerance < 0 || mark.IsZero():
+	case w.Before(mark):
+		ec.mu.anchor, ec.mu.last = mark, mark
+	case w.Sub(mark) > tolerance:
+		ec.mu.provisional, ec.mu.floor = true, mark
+	}
+	ec.mark.Store(mark.UnixNano())
+	return ec
+}
+
+// steadyReader returns c's Read, or for a plain Clock one that measures
+// elapsed time with Go's monotonic clock.
+func steadyReader(c idemkv.Clock) func() (time.Time, time.Duration) {
+	if sc, ok := c.(idemkv.SteadyClock); ok {
+		return sc.Read
+	}
+	start := time.Now()
+	return func() (time.Time, time.Duration) { return c.Now(), time.Since(start) }
+}
+
+// Now returns engine time.
+func (c *engineClock) Now() time.Time {
+	if c.tolerance < 0 {
+		w, _ := c.read()
+		return w.Round(0)
+	}
+	// Read under the lock: readings are then handled in the order taken,
+	// and one taken before a step cannot undo what one after it saw.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, at := c.read()
+	w = w.Round(0)
+	since := at - c.mu.anchorAt
+	elapsed := c.mu.anchor.Add(since)
+	allow := c.tolerance + min(since, clockDriftSpan)/1e6*clockDrift
+	d := w.Sub(elapsed)
+	t := w
+	switch {
+	case d > allow:
+		if !c.mu.off || c.mu.offset < 0 {
+			c.mu.aheadSince = at // a new step forward
+		}
+		if at-c.mu.aheadSince < clockSettle {
+			c.disagreeLocked(d, "ahead of")
+			t = elapsed
+			break
+		}
+		c.logf("idemkv: the wall clock has been %v ahead of elapsed time for %v; engine time follows it from now on", d, clockSettle)
+		c.agreeLocked(w, at)
+	case d < -allow && c.correctsOpenLocked(w, at):
+		c.logf("idemkv: the wall clock, ahead of the store's last time when the store was opened, was set back %v; engine time follows it back", -d)
+		c.steps.Add(1)
+		c.agreeLocked(w, at)
+		c.mu.last = w
+	case d < -allow:
+		c.disagreeLocked(d, "behind")
+		t = elapsed
+	default:
+		if c.mu.off {
+			c.logf("idemkv: the wall clock agrees with elapsed time again (within %v); engine time follows it", c.tolerance)
+		}
+		c.agreeLocked(w, at)
+	}
+	if t.Before(c.mu.last) {
+		t = c.mu.last
+	}
+	c.mu.last = t
+	return t
+}
+
+// correctsOpenLocked reports whether wall reading w, at steady reading at,
+// is the correction of a clock that was ahead at Open: a step back no
+// earlier than the persisted mark plus the time elapsed since, less than
+// clockSettle after Open. It ends the provisional time once that has
+// passed. REQUIRES: c.mu held.
+func (c *engineClock) correctsOpenLocked(w time.Time, at time.Duration) bool {
+	if !c.mu.provisional {
+		return false
+	}
+	if at-c.openAt >= clockSettle {
+		c.mu.provisional = false
+		return false
+	}
+	if w.Before(c.mu.floor.Add(at - c.openAt)) {
+		return false
+	}
+	c.mu.provisional = false
+	return true
+}
+
+// agreeLocked makes wall reading w, at steady reading at, the anchor.
+// REQUIRES: c.mu held.
+func (c *engineClock) agreeLocked(w time.Time, at time.Duration) {
+	c.mu.anchor, c.mu.anchorAt = w, at
+	c.mu.off, c.mu.offset = false, 0
+}
+
+// disagreeLocked records that the wall clock is d from elapsed time,
+// logging and counting a new step. REQUIRES: c.mu held.
+func (c *engineClock) disagreeLocked(d time.Duration, how string) {
+	if !c.mu.off || (d > 0) != (c.mu.offset > 0) {
+		c.steps.Add(1)
+		c.logf("idemkv: the wall clock is %v %s elapsed time; engine time follows elapsed time until they agree within %v",
+			d.Abs(), how, c.tolerance)
+	}
+	c.mu.off, c.mu.offset = true, d
+}
+
+// offset returns how far the wall clock is from elapsed time while they
+// disagree, zero while engine time follows it.
+func (c *engineClock) offset() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.offset
+}
+
+// sweepClock is the sweeper's clock: engine time, but while engine time is
+// provisional after Open no later than the mark plus the time elapsed
+// since, so that nothing is deleted on the word of a clock that may yet be
+// corrected back.
+type sweepClock struct{ c *engineClock }
+
+func (s sweepClock) Now() time.Time {
+	t := s.c.Now()
+	_, at := s.c.read()
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if s.c.mu.provisional && at-s.c.openAt >= clockSettle {
+		s.c.mu.provisional = false
+	}
+	if s.c.mu.provisional {
+		if f := s.c.mu.floor.Add(at - s.c.openAt + s.c.tolerance); f.Before(t) {
+			return f
+		}
+	}
+	return t
+}
+
+// confirm ends the provisional time after Open: the caller vouches for the
+// wall clock.
+func (c *engineClock) confirm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.provisional = false
+}
+
+// writeMark writes engine time as the mark, synced, unless it is
+// provisional; Close calls it.
+func (c *engineClock) writeMark(db *pebble.DB) error {
+	if c.tolerance < 0 || c.provisionalNow() {
+		return nil
+	}
+	t := c.Now().UnixNano()
+	b := db.NewBatch()
+	defer b.Close()
+	_ = b.Set(clockKey, binary.BigEndian.AppendUint64(nil, uint64(t)), nil)
+	if err := commitBatch(b, pebble.Sync); err != nil {
+		return fmt.Errorf("engine: write clock mark: %w", err)
+	}
+	c.mark.Store(t)
+	return nil
+}
+
+// provisionalNow reports whether engine time is still provisional after
+// Open (see correctsOpenLocked).
+func (c *engineClock) provisionalNow() bool {
+	_, at := c.read()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.provisional && at-c.openAt >= clockSettle {
+		c.mu.provisional = false
+	}
+	return c.mu.provisional
+}
+
+// latest returns the latest engine time handed out.
+func (c *engineClock) latest() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.last
+}
+
+// stamp adds the high-water mark to b, a synced group about to commit, if
+// engine time has passed the mark last written by clockMarkEvery. Every
+// record in b carries engine time handed out before b was built, so no
+// durable record is later than the durable mark by more than that.
+func (c *engineClock) stamp(b *pebble.Batch) {
+	if c.tolerance < 0 || c.provisionalNow() {
+		return
+	}
+	t := c.latest().UnixNano()
+	if t-c.mark.Load() < int64(clockMarkEvery) {
+		return
+	}
+	c.mark.Store(t)
+	_ = b.Set(clockKey, binary.BigEndian.AppendUint64(nil, uint64(t)), nil)
+}
+
+// readClockMark returns the high-water mark of engine time persisted in
+// db, zero if there is none.
+func readClockMark(db *pebble.DB) (time.Time, error) {
+	v, closer, err := db.Get(clockKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("engine: read clock mark: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return time.Time{}, fmt.Errorf("engine: read clock mark: %w: %d bytes", record.ErrCorrupt, len(v))
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(v))), nil
+}

@@ -1,0 +1,206 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/stretchr/testify/require"
+)
+
+// The wall clock steps in these tests (fakeclock.Step) while elapsed time
+// moves only with Advance, as on a machine whose clock NTP or an operator
+// sets. Each names the step of docs/operations.md, "Clocks".
+
+// newClockEnv is an env whose replay cache is off, so that every claim
+// reads the store: a record the engine lost track of shows as Acquired.
+func newClockEnv(t *testing.T, retention time.Duration) *env {
+	v := newEnv(t)
+	v.opts.ReplayCacheSize = -1
+	v.opts.Retention = retention
+	v.reopen()
+	return v
+}
+
+// A step forward is not followed: during it nothing expires early and the
+// sweeper deletes nothing; once the clock is corrected, the retry one
+// minute after completion replays.
+func TestClockStepForwardThenCorrectedAtSweep(t *testing.T) {
+	v := newClockEnv(t, 24*time.Hour)
+	v.complete(id("p1"))
+
+	v.clock.Step(48 * time.Hour)
+	pass, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pass.Deleted, "the sweeper deleted on the word of a stepped clock")
+	require.Equal(t, idemkv.Replay, v.claim(id("p1"), fpA, idemkv.ModeLocal).Outcome, "during the step")
+	st := v.stats()
+	require.EqualValues(t, 1, st.ClockSteps)
+	require.Equal(t, 48*time.Hour, st.ClockOffset)
+
+	v.clock.Step(-48 * time.Hour)
+	v.clock.Advance(time.Minute)
+	require.Equal(t, idemkv.Replay, v.claim(id("p1"), fpA, idemkv.ModeLocal).Outcome, "after the correction")
+	require.Zero(t, v.stats().ClockOffset, "the engine follows the corrected clock again")
+	require.Len(t, v.stored(), 1)
+}
+
+// TrustClock follows the clock as it is: the same step deletes the record.
+// This is what every engine did before it checked its clock.
+func TestTrustClockFollowsSteps(t *testing.T) {
+	v := newEnv(t)
+	v.opts.ClockTolerance = TrustClock
+	v.reopen()
+	v.complete(id("p1"))
+	v.clock.Step(48 * time.Hour)
+	pass, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, pass.Deleted)
+	require.Zero(t, v.stats().ClockSteps)
+}
+
+// A store opened while the clock is 48 h ahead follows the clock (it might
+// have been closed that long), but deletes nothing it could not tell
+// expired before, and follows the correction back.
+func TestClockStepForwardAtOpen(t *testing.T) {
+	v := newClockEnv(t, 24*time.Hour)
+	v.complete(id("p1"))
+	require.NoError(t, v.e.Close())
+
+	v.clock.Step(48 * time.Hour)
+	v.open()
+	pass, err := v.e.sweeper.s.Pass(ctx) // the background sweeper's
+	require.NoError(t, err)
+	require.Zero(t, pass.Deleted, "the sweeper deleted on the word of a clock wrong at Open")
+	require.Len(t, v.stored(), 1)
+
+	v.clock.Step(-48 * time.Hour)
+	v.clock.Advance(time.Minute)
+	require.Equal(t, idemkv.Replay, v.claim(id("p1"), fpA, idemkv.ModeLocal).Outcome)
+	require.EqualValues(t, 1, v.stats().ClockSteps)
+}
+
+// A store closed for longer than a retention and opened with a right
+// clock: the background sweeper deletes what expired meanwhile once the
+// hour in which a correction could still come has passed, an explicit
+// Sweep at once.
+func TestClockAfterLongDowntime(t *testing.T) {
+	v := newClockEnv(t, 24*time.Hour)
+	v.complete(id("p1"))
+	require.NoError(t, v.e.Close())
+
+	v.clock.Advance(48 * time.Hour)
+	v.open()
+	require.Equal(t, idemkv.Acquired, v.claim(id("p1"), fpB, idemkv.ModeLocal).Outcome, "expired while the store was closed")
+	_, err := v.e.sweeper.s.Pass(ctx)
+	require.NoError(t, err)
+	require.Len(t, v.stored(), 1, "swept within the hour a correction may come in")
+
+	v.clock.Advance(clockSettle)
+	_, err = v.e.sweeper.s.Pass(ctx)
+	require.NoError(t, err)
+	require.Empty(t, v.stored())
+	require.Zero(t, v.stats().ClockSteps)
+
+	v.complete(id("p2"))
+	require.NoError(t, v.e.Close())
+	v.clock.Advance(48 * time.Hour)
+	v.open()
+	_, err = v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Empty(t, v.stored(), "an explicit Sweep vouches for the clock")
+}
+
+// A claim filter rebuilt during a step forward still holds every stored
+// record, so the retry after the correction replays.
+func TestClockStepForwardDuringFilterRebuild(t *testing.T) {
+	fs := hookFilter(t)
+	v := newEnv(t)
+	fs.await(t, "built")
+	v.opts.ReplayCacheSize = -1
+	v.reopen()
+	fs.await(t, "built")
+	v.complete(id("p1"))
+
+	v.clock.Step(48 * time.Hour)
+	v.e.filter.requestBuild()
+	fs.await(t, "built")
+	v.clock.Step(-48 * time.Hour)
+	v.clock.Advance(time.Minute)
+	require.Equal(t, idemkv.Replay, v.claim(id("p1"), fpA, idemkv.ModeLocal).Outcome)
+	require.EqualValues(t, 2, v.stats().ClaimFilterBuilds)
+}
+
+// A step back between claim and completion neither shortens the record's
+// retention nor stretches a lease.
+func TestClockStepBackBetweenClaimAndCompletion(t *testing.T) {
+	v := newClockEnv(t, time.Hour)
+	c := v.claim(id("p1"), fpA, idemkv.ModeLocal)
+	require.Equal(t, idemkv.Acquired, c.Outcome)
+	held := v.claim(id("r1"), fpA, idemkv.ModeRemote) // its holder will crash
+	require.Equal(t, idemkv.Acquired, held.Outcome)
+
+	v.clock.Step(-2 * time.Hour)
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+	wait := v.claim(id("r1"), fpA, idemkv.ModeRemote)
+	require.Equal(t, idemkv.InProgress, wait.Outcome)
+	require.LessOrEqual(t, wait.RetryAfter, 30*time.Second, "the step back stretched the lease")
+
+	v.clock.Advance(31 * time.Second)
+	require.NotEqual(t, idemkv.InProgress, v.claim(id("r1"), fpA, idemkv.ModeRemote).Outcome, "the lease ran out on time")
+
+	v.clock.Step(2 * time.Hour) // corrected
+	require.Equal(t, idemkv.Replay, v.claim(id("p1"), fpA, idemkv.ModeLocal).Outcome, "retention shortened by the step")
+	require.Equal(t, t0.Add(time.Hour), v.stored()["p1"].Expires.UTC())
+}
+
+// A clock set back while the store was closed: Open starts from the time
+// the store last persisted, so records keep their retention.
+func TestClockStepBackAcrossRestart(t *testing.T) {
+	v := newClockEnv(t, time.Hour)
+	v.complete(id("p1"))
+	v.clock.Advance(10 * time.Minute)
+	v.complete(id("p2")) // persists the engine's time, ten minutes on
+	require.NoError(t, v.e.Close())
+
+	v.clock.Step(-2 * time.Hour)
+	v.open()
+	v.clock.Advance(time.Minute)
+	require.Equal(t, idemkv.Replay, v.claim(id("p1"), fpA, idemkv.ModeLocal).Outcome)
+	c := v.claim(id("p3"), fpA, idemkv.ModeLocal)
+	require.Equal(t, idemkv.Acquired, c.Outcome)
+	require.False(t, c.Lease.Expires.Before(t0.Add(10*time.Minute+time.Minute+30*time.Second)),
+		"engine time went back across the restart: lease ends %v", c.Lease.Expires)
+}
+
+// A step forward that holds for an hour is a correction: the engine
+// follows it then.
+func TestClockStepForwardHeldIsFollowed(t *testing.T) {
+	v := newClockEnv(t, 24*time.Hour)
+	v.clock.Step(2 * time.Hour)
+	require.Equal(t, t0.Add(30*time.Second), v.claim(id("p1"), fpA, idemkv.ModeLocal).Lease.Expires.UTC())
+	require.Equal(t, 2*time.Hour, v.stats().ClockOffset)
+
+	v.clock.Advance(clockSettle)
+	wall := v.clock.Now()
+	require.Equal(t, wall.Add(30*time.Second), v.claim(id("p2"), fpA, idemkv.ModeLocal).Lease.Expires.UTC())
+	st := v.stats()
+	require.Zero(t, st.ClockOffset)
+	require.EqualValues(t, 1, st.ClockSteps)
+}
+
+// A step within the tolerance is followed and not counted.
+func TestClockStepWithinTolerance(t *testing.T) {
+	v := newClockEnv(t, 24*time.Hour)
+	v.clock.Step(500 * time.Millisecond)
+	wall := v.clock.Now()
+	require.Equal(t, wall.Add(30*time.Second), v.claim(id("p1"), fpA, idemkv.ModeLocal).Lease.Expires.UTC())
+	require.Zero(t, v.stats().ClockSteps)
+}
+
+func TestClockToleranceValidated(t *testing.T) {
+	o := Options{ClockTolerance: -time.Second}
+	require.ErrorContains(t, o.EnsureDefaults().Validate(), "ClockTolerance")
+	o.ClockTolerance = TrustClock
+	require.NoError(t, o.EnsureDefaults().Validate())
+}
