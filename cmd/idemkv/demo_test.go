@@ -6,7 +6,9 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,10 +16,17 @@ import (
 
 // TestMain lets the test binary stand in for the idemkv binary: when
 // IDEMKV_TEST_AS_MAIN is set it runs main with its own arguments, with
-// IDEMKV_TEST_FAULT as the demo's fault, and exits with main's status.
+// IDEMKV_TEST_FAULT as the demo's fault and IDEMKV_TEST_NOFILE as its file
+// descriptor limit, and exits with main's status.
 func TestMain(m *testing.M) {
 	if os.Getenv("IDEMKV_TEST_AS_MAIN") != "" {
 		testFault = os.Getenv("IDEMKV_TEST_FAULT")
+		if n, err := strconv.ParseUint(os.Getenv("IDEMKV_TEST_NOFILE"), 10, 64); err == nil {
+			rl := syscall.Rlimit{Cur: n, Max: n}
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+				panic(err)
+			}
+		}
 		main()
 		panic("main returned")
 	}

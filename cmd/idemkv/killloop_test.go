@@ -147,8 +147,9 @@ func TestServeKillLoop(t *testing.T) {
 
 // served is a running "idemkv serve" child.
 type served struct {
-	cmd *exec.Cmd
-	url string
+	cmd    *exec.Cmd
+	url    string
+	banner string // the line that says where it listens
 }
 
 // startServe starts the test binary as "idemkv serve" on a free loopback
@@ -156,9 +157,15 @@ type served struct {
 // it listens.
 func startServe(t *testing.T, dir string, flags ...string) served {
 	t.Helper()
+	return startServeEnv(t, dir, nil, flags...)
+}
+
+// startServeEnv is startServe with env added to the child's environment.
+func startServeEnv(t *testing.T, dir string, env []string, flags ...string) served {
+	t.Helper()
 	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--lease", "1s"}, flags...)
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "IDEMKV_TEST_AS_MAIN=1")
+	cmd.Env = append(append(os.Environ(), "IDEMKV_TEST_AS_MAIN=1"), env...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = io.Discard
@@ -168,7 +175,7 @@ func startServe(t *testing.T, dir string, flags ...string) served {
 		if _, rest, ok := strings.Cut(sc.Text(), "payments service on "); ok {
 			url, _, _ := strings.Cut(rest, " ")
 			go io.Copy(io.Discard, stdout)
-			return served{cmd: cmd, url: url}
+			return served{cmd: cmd, url: url, banner: sc.Text()}
 		}
 	}
 	_ = cmd.Process.Kill()
