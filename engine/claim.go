@@ -45,39 +45,46 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	now := e.clock.Now()
 	c := claimCase{now: now, lease: cmp.Or(req.Lease, e.opts.Lease), class: class, expires: e.expiresAt(now, class)}
 
-	st.mu.Lock()
-	var s *slot
-	c.cur, s, c.found, err = e.lookupLocked(st, k, now)
+	d, s, err := e.decide(st, k, &req, &c, opID)
 	if err != nil {
-		st.mu.Unlock()
 		return idemkv.Claim{}, err
 	}
-	if c.found {
-		c.cur.ID = req.ID
-		c.busy, c.durable = s != nil && s.busy, s == nil || s.durable
-		c.curExpires = e.expiresAt(now, c.cur.Class)
-	}
-	d := decideClaim(&req, &c)
 	switch {
 	case d.outcome == idemkv.Acquired:
-		s, err := e.acquireLocked(st, k, &d.rec, opID, now)
-		st.mu.Unlock()
-		if err != nil {
-			return idemkv.Claim{}, err
-		}
 		return e.acquired(st, k, s, &d.rec)
 	case d.write:
 		// An expired remote lease turns uncertain: its record is on disk.
-		ws := e.table.beginWriteLocked(st, k, s, c.cur)
-		st.mu.Unlock()
-		if err := e.commitRecord(st, k, ws, true, &d.rec, nil); err != nil {
+		if err := e.commitRecord(st, k, s, true, &d.rec, nil); err != nil {
 			return idemkv.Claim{}, err
 		}
-	default:
-		st.mu.Unlock()
 	}
 	e.counters.count(d.outcome)
 	return idemkv.Claim{Outcome: d.outcome, Record: d.rec, RetryAfter: d.retryAfter}, nil
+}
+
+// decide looks k up under its stripe mutex and decides the claim. For
+// Acquired it returns the holder's slot; for a decision that writes, k's
+// slot marked busy for the write.
+func (e *Engine) decide(st *stripe, k []byte, req *idemkv.ClaimRequest, c *claimCase, opID idemkv.OperationID) (claimDecision, *slot, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	cur, s, found, err := e.lookupLocked(st, k, c.now)
+	if err != nil {
+		return claimDecision{}, nil, err
+	}
+	if c.cur, c.found = cur, found; found {
+		c.cur.ID = req.ID
+		c.busy, c.durable = s != nil && s.busy, s == nil || s.durable
+		c.curExpires = e.expiresAt(c.now, c.cur.Class)
+	}
+	d := decideClaim(req, c)
+	switch {
+	case d.outcome == idemkv.Acquired:
+		s, err = e.acquireLocked(st, k, &d.rec, opID, c.now)
+	case d.write:
+		s = e.table.beginWriteLocked(st, k, s, c.cur)
+	}
+	return d, s, err
 }
 
 // acquireLocked gives rec, the attempt decideClaim chose, its token and
@@ -120,10 +127,11 @@ func (e *Engine) acquired(st *stripe, k []byte, s *slot, rec *idemkv.Record) (id
 
 // commitClaim makes rec, the remote claim held in k's busy slot s,
 // durable, and then lets others see it.
-func (e *Engine) commitClaim(st *stripe, k []byte, s *slot, rec *idemkv.Record) error {
+func (e *Engine) commitClaim(st *stripe, k []byte, s *slot, rec *idemkv.Record) (err error) {
+	defer e.abandonOnPanic(s, &err)
 	b := e.db.NewBatch()
 	_ = b.Set(k, record.Encode(nil, rec), nil)
-	err := e.commits.commit(b)
+	err = e.commits.commit(b)
 	_ = b.Close()
 	if err != nil {
 		err = e.fail(fmt.Errorf("engine: durable claim: %w", err))

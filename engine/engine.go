@@ -57,6 +57,10 @@ type Engine struct {
 	// testHookSweepChecked, if set, is called by a sweep chunk just before
 	// it commits.
 	testHookSweepChecked func()
+	// testHookWrite and testHookLookup, if set, are called as a write
+	// that marked its slot busy begins to build its batch, and as a
+	// lookup begins under its stripe mutex (tests panic in them).
+	testHookWrite, testHookLookup func()
 }
 
 var _ idemkv.Store = (*Engine)(nil)
@@ -135,7 +139,8 @@ func openPebble(dir string, po *pebble.Options) (db *pebble.DB, err error) {
 
 // Close waits for operations in flight, then closes the store. Leases held
 // in memory are dropped: local claims vanish (their effects never
-// committed), durable remote claims stay on disk.
+// committed), durable remote claims stay on disk. A store that failed is
+// closed all the same, and Close returns its ErrFailed.
 func (e *Engine) Close() error {
 	e.sweeper.stop()
 	<-e.sweeper.done
@@ -150,8 +155,9 @@ func (e *Engine) Close() error {
 		// failstop.go).
 		return fmt.Errorf("%w: %w", idemkv.ErrFailed, *p)
 	}
-	var err error
-	if !e.opts.ReadOnly {
+	// A failed engine still closes Pebble, and says it had failed.
+	err := e.gate.err()
+	if err == nil && !e.opts.ReadOnly {
 		err = e.clock.writeMark(e.db)
 	}
 	err = errors.Join(err, e.db.Close())

@@ -24,9 +24,7 @@ func (e *Engine) Get(ctx context.Context, id idemkv.ID) (idemkv.Record, error) {
 	defer e.gate.exit()
 	k := appendRecordKey(nil, id)
 	st := e.table.stripe(k)
-	st.mu.Lock()
-	rec, _, found, err := e.lookupLocked(st, k, e.clock.Now())
-	st.mu.Unlock()
+	rec, found, err := e.lookup(st, k)
 	if err != nil {
 		return idemkv.Record{}, err
 	}
@@ -59,12 +57,23 @@ func (e *Engine) readLocked(k []byte, now time.Time) (idemkv.Record, bool, error
 	return rec, found, nil
 }
 
+// lookup is lookupLocked under k's stripe mutex, for a reader.
+func (e *Engine) lookup(st *stripe, k []byte) (idemkv.Record, bool, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rec, _, found, err := e.lookupLocked(st, k, e.clock.Now())
+	return rec, found, err
+}
+
 // lookupLocked returns the current record for k: the in-memory slot if one
 // exists, else the stored record. A completed record past its retention is
 // reported absent.
 //
 // REQUIRES: st.mu held.
 func (e *Engine) lookupLocked(st *stripe, k []byte, now time.Time) (rec idemkv.Record, s *slot, found bool, err error) {
+	if e.testHookLookup != nil {
+		e.testHookLookup()
+	}
 	if s = st.slotLocked(k); s != nil {
 		rec = s.rec
 		rec.Fingerprint = bytes.Clone(rec.Fingerprint) // the slot's copy is not the caller's

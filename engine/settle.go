@@ -17,12 +17,17 @@ import (
 // InProgress rather than read a write that is not yet durable); it
 // commits with a synced write, no lock held; then it removes the busy
 // slot under the mutex again (commitRecord).
+//
+// Every stripe mutex is released by a defer, and every write that marked a
+// slot busy is guarded by abandonOnPanic, so that a panic out of Pebble
+// (building a batch, reading the store) leaves no mutex held and no slot
+// busy with waiters asleep on it.
 
 // Complete implements idemkv.Store. The outcome and the effects commit in
 // one Pebble batch with a synced write, so after a crash either both are
 // present or neither is. A duplicate claim made while the commit is in
 // flight answers InProgress, never a replay of a result not yet durable.
-func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) error {
+func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) (err error) {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -47,6 +52,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	if err != nil {
 		return err
 	}
+	defer e.abandonOnPanic(h.s, &err)
 	done := h.rec
 	done.State = idemkv.StateCompleted
 	done.LeaseExpires = time.Time{}
@@ -77,13 +83,7 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 	defer e.gate.exit()
 	k := appendRecordKey(nil, l.ID)
 	st := e.table.stripe(k)
-	st.mu.Lock()
-	s, err := e.holdLocked(ctx, st, k, l)
-	stored := err == nil && s.durable
-	if err == nil && !stored {
-		st.dropLocked(k, s) // a local claim: nothing was written
-	}
-	st.mu.Unlock()
+	s, stored, err := e.release(ctx, st, k, l)
 	if err != nil {
 		return err
 	}
@@ -92,6 +92,23 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 		return nil
 	}
 	return e.commitRecord(st, k, s, true, nil, nil)
+}
+
+// release checks that l holds k and, for a local claim, drops its slot: it
+// reports whether a record is stored, which the caller must then delete
+// (k's slot is busy for it).
+func (e *Engine) release(ctx context.Context, st *stripe, k []byte, l idemkv.Lease) (*slot, bool, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s, err := e.holdLocked(ctx, st, k, l)
+	if err != nil {
+		return nil, false, err
+	}
+	if !s.durable {
+		st.dropLocked(k, s) // a local claim: nothing was written
+		return s, false, nil
+	}
+	return s, true, nil
 }
 
 // MarkUncertain implements idemkv.Store. The uncertain record is written
@@ -161,7 +178,7 @@ func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (id
 }
 
 // Resolve implements idemkv.Store.
-func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
+func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err error) {
 	if err := req.ID.Validate(); err != nil {
 		return err
 	}
@@ -186,12 +203,11 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	k := appendRecordKey(nil, req.ID)
 	st := e.table.stripe(k)
 	now := e.clock.Now()
-	st.mu.Lock()
-	cur, s, err := e.resolvableLocked(ctx, st, k, &req, now)
-	st.mu.Unlock()
+	cur, s, err := e.resolvable(ctx, st, k, &req, now)
 	if err != nil {
 		return err
 	}
+	defer e.abandonOnPanic(s, &err)
 	e.counters.resolved.Add(1)
 	b := e.db.NewBatch()
 	if req.NoEffect {
@@ -269,6 +285,13 @@ func (e *Engine) holdLocked(ctx context.Context, st *stripe, k []byte, l idemkv.
 	return s, nil
 }
 
+// resolvable is resolvableLocked under k's stripe mutex.
+func (e *Engine) resolvable(ctx context.Context, st *stripe, k []byte, req *idemkv.ResolveRequest, now time.Time) (idemkv.Record, *slot, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return e.resolvableLocked(ctx, st, k, req, now)
+}
+
 // resolvableLocked checks that k's record is uncertain under req.Token,
 // and returns it with k marked busy for the resolution. It waits out a
 // write in flight (another resolution, say) and decides on the record
@@ -309,12 +332,16 @@ func (e *Engine) resolvableLocked(ctx context.Context, st *stripe, k []byte, req
 // on k's busy slot s. stored says whether k's current record is stored
 // under its record key. On failure the engine is poisoned and s stays
 // busy: nothing may answer for k any more.
-func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, stored bool, next *idemkv.Record, b *pebble.Batch) error {
+func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, stored bool, next *idemkv.Record, b *pebble.Batch) (err error) {
+	defer e.abandonOnPanic(s, &err)
+	if e.testHookWrite != nil {
+		e.testHookWrite()
+	}
 	if b == nil {
 		b = e.db.NewBatch()
 	}
 	e.putRecord(b, k, stored, next)
-	err := e.commits.commit(b)
+	err = e.commits.commit(b)
 	_ = b.Close()
 	if err != nil {
 		err = e.fail(fmt.Errorf("engine: commit: %w", err))
@@ -325,6 +352,23 @@ func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, stored bool, next *
 	e.table.endWriteLocked(st, k, s, next, e.clock.Now())
 	st.mu.Unlock()
 	return nil
+}
+
+// abandonOnPanic, deferred once k's slot s is busy for a write, turns a
+// panic before the write ended into ErrFailed, as a failed commit is: the
+// write's fate is unknown, so the engine fails, s stays busy, and its
+// waiters wake to the failure instead of sleeping forever.
+func (e *Engine) abandonOnPanic(s *slot, err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	*err = e.fail(fmt.Errorf("engine: write panicked: %v", r))
+	select {
+	case <-s.done: // already abandoned by a guard further in
+	default:
+		s.abandonWrite()
+	}
 }
 
 func (e *Engine) fenced(l idemkv.Lease) error {

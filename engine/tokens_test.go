@@ -26,7 +26,8 @@ func TestTokensNeverRepeat(t *testing.T) {
 	_, err = v.e.Get(ctx, id("one-too-many"))
 	require.ErrorIs(t, err, idemkv.ErrFailed, "the engine says it has failed")
 
-	v.reopen()
+	require.ErrorIs(t, v.e.Close(), idemkv.ErrFailed)
+	v.open()
 	next := v.claim(id("one-too-many"), fpA, idemkv.ModeLocal)
 	require.Equal(t, idemkv.Acquired, next.Outcome)
 	require.Greater(t, next.Lease.Token, last.Lease.Token)
