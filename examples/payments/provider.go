@@ -41,19 +41,26 @@ type ProviderOptions struct {
 	// (until ctx is done), to stall a call on its way to the processor.
 	// key is the call's downstream idempotency key. Default: nil.
 	Fault func(ctx context.Context, key string) error
+	// Remember is how many charges the ledger keeps, and so how many
+	// downstream keys it deduplicates: past it, the oldest is forgotten,
+	// as a real processor forgets keys after a day or so. Default:
+	// 200,000, about 40 MiB.
+	Remember int
 }
 
 // Provider is a simulated card processor that honours a downstream
 // idempotency key, as real ones do: a second charge under a key returns
-// the first charge instead of charging again. Its ledger lives in memory;
-// it stands for a remote system and does not survive a restart of the
-// process.
+// the first charge instead of charging again. Its ledger lives in memory,
+// bounded (ProviderOptions.Remember); it stands for a remote system and
+// does not survive a restart of the process.
 type Provider struct {
 	opts ProviderOptions
 
 	mu      sync.Mutex
 	rnd     *rand.Rand
 	charges map[string]Charge // by downstream key
+	order   []string          // the keys of charges, oldest first
+	made    int               // charges made, forgotten ones included
 	calls   int
 	dedups  int
 }
@@ -70,6 +77,9 @@ func NewProvider(opts ProviderOptions) *Provider {
 	r := opts.Rand
 	if r == nil {
 		r = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	if opts.Remember <= 0 {
+		opts.Remember = 200_000
 	}
 	return &Provider{opts: opts, rnd: r, charges: make(map[string]Charge)}
 }
@@ -108,12 +118,25 @@ func (p *Provider) Charge(ctx context.Context, key string, amount int64, currenc
 		p.dedups++
 	} else {
 		c = Charge{ID: "ch_" + randomHex(8), Amount: amount, Currency: currency}
-		p.charges[key] = c
+		p.rememberLocked(key, c)
 	}
 	if errors.Is(fault, ErrProviderTimeout) || (fault == nil && roll < p.opts.FailRate+p.opts.TimeoutRate) {
 		return Charge{}, ErrProviderTimeout
 	}
 	return c, nil
+}
+
+// rememberLocked puts c in the ledger under key, forgetting the oldest
+// charge past the bound. REQUIRES: p.mu held.
+func (p *Provider) rememberLocked(key string, c Charge) {
+	p.charges[key] = c
+	p.order = append(p.order, key)
+	p.made++
+	if len(p.order) > p.opts.Remember {
+		delete(p.charges, p.order[0])
+		p.order[0] = ""
+		p.order = p.order[1:]
+	}
 }
 
 // Lookup returns the charge made under key, if any: the status query a
@@ -128,7 +151,7 @@ func (p *Provider) Lookup(key string) (Charge, bool) {
 // ProviderStats counts the provider's work.
 type ProviderStats struct {
 	Calls   int // calls that reached the provider
-	Charges int // distinct charges made
+	Charges int // charges made
 	Dedups  int // calls answered with an earlier charge under the same key
 }
 
@@ -136,7 +159,7 @@ type ProviderStats struct {
 func (p *Provider) Stats() ProviderStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return ProviderStats{Calls: p.calls, Charges: len(p.charges), Dedups: p.dedups}
+	return ProviderStats{Calls: p.calls, Charges: p.made, Dedups: p.dedups}
 }
 
 func randomHex(n int) string {

@@ -108,3 +108,23 @@ func TestStalledChargeIsFencedAfterTakeover(t *testing.T) {
 	assert.Equal(t, int64(1), st.Takeovers)
 	assert.Equal(t, int64(1), st.Fenced)
 }
+
+// The ledger keeps the last Remember charges: an older key is forgotten
+// and charges again, as with a processor whose keys have expired.
+func TestProviderLedgerIsBounded(t *testing.T) {
+	p := NewProvider(ProviderOptions{Remember: 2})
+	first, err := p.Charge(context.Background(), "a", 100, "USD")
+	require.NoError(t, err)
+	for _, k := range []string{"b", "c"} {
+		_, err := p.Charge(context.Background(), k, 100, "USD")
+		require.NoError(t, err)
+	}
+	_, ok := p.Lookup("a")
+	require.False(t, ok, "the oldest charge is forgotten")
+	_, ok = p.Lookup("c")
+	require.True(t, ok)
+	again, err := p.Charge(context.Background(), "a", 100, "USD")
+	require.NoError(t, err)
+	require.NotEqual(t, first.ID, again.ID)
+	require.Equal(t, ProviderStats{Calls: 4, Charges: 4}, p.Stats())
+}
