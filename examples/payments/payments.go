@@ -77,10 +77,18 @@ type stored struct {
 	Tenant string `json:"tenant"`
 }
 
-// Data keys (engine effects namespace): "pay/" + id holds the payment;
-// "idx/" + len(tenant) + tenant + (MaxUint64 - created ns) + id lists a
-// tenant's payments newest first.
-func paymentKey(id string) []byte { return []byte("pay/" + id) }
+// Data keys (engine effects namespace): "pay/" + len(tenant) + tenant + id
+// holds the payment; "idx/" + len(tenant) + tenant + (MaxUint64 - created
+// ns) + id lists a tenant's payments newest first. The tenant is part of
+// the payment's key so that asking for another account's payment reads
+// the same absent key as asking for none: the answer and its timing say
+// nothing about whether the id exists.
+func paymentKey(tenant, id string) []byte {
+	k := make([]byte, 0, 5+len(tenant)+len(id))
+	k = append(k, "pay/"...)
+	k = append(k, byte(len(tenant)))
+	return append(append(k, tenant...), id...)
+}
 
 func indexPrefix(tenant string) []byte {
 	k := make([]byte, 0, 5+len(tenant)+8+32)
@@ -249,7 +257,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	}}
 	row, _ := json.Marshal(p)
 	err = op.Apply(func(fx idemkv.Effects) error {
-		if err := fx.Set(paymentKey(p.ID), row); err != nil {
+		if err := fx.Set(paymentKey(tenant, p.ID), row); err != nil {
 			return err
 		}
 		return fx.Set(indexKey(tenant, now, p.ID), []byte(p.ID))
@@ -373,7 +381,11 @@ func isCurrency(s string) bool {
 // deleted by hand) is answered with the stored status and no body.
 func (s *Service) rebuild(w http.ResponseWriter, r *http.Request, res idemkv.Result) {
 	id, _ := strings.CutPrefix(res.Pointer, "/v1/payments/")
-	p, err := s.load(id)
+	tenant, err := s.tenantOf(r) // the principal whose record this is
+	var p stored
+	if err == nil {
+		p, err = s.load(tenant, id)
+	}
 	if err != nil {
 		w.Header().Set("Content-Length", "0")
 		w.WriteHeader(res.Status)
@@ -382,12 +394,13 @@ func (s *Service) rebuild(w http.ResponseWriter, r *http.Request, res idemkv.Res
 	writeJSON(w, res.Status, p.Payment)
 }
 
-func (s *Service) load(id string) (stored, error) {
+// load reads tenant's payment id.
+func (s *Service) load(tenant, id string) (stored, error) {
 	var p stored
 	if id == "" || len(id) > 64 {
 		return p, idemkv.ErrNotFound
 	}
-	v, err := s.cfg.Store.GetData(paymentKey(id))
+	v, err := s.cfg.Store.GetData(paymentKey(tenant, id))
 	if err != nil {
 		return p, err
 	}
@@ -401,7 +414,7 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
 		return
 	}
-	p, err := s.load(r.PathValue("id"))
+	p, err := s.load(tenant, r.PathValue("id"))
 	switch {
 	case errors.Is(err, idemkv.ErrNotFound) || (err == nil && p.Tenant != tenant):
 		httpidem.WriteProblem(w, "not-found", http.StatusNotFound, "no such payment", 0)
@@ -437,7 +450,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 	// the caller's own.
 	var after []byte
 	if id := r.URL.Query().Get("starting_after"); id != "" {
-		p, err := s.load(id)
+		p, err := s.load(tenant, id)
 		switch {
 		case errors.Is(err, idemkv.ErrNotFound) || (err == nil && p.Tenant != tenant):
 			httpidem.WriteProblem(w, "invalid-query", http.StatusBadRequest, "starting_after names no payment of this account", 0)
@@ -467,7 +480,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 		HasMore bool      `json:"has_more"`
 	}{Data: make([]Payment, 0, len(ids)), HasMore: more}
 	for _, id := range ids {
-		p, err := s.load(id)
+		p, err := s.load(tenant, id)
 		if err != nil {
 			s.storeError(w, err)
 			return
