@@ -22,7 +22,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--api-keys FILE] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -38,12 +38,17 @@ type serveConfig struct {
 	bg       backgroundFlags
 	// apiKeys is the API keys file; "" is demo mode, loopback only.
 	apiKeys string
+	// metricsAddr, if set, serves /metrics there instead of on addr;
+	// metricsLn is its listener.
+	metricsAddr string
+	metricsLn   net.Listener
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	var c serveConfig
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `ADDR`")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "authenticate callers with the API keys in `FILE` (\"SECRET ACCOUNT\" lines, mode 600); without it the service runs in demo mode, where any bearer token is its account, and only on a loopback address")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on `ADDR` (a private or loopback address: metrics are not authenticated) instead of on --addr")
 	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR`")
 	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running waits for its outcome before a 409 (0: answer 409 at once)")
 	fs.DurationVar(&c.lease, "lease", 0, "how long a payment may run before a retry may take it over and resume the same charge (default: the store's, 30s)")
@@ -70,6 +75,12 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if c.metricsAddr != "" {
+			if c.metricsLn, err = net.Listen("tcp", c.metricsAddr); err != nil {
+				ln.Close()
+				return err
+			}
+		}
 		return serve(ctx, ln, c, stdout)
 	}
 }
@@ -91,20 +102,26 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		ln.Close()
 		return err
 	}
+	closeAll := func() {
+		ln.Close()
+		if c.metricsLn != nil {
+			c.metricsLn.Close()
+		}
+		e.Close()
+	}
 	var keys *payments.APIKeys
 	if c.apiKeys != "" {
 		if keys, err = payments.LoadAPIKeys(c.apiKeys); err != nil {
-			ln.Close()
-			e.Close()
+			closeAll()
 			return err
 		}
 	}
 	svc, err := payments.New(payments.Config{
 		Store: e, Provider: payments.NewProvider(c.provider), Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
+		NoMetricsRoute: c.metricsLn != nil,
 	})
 	if err != nil {
-		ln.Close()
-		e.Close()
+		closeAll()
 		return err
 	}
 	if prio != nil {
@@ -117,28 +134,45 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	if lease == 0 {
 		lease = o.EnsureDefaults().Lease
 	}
-	srv, cl := newServer(svc.Handler(), defaultLimits(lease+c.wait, maxConns), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	srv, cl := newServer(svc.Handler(), defaultLimits(lease+c.wait, maxConns), errLog)
 	ln = cl.Listener(ln)
+	servers := []*http.Server{srv}
+	errc := make(chan error, 2)
 	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d)\n",
 		ln.Addr(), c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice)
 	if keys == nil {
 		fmt.Fprintln(stdout, "idemkv: demo mode: any bearer token is taken as its account (give --api-keys FILE to authenticate)")
 	}
 	fmt.Fprintf(stdout, "try: curl -si -X POST http://%s/v1/payments -H 'Authorization: Bearer acct_1' -H 'Idempotency-Key: order-1' -d '{\"amount\":5000,\"currency\":\"USD\",\"card\":\"tok_123\"}'\n", ln.Addr())
-	errc := make(chan error, 1)
+	if c.metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", svc.MetricsHandler())
+		msrv, mcl := newServer(mux, defaultLimits(0, metricsConns), errLog)
+		mln := mcl.Listener(c.metricsLn)
+		fmt.Fprintf(stdout, "idemkv: metrics on http://%s/metrics\n", mln.Addr())
+		servers = append(servers, msrv)
+		go func() { errc <- msrv.Serve(mln) }()
+	}
 	go func() { errc <- srv.Serve(ln) }()
 	select {
-	case err = <-errc:
+	case err = <-errc: // a listener failed: stop the other too
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = srv.Shutdown(sctx)
-		cancel()
 	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	for _, s := range servers {
+		err = errors.Join(err, s.Shutdown(sctx))
+	}
+	cancel()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return errors.Join(err, e.Close())
 }
+
+// metricsConns caps the connections of the metrics address: scrapers are
+// few.
+const metricsConns = 16
 
 // isLoopback reports whether addr (host:port) can only be reached from
 // this machine.

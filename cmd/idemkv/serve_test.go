@@ -120,6 +120,37 @@ func TestServeLowPriorityMetric(t *testing.T) {
 	}
 }
 
+// With --metrics-addr, /metrics is served there and not on the service's
+// address.
+func TestServeMetricsOnTheirOwnAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	mln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var out syncBuffer
+	go func() { done <- serve(ctx, ln, serveConfig{dir: t.TempDir(), metricsLn: mln}, &out) }()
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	status, _ := get("http://" + ln.Addr().String() + "/metrics")
+	require.Equal(t, http.StatusNotFound, status)
+	status, body := get("http://" + mln.Addr().String() + "/metrics")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "idemkv_engine_claims_total")
+	status, _ = get("http://" + mln.Addr().String() + "/v1/payments")
+	require.Equal(t, http.StatusNotFound, status, "the metrics address serves metrics only")
+	cancel()
+	require.NoError(t, <-done)
+	require.Contains(t, out.String(), "metrics on http://"+mln.Addr().String()+"/metrics")
+}
+
 // With --api-keys, a caller is the account its secret maps to: a token
 // that is not a key, an account name included, is 401, and one account
 // cannot see another's payments. A key file others may read is refused.

@@ -47,6 +47,10 @@ type Config struct {
 	// token is the account itself, so anyone can act as any account; only
 	// for a service on loopback (idemkv serve refuses otherwise).
 	APIKeys *APIKeys
+	// NoMetricsRoute leaves GET /metrics out of Handler, for a service
+	// that serves MetricsHandler on an address of its own (the metrics
+	// are not authenticated).
+	NoMetricsRoute bool
 }
 
 // Service is the payments API.
@@ -149,7 +153,9 @@ func New(cfg Config) (*Service, error) {
 	mux.HandleFunc("GET /v1/payments/{id}", s.get)
 	mux.HandleFunc("GET /v1/payments", s.list)
 	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	if !cfg.NoMetricsRoute {
+		mux.Handle("GET /metrics", s.MetricsHandler())
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { noRoute(mux, w, r) })
 	s.handler = mux
 	return s, nil
@@ -173,6 +179,11 @@ func noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", strings.Join(allow, ", "))
 	httpidem.WriteProblem(w, "method-not-allowed", http.StatusMethodNotAllowed,
 		r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+strings.Join(allow, ", "), 0)
+}
+
+// MetricsHandler serves the service's metrics in Prometheus's format.
+func (s *Service) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})
 }
 
 // Handler returns the service's HTTP handler.
