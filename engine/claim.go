@@ -23,9 +23,6 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	if err := e.writable(); err != nil {
 		return idemkv.Claim{}, err
 	}
-	if err := e.health.check(); err != nil {
-		return idemkv.Claim{}, err
-	}
 	if err := e.gate.begin(ctx); err != nil {
 		return idemkv.Claim{}, err
 	}
@@ -89,12 +86,15 @@ func (e *Engine) decide(st *stripe, k []byte, req *idemkv.ClaimRequest, c *claim
 
 // acquireLocked gives rec, the attempt decideClaim chose, its token and
 // operation id, and installs it as k's slot, busy if it is a remote claim
-// that must be written. While the disk is low on space it refuses with
-// ErrNoSpace instead: new work, or resumed work, would need space the disk
-// lacks.
+// that must be written. While the store is unhealthy or the disk is low
+// on space it refuses with ErrUnhealthy or ErrNoSpace instead: new work,
+// or resumed work, would write where writes cannot flush or find space.
 //
 // REQUIRES: st.mu held.
 func (e *Engine) acquireLocked(st *stripe, k []byte, rec *idemkv.Record, opID idemkv.OperationID, now time.Time) (*slot, error) {
+	if err := e.health.check(); err != nil {
+		return nil, err
+	}
 	if e.disk.lowAt(now) {
 		return nil, fmt.Errorf("%w (less than %d bytes free)", idemkv.ErrNoSpace, e.opts.MinFreeDisk)
 	}

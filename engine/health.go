@@ -13,9 +13,10 @@ import (
 // ErrUnhealthy is returned by Claim, and by Health, while Pebble's latest
 // flush or compaction has failed: out of disk space or file descriptors,
 // or an I/O error. Pebble retries them, and the engine is healthy again
-// after the next one that succeeds; meanwhile new claims are refused at
-// once, where they would otherwise wait on writes that cannot flush.
-// Operations already holding a key go on.
+// after the next one that succeeds; meanwhile claims that would acquire
+// are refused at once, where the work they start would otherwise wait on
+// writes that cannot flush. Replays, reads and operations already holding
+// a key go on.
 var ErrUnhealthy = errors.New("engine: store unhealthy")
 
 // health is the state of Pebble's background work, fed by its event

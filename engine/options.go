@@ -143,7 +143,8 @@ type Options struct {
 
 	// ReplayCacheSize is the memory, in bytes, for recently completed
 	// records kept to answer replays without a Pebble read (cache.go),
-	// allocated at Open outside the garbage collector's view. Default: 128
+	// allocated at Open as pointer-free memory the garbage collector never
+	// scans, though it counts toward the heap it paces itself by. Default: 128
 	// MiB, several hundred thousand records without bodies. Sizes below
 	// 512 KiB are rounded up to it; negative disables it.
 	ReplayCacheSize int64

@@ -97,6 +97,8 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	}
 	storeFiles, maxConns := fileBudget()
 	o.ConfigurePebble = keepFilesUnder(storeFiles, o.ConfigurePebble)
+	memLimit := memoryLimit()
+	maxConns = fitMemory(o, memLimit, maxConns)
 	e, err := engine.Open(c.dir, o)
 	if err != nil {
 		ln.Close()
@@ -139,8 +141,9 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	ln = cl.Listener(ln)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d)\n",
-		ln.Addr(), c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice)
+	eo := o.EnsureDefaults()
+	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d; caches %d+%d MiB%s)\n",
+		ln.Addr(), c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice, eo.ReplayCacheSize>>20, eo.CacheSize>>20, limitNote(memLimit))
 	if keys == nil {
 		fmt.Fprintln(stdout, "idemkv: demo mode: any bearer token is taken as its account (give --api-keys FILE to authenticate)")
 	}

@@ -420,3 +420,68 @@ func TestBodyMeansWhatTheFingerprintSays(t *testing.T) {
 	list := decode[struct{ Data []Payment }](t, f.send("GET", "/v1/payments", "acct_1", "", ""))
 	require.Len(t, list.Data, 1, "only the 5000 payment was made")
 }
+
+// TestBackgroundErrorAnswers503UntilItClears: a flush that cannot create
+// its sstable (an error injected through the filesystem, as a full disk or
+// no file descriptors gives) makes /healthz answer 503 with the reason and
+// new payments 503 at once, while replays go on; once a flush succeeds,
+// both answer as before, without a restart.
+func TestBackgroundErrorAnswers503UntilItClears(t *testing.T) {
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, ".sst") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	logs := &healthSignals{unhealthy: make(chan struct{}, 1), healthy: make(chan struct{}, 1)}
+	eng, err := engine.Open(t.TempDir(), &engine.Options{FS: errorfs.Wrap(vfs.Default, inj), NoBackgroundSweep: true, Logger: logs})
+	require.NoError(t, err)
+	svc, err := New(Config{Store: eng})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	defer eng.Close()
+	defer armed.Store(false) // first, so that a failing test's flush ends
+	f := &svcFixture{t: t, eng: eng, srv: srv}
+	order := `{"amount":5000,"currency":"USD","card":"tok_123"}`
+	require.Equal(t, http.StatusCreated, f.pay("acct_1", "k-before", order).status)
+
+	armed.Store(true)
+	flushed := make(chan error, 1)
+	go func() { flushed <- eng.Flush() }() // Pebble retries the flush until it succeeds
+	<-logs.unhealthy
+	h := f.send("GET", "/healthz", "", "", "")
+	require.Equal(t, http.StatusServiceUnavailable, h.status)
+	require.Contains(t, string(h.body), "injected", "the reason")
+	problemOf(t, f.pay("acct_1", "k-during", order), http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	replay := f.pay("acct_1", "k-before", order)
+	require.Equal(t, http.StatusCreated, replay.status, "replays go on")
+	require.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
+
+	armed.Store(false)
+	require.NoError(t, <-flushed)
+	<-logs.healthy
+	require.Equal(t, http.StatusOK, f.send("GET", "/healthz", "", "", "").status)
+	require.Equal(t, http.StatusCreated, f.pay("acct_1", "k-during", order).status)
+}
+
+// healthSignals is an engine Logger that signals the engine's health
+// messages (once each) and drops the rest.
+type healthSignals struct{ unhealthy, healthy chan struct{} }
+
+func (l *healthSignals) Infof(string, ...any) {}
+func (l *healthSignals) Errorf(format string, _ ...any) {
+	c := l.healthy
+	switch {
+	case strings.HasPrefix(format, "idemkv: store unhealthy"):
+		c = l.unhealthy
+	case !strings.HasPrefix(format, "idemkv: store healthy again"):
+		return
+	}
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+func (l *healthSignals) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
