@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,7 @@ type claimFilter struct {
 	capacity atomic.Int64 // keys the filter in use is sized for
 	stored   atomic.Int64 // keys the last build found on disk
 	builds   atomic.Int64 // builds that ended
+	failures atomic.Int64 // builds that failed
 	skips    atomic.Int64 // lookups answered absent without Pebble
 	misses   atomic.Int64 // lookups the filter passed that Pebble found absent
 
@@ -168,21 +170,47 @@ func (e *Engine) startClaimFilter() {
 	f.requestBuild()
 	go func() {
 		defer close(f.done)
+		inARow := 0
+		var retry <-chan time.Time
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-f.kick:
+			case <-retry:
 			}
-			if err := e.buildClaimFilter(ctx); err != nil {
-				if ctx.Err() == nil && e.gate.err() == nil {
-					e.opts.Logger.Errorf("idemkv: claim filter: %v", err)
-				}
-				// Lookups go on reading Pebble where there is no filter;
-				// try again when the next rebuild is due.
+			retry = nil
+			err := e.buildClaimFilter(ctx)
+			if err == nil {
+				inARow = 0
+				continue
 			}
+			if ctx.Err() != nil || e.gate.err() != nil {
+				continue
+			}
+			// Lookups go on reading Pebble where there is no filter; a
+			// failed build (a transient read error, say) is tried again
+			// with backoff rather than waiting for the next rebuild due,
+			// which for a first build never comes.
+			inARow++
+			f.failures.Add(1)
+			e.opts.Logger.Errorf("idemkv: claim filter build failed (%d in a row), will retry: %v", inARow, err)
+			retry = claimFilterAfter(filterRetryWait(inARow))
 		}
 	}()
+}
+
+// claimFilterAfter waits before a failed build is tried again; tests
+// replace it.
+var claimFilterAfter = time.After
+
+// filterRetryWait is the wait before the next build after n failures in
+// a row: 1 s doubling up to 5 minutes, jittered down by up to half so that
+// engines that failed together do not retry together.
+func filterRetryWait(n int) time.Duration {
+	d := time.Second << min(n-1, 9)
+	d = min(d, 5*time.Minute)
+	return d - rand.N(d/2)
 }
 
 // ClaimFilterBuilt returns a channel that is closed once the claim filter's

@@ -348,3 +348,45 @@ func TestClaimFilterBuildRetriesAfterAFailedScan(t *testing.T) {
 		require.Equal(t, idemkv.Replay, v.claim(id(fmt.Sprintf("stored-%04d", i)), fpA, idemkv.ModeLocal).Outcome)
 	}
 }
+
+// A build that fails on a read error is retried with backoff, counted and
+// logged, until one succeeds: a first build that failed would otherwise
+// never come again, and every claim would read Pebble for the store's life.
+func TestClaimFilterRetriesAFailedBuild(t *testing.T) {
+	var armed atomic.Bool
+	inj := failingSSTables(&armed, errorfs.OpFileReadAt)
+	waits, ticks := make(chan time.Duration, 1), make(chan time.Time)
+	claimFilterAfter = func(d time.Duration) <-chan time.Time { waits <- d; return ticks }
+	t.Cleanup(func() { claimFilterAfter = time.After })
+	fs := hookFilter(t)
+	v := newEnv(t)
+	fs.await(t, "built")
+	for i := range 30 {
+		v.complete(id(fmt.Sprintf("k%d", i)))
+	}
+	require.NoError(t, v.e.Flush())
+	require.NoError(t, v.e.Close())
+	v.opts.FS = errorfs.Wrap(vfs.Default, inj)
+	v.opts.ReplayCacheSize = -1
+	v.opts.CacheSize = 1 // no block stays cached: the build's scan reads the file
+	fs.holdAt("next")
+	v.open()
+	fs.await(t, "next")
+	armed.Store(true) // after Open's own reads, before the build's scan
+	fs.release("next")
+	fs.await(t, "failed")
+	d := <-waits
+	require.GreaterOrEqual(t, d, time.Second/2)
+	require.LessOrEqual(t, d, time.Second)
+	st := v.stats()
+	require.EqualValues(t, 1, st.ClaimFilterFailures)
+	require.Zero(t, st.ClaimFilterKeys, "no filter yet")
+
+	armed.Store(false)
+	ticks <- time.Now()
+	fs.await(t, "built")
+	<-v.e.ClaimFilterBuilt()
+	st = v.stats()
+	require.EqualValues(t, 30, st.ClaimFilterStored)
+	require.Equal(t, idemkv.Replay, v.claim(id("k7"), fpA, idemkv.ModeLocal).Outcome)
+}

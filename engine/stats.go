@@ -67,10 +67,12 @@ type Stats struct {
 	// positives, and keys deleted since the filter was built).
 	// ClaimFilterKeys is the record count the filter in use is sized for
 	// (0 until the first build after Open ends), ClaimFilterStored the
-	// records its last build found, ClaimFilterBuilds the builds since Open.
-	ClaimFilterSkips, ClaimFilterMisses int64
-	ClaimFilterKeys, ClaimFilterStored  int64
-	ClaimFilterBuilds                   int64
+	// records its last build found, ClaimFilterBuilds the builds since Open
+	// and ClaimFilterFailures those that failed (each is retried with
+	// backoff, and logged).
+	ClaimFilterSkips, ClaimFilterMisses    int64
+	ClaimFilterKeys, ClaimFilterStored     int64
+	ClaimFilterBuilds, ClaimFilterFailures int64
 
 	// The committer, which combines concurrent synced writes into one
 	// Pebble commit and one fsync (docs/design.md, "Concurrency inside the
@@ -161,6 +163,7 @@ func (e *Engine) Stats() (Stats, error) {
 	f := &e.filter
 	st.ClaimFilterSkips, st.ClaimFilterMisses = f.skips.Load(), f.misses.Load()
 	st.ClaimFilterKeys, st.ClaimFilterStored, st.ClaimFilterBuilds = f.capacity.Load(), f.stored.Load(), f.builds.Load()
+	st.ClaimFilterFailures = f.failures.Load()
 	st.Sweep = e.sweeper.s.Stats()
 	st.BackgroundErrors, st.UnhealthySince = e.health.counts()
 	st.ClockSteps, st.ClockOffset = e.clock.steps.Load(), e.clock.offset()

@@ -83,6 +83,10 @@ var metrics = []metric{
 	// positives, and keys deleted since its build (Stats.ClaimFilterMisses).
 	{"idemkv_engine_claim_filter_misses_total", "Lookups the claim filter let through that found no record.", true,
 		func(s engine.Stats) float64 { return float64(s.ClaimFilterMisses) }},
+	// Builds of the filter that failed, each retried with backoff
+	// (Stats.ClaimFilterFailures); until one succeeds, claims read Pebble.
+	{"idemkv_engine_claim_filter_failures_total", "Claim filter builds that failed (retried with backoff).", true,
+		func(s engine.Stats) float64 { return float64(s.ClaimFilterFailures) }},
 	// The record count the filter in use is sized for; 0 until the first
 	// build after Open ends, during which every claim reads Pebble.
 	{"idemkv_engine_claim_filter_keys", "Records the claim filter in use is sized for (0 until its first build after start).", false,

@@ -20,6 +20,7 @@ import (
 // removal or an addition must be a decision, so the set is spelled out.
 var stableNames = []string{
 	"idemkv_engine_background_errors_total",
+	"idemkv_engine_claim_filter_failures_total",
 	"idemkv_engine_claim_filter_keys",
 	"idemkv_engine_claim_filter_misses_total",
 	"idemkv_engine_claim_filter_skips_total",
