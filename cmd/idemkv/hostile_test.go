@@ -129,7 +129,9 @@ func TestFloodsLeaveTheServiceAnswering(t *testing.T) {
 	healthy()
 	grown := residentBytes(t, pid) - rssBefore
 	t.Logf("descriptors %d before the floods, cap %d; resident memory grew %d KiB", fdsBefore, maxConns, grown>>10)
-	require.Less(t, grown, int64(64<<20), "the header flood grew resident memory by %d MiB", grown>>20)
+	if !raceEnabled { // the race detector's shadow memory grows with every buffer
+		require.Less(t, grown, int64(64<<20), "the header flood grew resident memory by %d MiB", grown>>20)
+	}
 }
 
 func openFiles(t *testing.T, pid int) int {
