@@ -2,6 +2,7 @@ package idemkv
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -256,6 +257,20 @@ func (id OperationID) IsZero() bool { return id == OperationID{} }
 
 // String returns id as 32 lower-case hex digits.
 func (id OperationID) String() string { return hex.EncodeToString(id[:]) }
+
+// StepKey returns the downstream idempotency key of one step of the
+// operation, named step ("charge", "authorize", "refund"): the same on
+// every attempt and after a takeover, which resume the operation id, and
+// different for every step, so a processor that deduplicates on its own
+// Idempotency-Key sees each step as one logical request. It is 32
+// lower-case hex digits of SHA-256 over the id and the step name: it fits
+// any processor's key limit and reveals neither.
+func (id OperationID) StepKey(step string) string {
+	h := sha256.New()
+	h.Write(id[:])
+	h.Write([]byte(step))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
 
 // Result is the compact final outcome of an operation: a status code, a
 // pointer to what the operation created, and optionally a bounded body for

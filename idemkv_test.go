@@ -88,3 +88,16 @@ func TestAppendTenantKey(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidScope)
 	}
 }
+
+// A step's downstream key is a pure function of the operation and the
+// step: stable across attempts, distinct across steps and operations.
+func TestStepKey(t *testing.T) {
+	a := OperationID{1, 2, 3}
+	b := OperationID{1, 2, 4}
+	require.Equal(t, a.StepKey("charge"), a.StepKey("charge"))
+	require.Len(t, a.StepKey("charge"), 32)
+	require.NotEqual(t, a.StepKey("charge"), a.StepKey("refund"))
+	require.NotEqual(t, a.StepKey("charge"), b.StepKey("charge"))
+	require.NotEqual(t, a.String(), a.StepKey(""), "never the operation id itself")
+	require.Equal(t, "0c77e70d5774072f", a.StepKey("charge")[:16], "the derivation is part of the contract: keys outlive upgrades")
+}

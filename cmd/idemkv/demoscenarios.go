@@ -242,7 +242,7 @@ func (d *demo) providerTimeout(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	op := rec.OperationID.String()
+	op := rec.OperationID.StepKey("charge")
 	ch, charged := d.proc.Lookup(op)
 	d.say("service", "claimed the key durably, then called the processor with Idempotency-Key %s", op)
 	d.say("processor", "charges %s (%s), but the answer times out", usd(ch.Amount), ch.ID)

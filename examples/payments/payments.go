@@ -133,7 +133,7 @@ func New(cfg Config) (*Service, error) {
 	create, err := m.Wrap(http.HandlerFunc(s.create), httpidem.Route{
 		Require:   true,
 		Mode:      idemkv.ModeRemote,
-		Resumable: true, // the processor deduplicates on the OperationID
+		Resumable: true, // the processor deduplicates on a key derived from the OperationID
 		Wait:      cfg.Wait,
 		Lease:     cfg.Lease,
 		Fingerprint: &fingerprint.Options{
@@ -241,7 +241,11 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, "invalid-payment", http.StatusUnprocessableEntity, strings.Join(problems, "; "), 0)
 		return
 	}
-	key := op.Lease().OperationID.String()
+	// Both come from the operation id, which every attempt and every
+	// takeover of this key resumes: the processor sees one charge request,
+	// and a retry never mints a new payment id.
+	opID := op.Lease().OperationID
+	key := opID.StepKey("charge")
 	ch, err := s.cfg.Provider.Charge(r.Context(), key, amount, *req.Currency)
 	switch {
 	case errors.Is(err, ErrProviderTimeout):
@@ -263,7 +267,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	s.provider.WithLabelValues("charged").Inc()
 	now := s.cfg.Now().UTC()
 	p := stored{Tenant: tenant, Payment: Payment{
-		ID: "pay_" + randomHex(12), Amount: amount, Currency: *req.Currency, Description: req.Description,
+		ID: "pay_" + opID.StepKey("payment")[:24], Amount: amount, Currency: *req.Currency, Description: req.Description,
 		Status: "succeeded", Charge: ch.ID, Created: now,
 	}}
 	row, _ := json.Marshal(p)

@@ -194,7 +194,7 @@ func TestTimeoutStaysUncertainAndNeverChargesTwice(t *testing.T) {
 	rec, err := f.eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"})
 	require.NoError(t, err)
 	assert.Equal(t, idemkv.StateUncertain, rec.State)
-	ch, ok := f.p.Lookup(rec.OperationID.String())
+	ch, ok := f.p.Lookup(rec.OperationID.StepKey("charge"))
 	assert.True(t, ok, "the processor was sent the record's OperationID as its key")
 	assert.Equal(t, int64(5000), ch.Amount)
 }
@@ -485,3 +485,16 @@ func (l *healthSignals) Errorf(format string, _ ...any) {
 	}
 }
 func (l *healthSignals) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+// The charge's downstream key and the payment's id both derive from the
+// record's operation id, which every attempt and takeover resumes.
+func TestIDsDeriveFromTheOperation(t *testing.T) {
+	f := newService(t, ProviderOptions{})
+	p := decode[Payment](t, f.pay("acct_1", "order-1", order))
+	rec, err := f.eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"})
+	require.NoError(t, err)
+	require.Equal(t, "pay_"+rec.OperationID.StepKey("payment")[:24], p.ID)
+	ch, ok := f.p.Lookup(rec.OperationID.StepKey("charge"))
+	require.True(t, ok)
+	require.Equal(t, ch.ID, p.Charge)
+}
