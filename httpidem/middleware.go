@@ -144,8 +144,10 @@ type Route struct {
 	FailOpen bool
 
 	// Storable decides from the response status whether the outcome is
-	// final: stored and replayed to retries, or released so that a retry
-	// runs anew. Default: DefaultStorable.
+	// final: stored and replayed to retries, or not. One that is not is
+	// released so that a retry runs anew in a local route; in a remote
+	// route it marks the key uncertain unless the handler called
+	// Op.Release. Default: DefaultStorable.
 	Storable func(status int) bool
 
 	// Rebuild answers a replay of an outcome stored without its body (a
@@ -159,9 +161,10 @@ type Route struct {
 
 // DefaultStorable is the default Route.Storable: 2xx, 3xx and 4xx
 // responses are final, except 408, 425 and 429, which like every 5xx say
-// "try again" rather than "this is the answer". A released key lets a
-// retry run anew, so in a remote route the handler must call Op.Uncertain
-// whenever it cannot tell whether the downstream effect happened.
+// "try again" rather than "this is the answer". In a local route such a
+// response releases the key and a retry runs anew; in a remote route it
+// marks the key uncertain, unless the handler called Op.Release to say
+// the downstream never acted.
 func DefaultStorable(status int) bool {
 	switch status {
 	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
@@ -497,7 +500,7 @@ func (p *protected) run(w http.ResponseWriter, r *http.Request) (panicked any, s
 // the buffer; otherwise the response is about to stream and its body is
 // not stored.
 func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, final bool) error {
-	pointer, uncertain, note := op.settle()
+	pointer, uncertain, released, note := op.settle()
 	status := c.status
 	if status == 0 {
 		status = http.StatusOK
@@ -508,9 +511,14 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 	case uncertain:
 		q.report.Disposition = Uncertain
 		return store.MarkUncertain(ctx, op.lease, clip(note, idemkv.MaxNoteLen))
-	case !p.route.Storable(status):
+	case released || (!p.route.Storable(status) && op.lease.Mode != idemkv.ModeRemote):
 		q.report.Disposition = Released
 		return store.Release(ctx, op.lease)
+	case !p.route.Storable(status):
+		// A remote route's 5xx proves nothing about the downstream: only
+		// the handler can say it had no effect (Op.Release).
+		q.report.Disposition = Uncertain
+		return store.MarkUncertain(ctx, op.lease, fmt.Sprintf("status %d without Op.Release: the downstream may have acted", status))
 	}
 	q.report.Disposition = Stored
 	if pointer == "" {

@@ -22,6 +22,7 @@ type Op struct {
 	applies   []func(idemkv.Effects) error
 	pointer   string
 	uncertain bool
+	released  bool
 	note      string
 	settled   bool
 }
@@ -80,6 +81,19 @@ func (op *Op) Uncertain(note string) {
 	op.mu.Unlock()
 }
 
+// Release says the operation had no effect: the downstream call was never
+// made, or was refused before it acted. The middleware then releases the
+// key instead of storing the response, and a retry runs anew. In a remote
+// route it is the only way to release: a response that is not final (a
+// 5xx, 408, 425 or 429; Route.Storable) without it marks the key
+// uncertain, because such a response proves nothing about the downstream.
+// Uncertain wins over Release.
+func (op *Op) Release() {
+	op.mu.Lock()
+	op.released = true
+	op.mu.Unlock()
+}
+
 // apply is the Complete callback running every registered Apply in order.
 func (op *Op) apply(fx idemkv.Effects) error {
 	for _, f := range op.applies {
@@ -91,9 +105,9 @@ func (op *Op) apply(fx idemkv.Effects) error {
 }
 
 // settle marks the outcome committed and returns what the handler set.
-func (op *Op) settle() (pointer string, uncertain bool, note string) {
+func (op *Op) settle() (pointer string, uncertain, released bool, note string) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	op.settled = true
-	return op.pointer, op.uncertain, op.note
+	return op.pointer, op.uncertain, op.released, op.note
 }

@@ -40,7 +40,8 @@ import (
 // The handler answers 201 (200 to a GET) with {"id":"t_N"} and Location /v1/things/t_N,
 // where N counts its runs. Query parameters steer it: status=S answers S
 // instead, panic=1 panics, uncertain=1 reports an unknown outcome (and
-// answers 504), big=N writes N bytes.
+// answers 504), release=1 says the operation had no effect (Op.Release),
+// big=N writes N bytes.
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/transcripts", func(t *testing.T, path string) {
 		var f *fixture
@@ -50,6 +51,9 @@ func TestTranscripts(t *testing.T) {
 			q := r.URL.Query()
 			if q.Get("panic") != "" {
 				panic("handler failure")
+			}
+			if q.Get("release") != "" {
+				httpidem.FromContext(r.Context()).Release()
 			}
 			if q.Get("uncertain") != "" {
 				httpidem.FromContext(r.Context()).Uncertain("downstream timed out")

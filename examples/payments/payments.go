@@ -256,11 +256,13 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, ErrProviderUnavailable):
 		s.provider.WithLabelValues("unavailable").Inc()
+		op.Release() // refused before charging: a retry may charge
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the card processor is unavailable; nothing was charged. Retry with the same key.", time.Second)
 		return
 	case err != nil: // the client went away before the call: nothing charged
 		s.provider.WithLabelValues("cancelled").Inc()
+		op.Release()
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable, err.Error(), time.Second)
 		return
 	}
