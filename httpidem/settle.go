@@ -1,0 +1,130 @@
+package httpidem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// How a protected request ends: its outcome stored, released or marked
+// uncertain, or the key given up after a panic or a failed commit.
+
+// settle commits the outcome of the response in c: stored, released or
+// uncertain. final says the handler has returned and the whole body is in
+// the buffer; otherwise the response is about to stream and its body is
+// not stored.
+func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, final bool) error {
+	pointer, uncertain, released, note := op.settle()
+	status := c.status
+	if status == 0 {
+		status = http.StatusOK
+		c.status = status
+	}
+	store := p.m.store
+	switch {
+	case uncertain:
+		q.report.Disposition = Uncertain
+		return store.MarkUncertain(ctx, op.lease, clip(note, idemkv.MaxNoteLen))
+	case released || (!p.route.Storable(status) && op.lease.Mode != idemkv.ModeRemote):
+		q.report.Disposition = Released
+		return store.Release(ctx, op.lease)
+	case !p.route.Storable(status):
+		// A remote route's 5xx proves nothing about the downstream: only
+		// the handler can say it had no effect (Op.Release).
+		q.report.Disposition = Uncertain
+		return store.MarkUncertain(ctx, op.lease, fmt.Sprintf("status %d without Op.Release: the downstream may have acted", status))
+	}
+	q.report.Disposition = Stored
+	if pointer == "" {
+		pointer = c.header.Get("Location")
+	}
+	if len(pointer) > idemkv.MaxPointerLen {
+		p.m.log.Warn("httpidem: pointer too long to store; dropped", "endpoint", q.id.Endpoint, "bytes", len(pointer))
+		pointer = ""
+	}
+	env := envelope{header: replayableHeaders(c.header, p.route.ReplayHeaders), diag: q.diag}
+	if final && (!p.route.PointerOnly || pointer == "") {
+		env.haveBody, env.body = true, c.buf.Bytes()
+	}
+	var apply func(idemkv.Effects) error
+	var applyErr error
+	if len(op.applies) > 0 {
+		apply = func(fx idemkv.Effects) error {
+			applyErr = op.apply(fx)
+			return applyErr
+		}
+	}
+	res := idemkv.Result{Status: status, Pointer: pointer, Body: env.encode(pointer)}
+	err := store.Complete(ctx, op.lease, res, apply)
+	if errors.Is(err, idemkv.ErrInvalidResult) && env.haveBody {
+		// The store bounds bodies more tightly than MaxStoredBody: keep
+		// the outcome without the body rather than lose it.
+		p.m.log.Warn("httpidem: response body refused by the store; stored without it", "endpoint", q.id.Endpoint, "err", err)
+		env.haveBody, env.body = false, nil
+		res.Body = env.encode(pointer)
+		err = store.Complete(ctx, op.lease, res, apply)
+	}
+	if err != nil && applyErr != nil {
+		// Apply failed: nothing was written and the lease is still ours.
+		p.abandon(ctx, q, op, "storing the outcome failed: "+err.Error())
+	}
+	return err
+}
+
+// abandon gives up a held key after a panic or a failed commit: a local
+// operation's effects were not committed, so its key is released; a
+// remote one may have reached the downstream, so its key becomes
+// uncertain.
+func (p *protected) abandon(ctx context.Context, q *request, op *Op, why string) {
+	op.settle()
+	var err error
+	if op.lease.Mode == idemkv.ModeRemote {
+		err = p.m.store.MarkUncertain(ctx, op.lease, clip(why, idemkv.MaxNoteLen))
+	} else {
+		err = p.m.store.Release(ctx, op.lease)
+	}
+	if err != nil {
+		p.m.log.Error("httpidem: could not give up the key; its lease bounds the wait", "endpoint", q.id.Endpoint, "err", err)
+	}
+}
+
+func (p *protected) settleFailed(w http.ResponseWriter, q *request, err error) {
+	q.report.Err = err
+	if errors.Is(err, idemkv.ErrFenced) {
+		q.report.Disposition = LeaseLost
+		p.problem(w, q, ProblemLeaseLost, http.StatusConflict,
+			"the request outlived its lease and another attempt took the key over; retry with the same key to get the outcome", time.Second)
+		return
+	}
+	q.report.Disposition = StoreError
+	p.m.log.Error("httpidem: storing the outcome failed", "endpoint", q.id.Endpoint, "err", err)
+	p.problem(w, q, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+		"the outcome could not be stored; retry with the same key", StoreRetryAfter)
+}
+
+func (p *protected) storeFailed(w http.ResponseWriter, r *http.Request, q *request, err error) {
+	if r.Context().Err() != nil {
+		q.report.Disposition = Rejected // the client left before its claim
+		return
+	}
+	q.report.Err = err
+	for _, bad := range []error{idemkv.ErrInvalidScope, idemkv.ErrInvalidKey, idemkv.ErrInvalidFingerprint, idemkv.ErrInvalidArgument} {
+		if errors.Is(err, bad) {
+			p.reject(w, q, ProblemInvalidKey, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	p.m.log.Error("httpidem: claim failed", "endpoint", q.id.Endpoint, "err", err, "fail_open", p.route.FailOpen)
+	if p.route.FailOpen {
+		q.report.Disposition = Unprotected
+		p.next.ServeHTTP(w, r)
+		return
+	}
+	q.report.Disposition = StoreError
+	p.problem(w, q, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+		"the idempotency store is unavailable; the request was not run", StoreRetryAfter)
+}
