@@ -19,11 +19,13 @@
 //     the moment it starts to stream.
 //   - Replays are byte-identical: the stored status, the route's
 //     replayable headers and body, plus "Idempotent-Replayed: true".
-//   - Never stuck. Transient answers (5xx, 408, 425, 429), panics and
-//     failed commits release the key (a remote route that cannot tell
-//     whether the downstream acted marks it uncertain instead); a client
-//     that disconnects still has its outcome recorded. Only a failing
-//     store can hold a key, and only until its lease runs out.
+//   - Nothing held by accident. In a local route, transient answers (5xx,
+//     408, 425, 429), panics and failed commits release the key. In a
+//     remote route, where they prove nothing about the downstream, they
+//     mark it uncertain (retries get 409 until it is resolved) unless the
+//     handler calls Op.Release. A client that disconnects still has its
+//     outcome recorded. Otherwise only a failing store can hold a key, and
+//     only until its lease runs out.
 //   - Fail closed. When the store fails, requests get 503 with
 //     Retry-After and the handler does not run, unless the route is
 //     marked FailOpen.
