@@ -1,0 +1,34 @@
+// Package client is the caller's half of idempotency: one key per logical
+// request, reused on every retry. Its Transport, an http.RoundTripper,
+// gives each unsafe request (POST, PUT, PATCH, DELETE) a fresh
+// Idempotency-Key unless the caller set one, keeps it across its own
+// retries, and retries what may succeed later: connection errors, 409 (the
+// first attempt is still running, or its outcome is being reconciled) and
+// 5xx, with jittered exponential backoff that honours Retry-After. It
+// never retries a 422 or another 4xx.
+//
+// # Basics
+//
+//	c := client.New(nil, nil) // an *http.Client
+//	resp, err := c.Post(url, "application/json", strings.NewReader(body))
+//	if err == nil && client.Replayed(resp) {
+//		// an earlier attempt did the work; this is its stored answer
+//	}
+//
+// To retry a request later, after the process has given up (a job queue,
+// a user pressing the button again), send it with the same key: set the
+// Idempotency-Key header yourself and the Transport keeps it.
+//
+// # Caveats
+//
+//   - A body is sent again from the request's GetBody, which
+//     http.NewRequest sets for *bytes.Buffer, *bytes.Reader and
+//     *strings.Reader; other bodies are copied up to
+//     Options.MaxBufferedBody, and a larger one is sent once, unretried.
+//   - The key is fresh per RoundTrip: a caller that builds a new request
+//     for its own retry gets a new key, and with it a second operation.
+//     Reuse the request, or set the header.
+//   - After MaxAttempts or MaxElapsed the last answer (a 409, a 503) or
+//     error is returned as it is; the operation may still complete on the
+//     server, and a later request with the same key learns its outcome.
+package client

@@ -1,0 +1,243 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+)
+
+// HeaderKey is the request header that carries the idempotency key, and
+// HeaderReplayed the response header a server sets on a replayed answer
+// (draft-ietf-httpapi-idempotency-key-header; package httpidem on the
+// server side).
+const (
+	HeaderKey      = "Idempotency-Key"
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// Transport is an http.RoundTripper that makes an unsafe request safe to
+// retry and retries it: it gives each POST, PUT, PATCH or DELETE a fresh
+// idempotency key unless the request has one, keeps that key on every
+// attempt, and retries connection errors, 409 and 5xx answers with jittered
+// exponential backoff that honours Retry-After. It never retries another
+// 4xx (a 422 says the key was used for a different request; retrying it
+// cannot help). Safe methods pass through, retried the same way.
+//
+// A Transport is safe for concurrent use. The zero value uses
+// http.DefaultTransport and the defaults of Options.
+type Transport struct {
+	// Base sends each attempt. Default: http.DefaultTransport.
+	Base http.RoundTripper
+	// Options shape the retries; nil means the defaults.
+	Options *Options
+}
+
+// Options shape a Transport's retries. Zero fields take their defaults.
+type Options struct {
+	// MaxAttempts bounds the attempts of one request, the first included.
+	// Default: 8.
+	MaxAttempts int
+	// MaxElapsed bounds the time from the first attempt to the start of
+	// the last. Default: 2 minutes.
+	MaxElapsed time.Duration
+	// InitialInterval and MaxInterval shape the backoff between attempts:
+	// doubling from InitialInterval up to MaxInterval, each wait drawn
+	// within ±50% of it. A Retry-After on the answer replaces the wait
+	// (capped at MaxInterval). Defaults: 100 ms and 10 s.
+	InitialInterval, MaxInterval time.Duration
+	// MaxBufferedBody bounds the body the Transport copies to send again,
+	// for a request without GetBody (http.NewRequest sets it for the usual
+	// readers). A larger body is sent once, without retries. Default: 1 MiB.
+	MaxBufferedBody int64
+	// NewKey returns a fresh idempotency key. Default: 128 random bits in
+	// hex.
+	NewKey func() string
+	// After waits between attempts. Default: time.After. Tests inject it.
+	After func(time.Duration) <-chan time.Time
+}
+
+// withDefaults returns a copy of o (which may be nil) with every zero
+// field set to its default.
+func (o *Options) withDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 8
+	}
+	if c.MaxElapsed <= 0 {
+		c.MaxElapsed = 2 * time.Minute
+	}
+	if c.InitialInterval <= 0 {
+		c.InitialInterval = 100 * time.Millisecond
+	}
+	if c.MaxInterval <= 0 {
+		c.MaxInterval = 10 * time.Second
+	}
+	if c.MaxBufferedBody <= 0 {
+		c.MaxBufferedBody = 1 << 20
+	}
+	if c.NewKey == nil {
+		c.NewKey = newKey
+	}
+	if c.After == nil {
+		c.After = time.After
+	}
+	return c
+}
+
+// New returns an http.Client whose transport is a Transport over base
+// (nil: http.DefaultTransport).
+func New(base http.RoundTripper, opts *Options) *http.Client {
+	return &http.Client{Transport: &Transport{Base: base, Options: opts}}
+}
+
+// Replayed reports whether resp is a replay of an answer the server
+// stored for an earlier attempt of the same request: that attempt
+// reached the server, and its effect happened once.
+func Replayed(resp *http.Response) bool {
+	return resp != nil && resp.Header.Get(HeaderReplayed) == "true"
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	o := t.Options.withDefaults()
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	req, resend, err := prepare(req, &o)
+	if err != nil {
+		return nil, err
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = o.InitialInterval, o.MaxInterval
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		resp, err := base.RoundTrip(req)
+		last := attempt >= o.MaxAttempts || !resend.ok() || time.Since(start) >= o.MaxElapsed
+		if !retryable(resp, err) || last {
+			return resp, err
+		}
+		wait := b.NextBackOff()
+		if resp != nil {
+			if ra, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+				wait = min(ra, o.MaxInterval)
+			}
+			// Drain a little so the connection can be reused, then let go.
+			_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+			resp.Body.Close()
+		}
+		select {
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		case <-o.After(wait):
+		}
+		if req, err = resend.next(req); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// retryable reports whether an attempt's result calls for another: a
+// transport error, 409 (in progress, or being reconciled) or a 5xx.
+func retryable(resp *http.Response, err error) bool {
+	if err != nil {
+		// A request the caller cancelled is not retried.
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	}
+	return resp.StatusCode == http.StatusConflict || resp.StatusCode >= 500
+}
+
+// retryAfter parses a Retry-After value: delay seconds or an HTTP date.
+func retryAfter(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, time.Until(t)), true
+	}
+	return 0, false
+}
+
+// prepare returns the request to send first, with a key if its method is
+// unsafe and it has none, and how to send it again.
+func prepare(req *http.Request, o *Options) (*http.Request, resender, error) {
+	if unsafe(req.Method) && req.Header.Get(HeaderKey) == "" {
+		req = req.Clone(req.Context()) // never change the caller's request
+		req.Header.Set(HeaderKey, o.NewKey())
+	}
+	switch {
+	case req.Body == nil || req.Body == http.NoBody || req.GetBody != nil:
+		return req, resender{can: true}, nil
+	}
+	// A body that cannot be had again: copy it, if it is small enough.
+	body, err := io.ReadAll(io.LimitReader(req.Body, o.MaxBufferedBody+1))
+	if err != nil {
+		req.Body.Close()
+		return nil, resender{}, fmt.Errorf("client: read request body: %w", err)
+	}
+	if int64(len(body)) > o.MaxBufferedBody {
+		// Too large to keep: send it once, the copied part first.
+		rest := req.Body
+		req = req.Clone(req.Context())
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), rest), rest}
+		return req, resender{}, nil
+	}
+	req.Body.Close()
+	req = req.Clone(req.Context())
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.Body, _ = req.GetBody()
+	req.ContentLength = int64(len(body))
+	return req, resender{can: true}, nil
+}
+
+// resender makes the next attempt's request, with the same key and a
+// fresh copy of the body.
+type resender struct{ can bool }
+
+func (r resender) ok() bool { return r.can }
+
+func (r resender) next(req *http.Request) (*http.Request, error) {
+	next := req.Clone(req.Context())
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("client: request body again: %w", err)
+		}
+		next.Body = body
+	}
+	return next, nil
+}
+
+// unsafe reports whether method may change the server's state (RFC 9110
+// §9.2.1): the requests an idempotency key is for.
+func unsafe(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return false
+	}
+	return true
+}
+
+func newKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
