@@ -50,6 +50,11 @@ type Options struct {
 	// replays and take its keys first.
 	Tenant func(r *http.Request) (string, error)
 
+	// Challenge is the WWW-Authenticate value a 401 carries (RFC 9110
+	// §11.6.1 requires one), for example `Bearer realm="payments"`.
+	// Default: none.
+	Challenge string
+
 	// Observer, if set, receives a Report for every request the
 	// middleware protects or rejects. Passed-through requests (methods the
 	// route does not protect) are not reported.
@@ -176,11 +181,12 @@ func DefaultStorable(status int) bool {
 // Middleware protects HTTP handlers with idempotency keys. It is safe for
 // concurrent use.
 type Middleware struct {
-	store    idemkv.Store
-	tenant   func(*http.Request) (string, error)
-	observer Observer
-	log      *slog.Logger
-	flights  flights
+	store     idemkv.Store
+	tenant    func(*http.Request) (string, error)
+	challenge string
+	observer  Observer
+	log       *slog.Logger
+	flights   flights
 }
 
 // New returns a Middleware. It fails if opts is nil or Store or Tenant
@@ -195,7 +201,7 @@ func New(opts *Options) (*Middleware, error) {
 	if opts.Tenant == nil {
 		return nil, errors.New("httpidem: Options.Tenant is required: keys must be scoped to an authenticated principal")
 	}
-	m := &Middleware{store: opts.Store, tenant: opts.Tenant, observer: opts.Observer, log: opts.Logger}
+	m := &Middleware{store: opts.Store, tenant: opts.Tenant, challenge: opts.Challenge, observer: opts.Observer, log: opts.Logger}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -310,6 +316,9 @@ func (p *protected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		detail := "no authenticated principal"
 		if err != nil {
 			detail = err.Error()
+		}
+		if p.m.challenge != "" {
+			w.Header().Set("WWW-Authenticate", p.m.challenge)
 		}
 		p.reject(w, q, ProblemUnauthenticated, http.StatusUnauthorized, detail)
 		return

@@ -126,7 +126,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: s.tenantOf, Observer: obs, Logger: cfg.Logger})
+	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: s.tenantOf, Challenge: challenge, Observer: obs, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +192,9 @@ func (s *Service) Handler() http.Handler { return s.handler }
 // Registry returns the service's Prometheus registry, for tests and for
 // adding collectors.
 func (s *Service) Registry() *prometheus.Registry { return s.registry }
+
+// challenge is the WWW-Authenticate value of every 401.
+const challenge = `Bearer realm="payments"`
 
 // tenantOf is the principal: the account the bearer token authenticates
 // (Config.APIKeys), or in demo mode the token itself. Every route calls it,
@@ -428,6 +431,7 @@ func (s *Service) load(tenant, id string) (stored, error) {
 func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.tenantOf(r)
 	if err != nil {
+		w.Header().Set("WWW-Authenticate", challenge)
 		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
 		return
 	}
@@ -451,6 +455,7 @@ const (
 func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.tenantOf(r)
 	if err != nil {
+		w.Header().Set("WWW-Authenticate", challenge)
 		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
 		return
 	}

@@ -89,7 +89,7 @@ func transcriptService(t *testing.T, keys *APIKeys) (*httptest.Server, *Provider
 }
 
 // shownHeaders are the response headers a transcript prints.
-var shownHeaders = []string{"Allow", "Content-Type", "Idempotent-Replayed", "Location", "Retry-After"}
+var shownHeaders = []string{"Allow", "Content-Type", "Idempotent-Replayed", "Location", "Retry-After", "WWW-Authenticate"}
 
 func transcriptRequest(t *testing.T, srv *httptest.Server, input string, td *datadriven.TestData) string {
 	head, body, _ := strings.Cut(input, "\n\n")
