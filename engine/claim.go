@@ -139,9 +139,9 @@ func (e *Engine) commitClaim(st *stripe, k []byte, s *slot, rec *idemkv.Record) 
 		return err
 	}
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	s.durable = true
 	s.clearBusy()
-	st.mu.Unlock()
 	return nil
 }
 

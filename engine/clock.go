@@ -30,16 +30,18 @@ import (
 //   - Synced commits carry a high-water mark of engine time, and Open
 //     starts from it when the wall clock is behind it, so a clock set back
 //     while the store was closed shortens nothing either.
-//   - A wall clock ahead of the mark at Open is followed: the store may
-//     have been closed that long. But for clockSettle after Open the jump
-//     is provisional: a step back to no earlier than the mark plus the
-//     time elapsed since Open is followed, as the correction of a clock
-//     that was wrong at Open; the background sweeper deletes nothing the
-//     mark plus elapsed time has not expired, and no mark is written
-//     meanwhile. Leases granted before such a correction last longer by
-//     the step. An explicit Engine.Sweep vouches for the clock and ends
-//     it. Close writes the mark, so a clean restart is provisional only
-//     for as long as the store was closed.
+//   - A wall clock ahead of the mark at Open (by more than the tolerance)
+//     is followed: the store may have been closed that long. But for
+//     clockSettle after Open the jump is provisional: a step back to no
+//     earlier than the mark plus the time elapsed since Open is followed,
+//     as the correction of a clock that was wrong at Open; the background
+//     sweeper deletes nothing the mark plus elapsed time has not expired;
+//     and the mark written meanwhile is the old mark plus elapsed time, a
+//     time known to have passed. Leases granted before such a correction
+//     last longer by the step, and reads are not held back: a retry during
+//     the hour may find its record expired. An explicit Engine.Sweep
+//     vouches for the clock and ends the hour. Close writes the mark, so
+//     a store closed for less than the tolerance reopens with no hour.
 
 // TrustClock, as Options.ClockTolerance, makes the engine follow
 // Options.Clock as it is, steps and all. It is for tools and tests that
@@ -64,8 +66,8 @@ const clockDriftSpan = 10 * time.Minute
 
 // clockMarkEvery is how far engine time must pass the persisted
 // high-water mark before a synced commit carries a new one: at most one a
-// second, so the mark may lag the latest durable record by that much, no
-// more than the default tolerance.
+// second (or one per tolerance, if that is shorter), so the mark lags the
+// latest durable record by no more than the tolerance.
 const clockMarkEvery = time.Second
 
 // engineClock is the engine's time (see above). It implements idemkv.Clock
@@ -74,6 +76,7 @@ type engineClock struct {
 	read      func() (time.Time, time.Duration)
 	tolerance time.Duration // TrustClock: follow the wall clock as is
 	openAt    time.Duration // the steady reading at Open
+	markEvery time.Duration // see clockMarkEvery
 	logf      func(format string, args ...any)
 
 	mu struct {
@@ -107,6 +110,10 @@ func newEngineClock(c idemkv.Clock, tolerance time.Duration, mark time.Time, log
 	w, at := ec.read()
 	w = w.Round(0) // compare wall readings, never Go's monotonic ones
 	ec.openAt = at
+	ec.markEvery = clockMarkEvery
+	if tolerance > 0 {
+		ec.markEvery = min(clockMarkEvery, tolerance)
+	}
 	ec.mu.anchor, ec.mu.anchorAt, ec.mu.last = w, at, w
 	switch {
 	case tolerance < 0 || mark.IsZero():
@@ -115,7 +122,9 @@ func newEngineClock(c idemkv.Clock, tolerance time.Duration, mark time.Time, log
 	case w.Sub(mark) > tolerance:
 		ec.mu.provisional, ec.mu.floor = true, mark
 	}
-	ec.mark.Store(mark.UnixNano())
+	if !mark.IsZero() { // the zero Time's UnixNano is not defined
+		ec.mark.Store(mark.UnixNano())
+	}
 	return ec
 }
 
@@ -135,10 +144,17 @@ func (c *engineClock) Now() time.Time {
 		w, _ := c.read()
 		return w.Round(0)
 	}
-	// Read under the lock: readings are then handled in the order taken,
-	// and one taken before a step cannot undo what one after it saw.
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	t, _ := c.nowLocked()
+	return t
+}
+
+// nowLocked reads the clocks and returns engine time and the steady
+// reading. Reading under the lock handles readings in the order taken: one
+// taken before a step cannot undo what one after it saw.
+// REQUIRES: c.mu held.
+func (c *engineClock) nowLocked() (time.Time, time.Duration) {
 	w, at := c.read()
 	w = w.Round(0)
 	since := at - c.mu.anchorAt
@@ -148,8 +164,8 @@ func (c *engineClock) Now() time.Time {
 	t := w
 	switch {
 	case d > allow:
-		if !c.mu.off || c.mu.offset < 0 {
-			c.mu.aheadSince = at // a new step forward
+		if !c.mu.off || c.mu.offset < 0 || d-c.mu.offset > allow {
+			c.mu.aheadSince = at // a new step forward, or a further one
 		}
 		if at-c.mu.aheadSince < clockSettle {
 			c.disagreeLocked(d, "ahead of")
@@ -176,7 +192,31 @@ func (c *engineClock) Now() time.Time {
 		t = c.mu.last
 	}
 	c.mu.last = t
-	return t
+	return t, at
+}
+
+// provisionalLocked reports whether engine time is still provisional after
+// Open, at steady reading at, ending it once clockSettle has passed.
+// REQUIRES: c.mu held.
+func (c *engineClock) provisionalLocked(at time.Duration) bool {
+	if c.mu.provisional && at-c.openAt >= clockSettle {
+		c.mu.provisional = false
+	}
+	return c.mu.provisional
+}
+
+// markLocked returns engine time and the time a mark written now may
+// carry: engine time, or while it is provisional no later than the old
+// mark plus the time elapsed since Open, a time known to have passed.
+// REQUIRES: c.mu held.
+func (c *engineClock) markLocked() (t, mark time.Time) {
+	t, at := c.nowLocked()
+	if c.provisionalLocked(at) {
+		if f := c.mu.floor.Add(at - c.openAt); f.Before(t) {
+			return t, f
+		}
+	}
+	return t, t
 }
 
 // correctsOpenLocked reports whether wall reading w, at steady reading at,
@@ -232,19 +272,13 @@ func (c *engineClock) offset() time.Duration {
 type sweepClock struct{ c *engineClock }
 
 func (s sweepClock) Now() time.Time {
-	t := s.c.Now()
-	_, at := s.c.read()
+	if s.c.tolerance < 0 {
+		return s.c.Now()
+	}
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	if s.c.mu.provisional && at-s.c.openAt >= clockSettle {
-		s.c.mu.provisional = false
-	}
-	if s.c.mu.provisional {
-		if f := s.c.mu.floor.Add(at - s.c.openAt + s.c.tolerance); f.Before(t) {
-			return f
-		}
-	}
-	return t
+	_, m := s.c.markLocked()
+	return m
 }
 
 // confirm ends the provisional time after Open: the caller vouches for the
@@ -255,13 +289,17 @@ func (c *engineClock) confirm() {
 	c.mu.provisional = false
 }
 
-// writeMark writes engine time as the mark, synced, unless it is
-// provisional; Close calls it.
+// writeMark writes the mark, synced; Close calls it. With TrustClock it
+// writes the wall clock's reading: opening a store once with TrustClock is
+// how a mark left by a wrong clock is set back.
 func (c *engineClock) writeMark(db *pebble.DB) error {
-	if c.tolerance < 0 || c.provisionalNow() {
-		return nil
+	var t int64
+	if c.tolerance < 0 {
+		w, _ := c.read()
+		t = w.UnixNano()
+	} else {
+		t = c.markNow().UnixNano()
 	}
-	t := c.Now().UnixNano()
 	b := db.NewBatch()
 	defer b.Close()
 	_ = b.Set(clockKey, binary.BigEndian.AppendUint64(nil, uint64(t)), nil)
@@ -272,35 +310,25 @@ func (c *engineClock) writeMark(db *pebble.DB) error {
 	return nil
 }
 
-// provisionalNow reports whether engine time is still provisional after
-// Open (see correctsOpenLocked).
-func (c *engineClock) provisionalNow() bool {
-	_, at := c.read()
+// markNow is markLocked's mark, under the lock.
+func (c *engineClock) markNow() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.mu.provisional && at-c.openAt >= clockSettle {
-		c.mu.provisional = false
-	}
-	return c.mu.provisional
-}
-
-// latest returns the latest engine time handed out.
-func (c *engineClock) latest() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mu.last
+	_, m := c.markLocked()
+	return m
 }
 
 // stamp adds the high-water mark to b, a synced group about to commit, if
-// engine time has passed the mark last written by clockMarkEvery. Every
-// record in b carries engine time handed out before b was built, so no
-// durable record is later than the durable mark by more than that.
+// it has passed the mark last written by markEvery. Every record in b
+// carries engine time handed out before b was built, so no durable record
+// is later than the durable mark by more than that (while engine time is
+// provisional, than the time known to have passed).
 func (c *engineClock) stamp(b *pebble.Batch) {
-	if c.tolerance < 0 || c.provisionalNow() {
+	if c.tolerance < 0 {
 		return
 	}
-	t := c.latest().UnixNano()
-	if t-c.mark.Load() < int64(clockMarkEvery) {
+	t := c.markNow().UnixNano()
+	if prev := c.mark.Load(); prev != 0 && t-prev < int64(c.markEvery) {
 		return
 	}
 	c.mark.Store(t)
@@ -320,6 +348,9 @@ func readClockMark(db *pebble.DB) (time.Time, error) {
 	defer closer.Close()
 	if len(v) != 8 {
 		return time.Time{}, fmt.Errorf("engine: read clock mark: %w: %d bytes", record.ErrCorrupt, len(v))
+	}
+	if binary.BigEndian.Uint64(v) == 0 {
+		return time.Time{}, nil
 	}
 	return time.Unix(0, int64(binary.BigEndian.Uint64(v))), nil
 }

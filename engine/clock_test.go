@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/idemkv/idemkv"
 	"github.com/stretchr/testify/require"
@@ -203,4 +206,60 @@ func TestClockToleranceValidated(t *testing.T) {
 	require.ErrorContains(t, o.EnsureDefaults().Validate(), "ClockTolerance")
 	o.ClockTolerance = TrustClock
 	require.NoError(t, o.EnsureDefaults().Validate())
+}
+
+// A store reopened within an hour of every Open still advances its mark:
+// while engine time is provisional the mark is the old one plus the time
+// elapsed since Open.
+func TestClockMarkAdvancesWhileProvisional(t *testing.T) {
+	v := newClockEnv(t, 24*time.Hour)
+	for i := range 3 {
+		require.NoError(t, v.e.Close())
+		v.clock.Advance(5 * time.Second) // closed longer than the tolerance
+		v.open()
+		v.clock.Advance(50 * time.Minute)
+		v.complete(id(fmt.Sprint("k", i)))
+	}
+	mark, err := readClockMark(v.e.db)
+	require.NoError(t, err)
+	require.False(t, mark.Before(t0.Add(3*50*time.Minute)), "the mark is stuck at %v", mark)
+}
+
+// A further step forward while the clock is already ahead starts its own
+// hour: it is not followed on the strength of the first step's.
+func TestClockFurtherStepForwardStartsItsOwnHour(t *testing.T) {
+	v := newClockEnv(t, 24*time.Hour)
+	v.clock.Step(2 * time.Minute)
+	v.claim(id("a"), fpA, idemkv.ModeLocal)
+	v.clock.Advance(59 * time.Minute)
+	v.claim(id("b"), fpA, idemkv.ModeLocal)
+	v.clock.Step(365 * 24 * time.Hour)
+	v.clock.Advance(time.Minute)
+	c := v.claim(id("c"), fpA, idemkv.ModeLocal)
+	require.Equal(t, t0.Add(60*time.Minute+30*time.Second), c.Lease.Expires.UTC(), "engine time followed the year")
+}
+
+// A panic while a group commits (out of the clock's stamp, say) fails the
+// commit for every writer in the group, not only its leader.
+func TestCommitterPanicFailsTheWholeGroup(t *testing.T) {
+	v := newEnv(t)
+	c := newCommitter(v.e.db)
+	c.stamp = func(*pebble.Batch) { panic("clock failed") }
+	b1, b2 := v.e.db.NewBatch(), v.e.db.NewBatch()
+	defer b1.Close()
+	defer b2.Close()
+	require.NoError(t, b1.Set([]byte("\x03one"), nil, nil))
+	require.NoError(t, b2.Set([]byte("\x03two"), nil, nil))
+	g, first, err := c.enqueue(b1, true)
+	require.NoError(t, err)
+	require.True(t, first)
+	g2, first2, err := c.enqueue(b2, true)
+	require.NoError(t, err)
+	require.False(t, first2)
+	require.Same(t, g, g2)
+	member := make(chan error, 1)
+	go func() { member <- c.wait(g, false) }()
+	require.Error(t, c.wait(g, true))
+	require.ErrorIs(t, <-member, errCommitFailed, "a member was told its write is durable")
+	require.NotNil(t, c.failed.Load())
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,6 +142,13 @@ func (c *committer) lead(g *commitGroup) {
 	c.mu.Unlock()
 	<-g.lead
 	defer func() {
+		// A panic here (out of the clock's stamp, say) must not tell the
+		// group's other writers that their writes are durable: it is a
+		// failed commit, for all of them.
+		if r := recover(); r != nil {
+			g.err = fmt.Errorf("%w: panic while committing: %v", errCommitFailed, r)
+			c.failed.CompareAndSwap(nil, &g.err)
+		}
 		close(g.done)
 		c.mu.Lock()
 		c.mu.running--

@@ -51,9 +51,10 @@ type Options struct {
 	// lease up to that much early. Beyond it, the engine keeps its own
 	// time at the steady clock's pace until the wall clock agrees again
 	// (a step forward that holds for an hour is followed), and its time
-	// never goes backwards, across restarts too: docs/operations.md,
-	// "Clocks". TrustClock follows Clock as it is, for tests and tools
-	// that set a manual clock on purpose.
+	// does not go backwards, across restarts too, except to follow the
+	// correction of a clock that was ahead when the store was opened:
+	// docs/operations.md, "Clocks". TrustClock follows Clock as it is,
+	// for tests and tools that set a manual clock on purpose.
 	ClockTolerance time.Duration
 
 	// Rand supplies randomness for operation ids. Default: crypto/rand.

@@ -348,9 +348,10 @@ func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, stored bool, next *
 		s.abandonWrite()
 		return err
 	}
+	now := e.clock.Now()
 	st.mu.Lock()
-	e.table.endWriteLocked(st, k, s, next, e.clock.Now())
-	st.mu.Unlock()
+	defer st.mu.Unlock()
+	e.table.endWriteLocked(st, k, s, next, now)
 	return nil
 }
 
