@@ -28,7 +28,10 @@
 //   - The key is fresh per RoundTrip: a caller that builds a new request
 //     for its own retry gets a new key, and with it a second operation.
 //     Reuse the request, or set the header.
-//   - After MaxAttempts or MaxElapsed the last answer (a 409, a 503) or
-//     error is returned as it is; the operation may still complete on the
+//   - After MaxAttempts, or when the next wait would end past MaxElapsed
+//     or the request's deadline, the last answer (a 409, a 503) or error
+//     is returned as it is; the operation may still complete on the
 //     server, and a later request with the same key learns its outcome.
+//   - Retrying is safe only against a server that honours the key. A
+//     server that ignores it runs a retried POST twice.
 package client

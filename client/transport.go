@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,12 +27,16 @@ const (
 )
 
 // Transport is an http.RoundTripper that makes an unsafe request safe to
-// retry and retries it: it gives each POST, PUT, PATCH or DELETE a fresh
-// idempotency key unless the request has one, keeps that key on every
-// attempt, and retries connection errors, 409 and 5xx answers with jittered
-// exponential backoff that honours Retry-After. It never retries another
-// 4xx (a 422 says the key was used for a different request; retrying it
-// cannot help). Safe methods pass through, retried the same way.
+// retry against a server that honours Idempotency-Key, and retries it: it
+// gives each POST, PUT, PATCH or DELETE a fresh idempotency key unless the
+// request has one, keeps that key on every attempt, and retries connection
+// errors, 409 and 5xx answers with jittered exponential backoff that
+// honours Retry-After. It never retries another 4xx (a 422 says the key
+// was used for a different request; retrying it cannot help), nor an
+// error that cannot pass (a certificate the client does not trust). Safe
+// methods pass through, retried the same way. Against a server that
+// ignores the header, a retried POST runs twice: the key is what makes
+// retrying safe.
 //
 // A Transport is safe for concurrent use. The zero value uses
 // http.DefaultTransport and the defaults of Options.
@@ -50,9 +56,10 @@ type Options struct {
 	// the last. Default: 2 minutes.
 	MaxElapsed time.Duration
 	// InitialInterval and MaxInterval shape the backoff between attempts:
-	// doubling from InitialInterval up to MaxInterval, each wait drawn
-	// within ±50% of it. A Retry-After on the answer replaces the wait
-	// (capped at MaxInterval). Defaults: 100 ms and 10 s.
+	// doubling from InitialInterval, each wait drawn within ±50% of it,
+	// and no wait longer than MaxInterval. A Retry-After on the answer
+	// replaces the wait (capped at MaxInterval too). Defaults: 100 ms and
+	// 10 s.
 	InitialInterval, MaxInterval time.Duration
 	// MaxBufferedBody bounds the body the Transport copies to send again,
 	// for a request without GetBody (http.NewRequest sets it for the usual
@@ -121,27 +128,39 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval = o.InitialInterval, o.MaxInterval
+	b.InitialInterval, b.MaxInterval, b.Multiplier = o.InitialInterval, o.MaxInterval, 2
+	ctx := req.Context()
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		resp, err := base.RoundTrip(req)
-		last := attempt >= o.MaxAttempts || !resend.ok() || time.Since(start) >= o.MaxElapsed
-		if !retryable(resp, err) || last {
+		if !retryable(ctx, resp, err) || attempt >= o.MaxAttempts || !resend.ok() {
 			return resp, err
 		}
-		wait := b.NextBackOff()
+		wait := min(b.NextBackOff(), o.MaxInterval)
 		if resp != nil {
-			if ra, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
-				wait = min(ra, o.MaxInterval)
+			if ra, ok := retryAfter(resp.Header.Get("Retry-After"), o.MaxInterval); ok {
+				wait = ra
 			}
+		}
+		// Give up rather than start an attempt past MaxElapsed or the
+		// caller's deadline: the answer in hand (a 409, a 503) says more
+		// than a cancelled wait would.
+		deadline, hasDeadline := ctx.Deadline()
+		if time.Since(start)+wait > o.MaxElapsed || (hasDeadline && time.Until(deadline) < wait) {
+			return resp, err
+		}
+		if resp != nil {
 			// Drain a little so the connection can be reused, then let go.
 			_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
 			resp.Body.Close()
 		}
 		select {
-		case <-req.Context().Done():
-			return nil, req.Context().Err()
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		case <-o.After(wait):
+		}
+		if err := ctx.Err(); err != nil { // both were ready: the caller wins
+			return nil, err
 		}
 		if req, err = resend.next(req); err != nil {
 			return nil, err
@@ -150,25 +169,35 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // retryable reports whether an attempt's result calls for another: a
-// transport error, 409 (in progress, or being reconciled) or a 5xx.
-func retryable(resp *http.Response, err error) bool {
+// transport error that may pass, 409 (in progress, or being reconciled) or
+// a 5xx, while the caller's context is live.
+func retryable(ctx context.Context, resp *http.Response, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
 	if err != nil {
-		// A request the caller cancelled is not retried.
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+		var verify *tls.CertificateVerificationError
+		var unknown x509.UnknownAuthorityError
+		var host x509.HostnameError
+		return !errors.As(err, &verify) && !errors.As(err, &unknown) && !errors.As(err, &host)
 	}
 	return resp.StatusCode == http.StatusConflict || resp.StatusCode >= 500
 }
 
-// retryAfter parses a Retry-After value: delay seconds or an HTTP date.
-func retryAfter(v string) (time.Duration, bool) {
+// retryAfter parses a Retry-After value, delay seconds or an HTTP date,
+// capped at limit.
+func retryAfter(v string, limit time.Duration) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second, true
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
+		if s > int64(limit/time.Second) {
+			return limit, true
+		}
+		return min(time.Duration(s)*time.Second, limit), true
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return max(0, time.Until(t)), true
+		return min(max(0, time.Until(t)), limit), true
 	}
 	return 0, false
 }
