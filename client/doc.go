@@ -1,6 +1,6 @@
 // Package client is the caller's half of idempotency: one key per logical
 // request, reused on every retry. Its Transport, an http.RoundTripper,
-// gives each unsafe request (POST, PUT, PATCH, DELETE) a fresh
+// gives each unsafe request (any method but GET, HEAD, OPTIONS and TRACE) a fresh
 // Idempotency-Key unless the caller set one, keeps it across its own
 // retries, and retries what may succeed later: connection errors, 409 (the
 // first attempt is still running, or its outcome is being reconciled) and

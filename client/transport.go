@@ -28,7 +28,8 @@ const (
 
 // Transport is an http.RoundTripper that makes an unsafe request safe to
 // retry against a server that honours Idempotency-Key, and retries it: it
-// gives each POST, PUT, PATCH or DELETE a fresh idempotency key unless the
+// gives each unsafe request (POST, PUT, PATCH, DELETE, any method but GET,
+// HEAD, OPTIONS and TRACE) a fresh idempotency key unless the
 // request has one, keeps that key on every attempt, and retries connection
 // errors, 409 and 5xx answers with jittered exponential backoff that
 // honours Retry-After. It never retries another 4xx (a 422 says the key

@@ -26,7 +26,8 @@ const connMemory = 64 << 10
 // Pebble's block cache, no more than their defaults, and a quarter for
 // connections at connMemory each, so that the live heap stays well under
 // the limit and the collector does not run back to back near it. Options
-// set already are kept. It returns the connection cap, at most maxConns.
+// set already are kept. It returns the connection cap: at most maxConns,
+// and at least 16 unless maxConns is lower.
 // docs/operations.md, "Memory", has the whole budget.
 func fitMemory(o *engine.Options, limit int64, maxConns int) int {
 	if limit <= 0 {
@@ -40,7 +41,7 @@ func fitMemory(o *engine.Options, limit int64, maxConns int) int {
 	if o.CacheSize == 0 {
 		o.CacheSize = max(8<<20, min(share, def.CacheSize))
 	}
-	return int(max(16, min(int64(maxConns), limit/4/connMemory)))
+	return int(min(int64(maxConns), max(16, limit/4/connMemory)))
 }
 
 func limitNote(limit int64) string {

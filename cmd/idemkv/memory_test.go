@@ -27,3 +27,10 @@ func TestFitMemory(t *testing.T) {
 	fitMemory(&o, 256<<20, 5000)
 	require.EqualValues(t, 1<<30, o.CacheSize, "an option set is kept")
 }
+
+// Under a low file limit the memory share never raises the cap above it.
+func TestFitMemoryKeepsTheFileCap(t *testing.T) {
+	var o engine.Options
+	require.Equal(t, 10, fitMemory(&o, 1<<30, 10))
+	require.Equal(t, 16, fitMemory(&o, 1<<20, 5000), "at least 16")
+}
