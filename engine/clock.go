@@ -85,8 +85,6 @@ type engineClock struct {
 		// elapsed time, and anchorAt the steady reading then.
 		anchor   time.Time
 		anchorAt time.Duration
-		// last is the latest engine time handed out.
-		last time.Time
 		// aheadSince is the steady reading when the wall clock was first
 		// seen ahead; off says whether it disagrees now, and offset by
 		// how much (wall minus engine time).
@@ -101,7 +99,27 @@ type engineClock struct {
 	steps atomic.Int64
 	// mark is the high-water mark last put into a commit, unix nanoseconds.
 	mark atomic.Int64
+	// last is the latest engine time handed out, unix nanoseconds. It only
+	// grows, except when a correction of a clock ahead at Open is followed,
+	// which happens under mu while fast is nil.
+	last atomic.Int64
+	// fast is the anchor of the last reading under mu that agreed with
+	// elapsed time, for Now's lock-free path; nil while the clock
+	// disagrees or engine time is provisional, when every reading takes mu.
+	fast atomic.Pointer[clockAnchor]
 }
+
+// clockAnchor is a reading that agreed with elapsed time: its wall time in
+// unix nanoseconds and its steady time.
+type clockAnchor struct {
+	wall int64
+	at   time.Duration
+}
+
+// clockFastSpan is how long after an anchor Now may take its lock-free
+// path: drift over it is far below any tolerance, and a reading under the
+// lock at least this often keeps the anchor fresh.
+const clockFastSpan = time.Second
 
 // newEngineClock returns the engine's clock on c, starting no earlier than
 // mark, the high-water mark persisted by an earlier Open (zero: none).
@@ -114,11 +132,13 @@ func newEngineClock(c idemkv.Clock, tolerance time.Duration, mark time.Time, log
 	if tolerance > 0 {
 		ec.markEvery = min(clockMarkEvery, tolerance)
 	}
-	ec.mu.anchor, ec.mu.anchorAt, ec.mu.last = w, at, w
+	ec.mu.anchor, ec.mu.anchorAt = w, at
+	ec.last.Store(w.UnixNano())
 	switch {
 	case tolerance < 0 || mark.IsZero():
 	case w.Before(mark):
-		ec.mu.anchor, ec.mu.last = mark, mark
+		ec.mu.anchor = mark
+		ec.last.Store(mark.UnixNano())
 	case w.Sub(mark) > tolerance:
 		ec.mu.provisional, ec.mu.floor = true, mark
 	}
@@ -144,10 +164,49 @@ func (c *engineClock) Now() time.Time {
 		w, _ := c.read()
 		return w.Round(0)
 	}
+	if t, ok := c.fastNow(); ok {
+		return t
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, _ := c.nowLocked()
 	return t
+}
+
+// fastNow is Now without the lock, for the common reading: one that agrees
+// with the anchor of a recent reading under the lock, within the
+// tolerance. ok is false when the reading needs the lock.
+func (c *engineClock) fastNow() (t time.Time, ok bool) {
+	a := c.fast.Load()
+	if a == nil {
+		return time.Time{}, false
+	}
+	w, at := c.read()
+	since := at - a.at
+	if since < 0 || since > clockFastSpan {
+		return time.Time{}, false
+	}
+	w = w.Round(0)
+	wn := w.UnixNano()
+	if d := wn - (a.wall + int64(since)); d > int64(c.tolerance) || d < -int64(c.tolerance) {
+		return time.Time{}, false
+	}
+	return c.advance(w), true
+}
+
+// advance makes t engine time unless a later time was handed out, and
+// returns the one that is.
+func (c *engineClock) advance(t time.Time) time.Time {
+	tn := t.UnixNano()
+	for {
+		l := c.last.Load()
+		if tn <= l {
+			return time.Unix(0, l).In(t.Location())
+		}
+		if c.last.CompareAndSwap(l, tn) {
+			return t
+		}
+	}
 }
 
 // nowLocked reads the clocks and returns engine time and the steady
@@ -178,7 +237,7 @@ func (c *engineClock) nowLocked() (time.Time, time.Duration) {
 		c.logf("idemkv: the wall clock, ahead of the store's last time when the store was opened, was set back %v; engine time follows it back", -d)
 		c.steps.Add(1)
 		c.agreeLocked(w, at)
-		c.mu.last = w
+		c.last.Store(w.UnixNano()) // back: fast is nil while provisional
 	case d < -allow:
 		c.disagreeLocked(d, "behind")
 		t = elapsed
@@ -188,11 +247,12 @@ func (c *engineClock) nowLocked() (time.Time, time.Duration) {
 		}
 		c.agreeLocked(w, at)
 	}
-	if t.Before(c.mu.last) {
-		t = c.mu.last
+	if !c.mu.off && !c.provisionalLocked(at) {
+		c.fast.Store(&clockAnchor{wall: c.mu.anchor.UnixNano(), at: c.mu.anchorAt})
+	} else {
+		c.fast.Store(nil)
 	}
-	c.mu.last = t
-	return t, at
+	return c.advance(t), at
 }
 
 // provisionalLocked reports whether engine time is still provisional after

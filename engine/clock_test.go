@@ -2,12 +2,14 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -262,4 +264,45 @@ func TestCommitterPanicFailsTheWholeGroup(t *testing.T) {
 	require.Error(t, c.wait(g, true))
 	require.ErrorIs(t, <-member, errCommitFailed, "a member was told its write is durable")
 	require.NotNil(t, c.failed.Load())
+}
+
+// Engine time never goes backwards for any reader, on the lock-free path
+// or under the lock, while the clock moves on and is stepped back a little
+// (within the tolerance) and a lot.
+func TestEngineTimeIsMonotonicUnderConcurrentReaders(t *testing.T) {
+	clock := fakeclock.New(t0)
+	ec := newEngineClock(clock, time.Second, time.Time{}, func(string, ...any) {})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			prev := ec.Now()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				now := ec.Now()
+				if now.Before(prev) {
+					t.Errorf("engine time went back from %v to %v", prev, now)
+					return
+				}
+				prev = now
+			}
+		})
+	}
+	for i := range 3000 {
+		clock.Advance(time.Millisecond)
+		switch i % 500 {
+		case 100:
+			clock.Step(-500 * time.Millisecond)
+		case 300:
+			clock.Step(-2 * time.Second)
+		case 400:
+			clock.Step(2 * time.Second)
+		}
+	}
+	close(stop)
+	wg.Wait()
 }
