@@ -129,10 +129,11 @@ type Stats struct {
 	MemTableBytes      uint64
 	// TableBytes is the size of all live sstables; WriteAmp is the bytes
 	// Pebble wrote to sstables (flushes and compactions) per byte that
-	// entered through flushes, over the store's life.
+	// entered through flushes, since Open (Pebble counts from its own
+	// Open; the two byte counts below likewise).
 	TableBytes        uint64
-	TableBytesFlush   uint64 // bytes written by flushes
-	TableBytesWritten uint64 // bytes written by flushes and compactions
+	TableBytesFlush   uint64 // bytes written by flushes since Open
+	TableBytesWritten uint64 // bytes written by flushes and compactions since Open
 	WriteAmp          float64
 }
 
