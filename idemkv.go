@@ -319,8 +319,14 @@ type Record struct {
 	// only; 0 if it wrote none). Check uses it to pair an outcome with its
 	// effects.
 	Effects int
-	// Note says why the record is uncertain (StateUncertain).
+	// Note says why the record is uncertain or escalated (StateUncertain),
+	// or, on a record an operator settled, what they noted (the audit
+	// note of a ResolveRequest).
 	Note string
+	// Escalated marks an uncertain record that reconciliation gave up on:
+	// it is never re-run or reconciled again, and waits for an operator
+	// (StateUncertain only).
+	Escalated bool
 }
 
 // Lease is a holder's right to finish one attempt of an operation.
@@ -412,12 +418,14 @@ type Claim struct {
 	RetryAfter time.Duration
 }
 
-// ResolveRequest settles an uncertain record once a reconciler has learned
-// what happened downstream.
+// ResolveRequest settles a record once a reconciler (or an operator) has
+// learned what happened downstream: an uncertain record, escalated or not,
+// or an abandoned one (a remote record in progress whose lease has run
+// out).
 type ResolveRequest struct {
 	ID ID
-	// Token is the record's current token, as read by Get: the resolution
-	// is a compare-and-set on it.
+	// Token is the record's current token, as read by Get or List: the
+	// resolution is a compare-and-set on it.
 	Token uint64
 	// NoEffect says the operation provably did not happen: the record is
 	// removed and a retry runs anew. Otherwise Result is stored as final.
@@ -427,6 +435,58 @@ type ResolveRequest struct {
 	// the resolution: for example the local ledger entry for a charge the
 	// provider confirmed. If it returns an error nothing is written.
 	Apply func(Effects) error
+	// Note, if set, is kept on the completed record as an audit note (who
+	// settled it and why); at most MaxNoteLen bytes. A resolution with
+	// NoEffect removes the record, and its note with it.
+	Note string
+}
+
+// EscalateRequest gives up on reconciling a record: it becomes (or stays)
+// uncertain, escalated, and is left for an operator. Like a resolution it
+// is a compare-and-set on the record's token, and takes an uncertain
+// record or an abandoned one.
+type EscalateRequest struct {
+	ID    ID
+	Token uint64
+	// Note says why (at most MaxNoteLen bytes); it replaces the record's.
+	Note string
+}
+
+// ListRequest asks for a page of the records that need settling.
+type ListRequest struct {
+	// Escalated lists the escalated records instead of those awaiting
+	// reconciliation (uncertain records that are not escalated, and
+	// abandoned ones: remote records in progress past their lease).
+	Escalated bool
+	// Tenant, if set, lists only that tenant's records.
+	Tenant string
+	// After is the Next of the previous page; "" starts at the oldest.
+	After string
+	// Limit caps the page: zero means 100, and a store may cap it lower.
+	Limit int
+}
+
+// Validate reports whether req is well formed: a valid tenant, if any,
+// and a limit not below zero. Its errors wrap ErrInvalidScope or
+// ErrInvalidArgument.
+func (req *ListRequest) Validate() error {
+	if req.Tenant != "" {
+		if err := validateScope("tenant", req.Tenant); err != nil {
+			return err
+		}
+	}
+	if req.Limit < 0 {
+		return fmt.Errorf("%w: negative limit %d", ErrInvalidArgument, req.Limit)
+	}
+	return nil
+}
+
+// ListPage is a page of records that need settling, oldest first (by
+// Created, then by ID).
+type ListPage struct {
+	Records []Record
+	// Next continues the listing after this page; "" after the last page.
+	Next string
 }
 
 // Effects collects a local operation's business writes so that they commit
@@ -480,10 +540,23 @@ type Store interface {
 	// Release.
 	Renew(ctx context.Context, l Lease, d time.Duration) (Lease, error)
 
-	// Resolve settles an uncertain record (see ResolveRequest). Errors:
-	// ErrNotFound, ErrWrongState (not uncertain), ErrFenced (token is not
-	// current), ErrInvalidResult, ErrClosed, ErrFailed, or an I/O error.
+	// Resolve settles an uncertain or abandoned record (see
+	// ResolveRequest). Errors: ErrNotFound, ErrWrongState (completed, or
+	// in progress under a live lease), ErrFenced (token is not current),
+	// ErrInvalidResult, ErrInvalidArgument, ErrClosed, ErrFailed, or an
+	// I/O error.
 	Resolve(ctx context.Context, req ResolveRequest) error
+
+	// Escalate marks an uncertain or abandoned record escalated (see
+	// EscalateRequest). Errors as Resolve.
+	Escalate(ctx context.Context, req EscalateRequest) error
+
+	// List pages through the records that need settling (see
+	// ListRequest), found through an index written in the same commit as
+	// each record, never by a scan of all records. Errors:
+	// ErrInvalidScope (a malformed tenant), ErrInvalidArgument (a
+	// malformed cursor or a negative limit), ErrClosed, or an I/O error.
+	List(ctx context.Context, req ListRequest) (ListPage, error)
 
 	// Get returns the live record for id, including one held in progress.
 	// Errors: ErrNotFound, ErrInvalidKey, ErrInvalidScope, ErrClosed, or an

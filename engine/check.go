@@ -50,6 +50,9 @@ type CheckReport struct {
 	Effects        int `json:"effects"`
 	EffectsPaired  int `json:"effects_paired"`
 	EffectsExpired int `json:"effects_expired"`
+	// Pending counts the entries of the pending index (records that may
+	// need settling; List reads it).
+	Pending int `json:"pending"`
 	// Superseded counts completed records some of whose effects are no
 	// longer stored under their stamp: a later operation overwrote or
 	// deleted them. Check cannot tell those from effects that were lost;
@@ -92,6 +95,8 @@ func (r *CheckReport) add(key, format string, args ...any) {
 //     before, an attempt of at least 1 and a valid fingerprint;
 //   - a record in progress on disk is a remote claim (local claims are
 //     never written) with an operation id, as is every remote record;
+//   - the pending index holds exactly one entry for each unsettled record,
+//     in the section its state calls for, and nothing else;
 //   - every effect value carries a stamp (the token of the operation that
 //     wrote it and its outcome's expiry) naming a completed record with
 //     that expiry which counts effects, or an outcome that has expired;
@@ -147,6 +152,7 @@ func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
 	if err := e.checkPass(ctx, snap, pc, epochKnown); err != nil {
 		return CheckReport{}, err
 	}
+	pc.missingPending()
 	r.Passes = 1
 	for pc.share = 1; pc.share < pc.shares; pc.share++ {
 		pc.pairs = make(map[uint64]pairing)
@@ -216,6 +222,9 @@ type pairCheck struct {
 	// name is filled in at the end (nameProblems), so that a pairing need
 	// not hold it.
 	named []namedProblem
+	// pending is the pending-index entries the unsettled records call for,
+	// by key, with the state byte each must hold (check_pending.go).
+	pending map[string]byte
 }
 
 // pairing is what Check knows of a record that effects may name by its
@@ -453,6 +462,8 @@ func (e *Engine) checkSpan(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 			e.checkRecord(pc, k, val, epochKnown)
 		case k[0] == nsData:
 			checkEffect(pc, k, val)
+		case k[0] == nsPending:
+			pc.checkPending(k, val)
 		default:
 			r.add(hex.EncodeToString(k), "key in unknown namespace %#x", k[0])
 		}
@@ -539,6 +550,8 @@ func (e *Engine) checkRecord(pc *pairCheck, k, v []byte, epochKnown bool) {
 		r.add(name, "record expires at %d, after its bucket ends at %d", rec.Expires.Unix(), end)
 	case !bucket && rec.State == idemkv.StateCompleted:
 		r.add(name, "a completed record is under its record key, not in an expiry bucket")
+	case !bucket:
+		pc.expectPending(k, &rec)
 	}
 	switch rec.State {
 	case idemkv.StateInProgress:

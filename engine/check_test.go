@@ -210,7 +210,11 @@ func unpairedStore(t *testing.T, extra int) *env {
 	now := v.clock.Now()
 	later := now.Add(time.Hour)
 	set := func(id idemkv.ID, r idemkv.Record) {
-		require.NoError(t, db.Set(storedKey(id, &r), record.Encode(nil, &r), nil))
+		k := storedKey(id, &r)
+		require.NoError(t, db.Set(k, record.Encode(nil, &r), nil))
+		if _, pk, v := record.PendingUpdate(k, nil, &r); pk != nil {
+			require.NoError(t, db.Set(pk, v, nil))
+		}
 	}
 	effect := func(key string, token uint64, exp time.Time) {
 		require.NoError(t, db.Set(dataKey([]byte(key)), append(record.AppendStamp(nil, token, exp), "v"...), nil))
@@ -377,8 +381,9 @@ func TestOpenRefusesOtherLayouts(t *testing.T) {
 	rec := idemkv.Record{State: idemkv.StateCompleted, Fingerprint: fpA, Token: 1<<tokenSeqBits | 1, Attempt: 1,
 		Created: t0, Expires: t0.Add(time.Hour), Result: idemkv.Result{Status: 200}}
 	for name, marker := range map[string][]byte{
-		"no marker": nil,
-		"layout 3":  binary.BigEndian.AppendUint64(nil, record.Layout+1),
+		"no marker":      nil,
+		"a later layout": binary.BigEndian.AppendUint64(nil, record.Layout+1),
+		"layout 2":       binary.BigEndian.AppendUint64(nil, 2),
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -48,10 +48,14 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 	}
 	switch {
 	case d.outcome == idemkv.Acquired:
-		return e.acquired(st, k, s, &d.rec)
+		var prev *idemkv.Record // the stored record a takeover replaces
+		if c.found && c.durable {
+			prev = &c.cur
+		}
+		return e.acquired(st, k, s, prev, &d.rec)
 	case d.write:
 		// An expired remote lease turns uncertain: its record is on disk.
-		if err := e.commitRecord(st, k, s, true, &d.rec, nil); err != nil {
+		if err := e.commitRecord(st, k, s, &c.cur, &d.rec, nil); err != nil {
 			return idemkv.Claim{}, err
 		}
 	}
@@ -108,13 +112,13 @@ func (e *Engine) acquireLocked(st *stripe, k []byte, rec *idemkv.Record, opID id
 	return e.table.installHolderLocked(st, k, *rec, rec.Mode == idemkv.ModeRemote, now), nil
 }
 
-// acquired finishes a claim that acquired k's slot s for rec: a remote
-// claim precedes a remote call, so it is made durable before the caller
-// may make that call (or a retry after a restart would call downstream
-// again blind).
-func (e *Engine) acquired(st *stripe, k []byte, s *slot, rec *idemkv.Record) (idemkv.Claim, error) {
+// acquired finishes a claim that acquired k's slot s for rec, replacing
+// prev, the record stored under k (nil: none): a remote claim precedes a
+// remote call, so it is made durable before the caller may make that call
+// (or a retry after a restart would call downstream again blind).
+func (e *Engine) acquired(st *stripe, k []byte, s *slot, prev, rec *idemkv.Record) (idemkv.Claim, error) {
 	if rec.Mode == idemkv.ModeRemote {
-		if err := e.commitClaim(st, k, s, rec); err != nil {
+		if err := e.commitClaim(st, k, s, prev, rec); err != nil {
 			return idemkv.Claim{}, err
 		}
 	}
@@ -126,10 +130,12 @@ func (e *Engine) acquired(st *stripe, k []byte, s *slot, rec *idemkv.Record) (id
 }
 
 // commitClaim makes rec, the remote claim held in k's busy slot s,
-// durable, and then lets others see it.
-func (e *Engine) commitClaim(st *stripe, k []byte, s *slot, rec *idemkv.Record) (err error) {
+// durable in place of prev (nil: none stored), and then lets others see
+// it.
+func (e *Engine) commitClaim(st *stripe, k []byte, s *slot, prev, rec *idemkv.Record) (err error) {
 	defer e.abandonOnPanic(s, &err)
 	b := e.db.NewBatch()
+	e.putPending(b, k, prev, rec)
 	_ = b.Set(k, record.Encode(nil, rec), nil)
 	err = e.commits.commit(b)
 	_ = b.Close()

@@ -50,6 +50,8 @@ type Engine struct {
 	seq   atomic.Uint64
 
 	counters counters
+	// pending counts the pending index by kind (pending.go).
+	pending pendingCounts
 
 	// testHookWait, if set, is called when an operation starts waiting for
 	// a write in flight (tests use it to order events without sleeping).
@@ -113,6 +115,10 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	if err := e.loadBuckets(); err != nil {
 		closeDB()
 		return nil, err
+	}
+	if err := e.countPending(); err != nil {
+		closeDB()
+		return nil, fmt.Errorf("engine: read pending index: %w", err)
 	}
 	if e.sweeper.s, err = ttl.New(sweepTarget{e}, e.sweepOptions()); err != nil {
 		closeDB()

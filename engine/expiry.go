@@ -107,11 +107,14 @@ func (e *Engine) bucketOf(rec *idemkv.Record) ([]byte, uint64) {
 	return record.AppendBucket(nil, rec.Class, end), end
 }
 
-// putRecord adds to b the write that makes next (nil: none) k's record,
-// where stored says whether k's current record is stored under its record
-// key (an unsettled record that was written). A completed record goes to
-// its bucket, which is added to the set lookups probe first.
-func (e *Engine) putRecord(b *pebble.Batch, k []byte, stored bool, next *idemkv.Record) {
+// putRecord adds to b the writes that make next (nil: none) k's record,
+// where prev is k's current record if it is stored under its record key
+// (an unsettled record that was written), else nil. A completed record
+// goes to its bucket, which is added to the set lookups probe first; the
+// pending index follows (putPending).
+func (e *Engine) putRecord(b *pebble.Batch, k []byte, prev, next *idemkv.Record) {
+	e.putPending(b, k, prev, next)
+	stored := prev != nil
 	switch {
 	case next == nil:
 		if stored {

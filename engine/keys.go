@@ -15,6 +15,7 @@ var (
 	nsRecord  = record.NSRecord
 	nsData    = record.NSData
 	nsExpiry  = record.NSExpiry
+	nsPending = record.NSPending
 	epochKey  = record.EpochKey
 	clockKey  = record.ClockKey
 	layoutKey = record.LayoutKey

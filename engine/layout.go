@@ -11,43 +11,55 @@ import (
 
 // checkLayout reports whether the store is in the layout this engine
 // writes (record.Layout), and whether the marker must be written: a new,
-// empty store gets it with its first epoch. A store with records or
-// effects but no marker predates the marker (layout 1) and is refused.
-func (e *Engine) checkLayout() (write bool, err error) {
+// empty store gets it with its first epoch, and a store in layout 3 gets
+// it with the pending index that layout lacked (migrate). A store with
+// records or effects but no marker predates the marker (layout 1) and is
+// refused, as is any other layout.
+func (e *Engine) checkLayout() (write, migrate bool, err error) {
 	v, closer, err := e.db.Get(layoutKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 		it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: recordStart})
 		if err != nil {
-			return false, fmt.Errorf("engine: read layout: %w", err)
+			return false, false, fmt.Errorf("engine: read layout: %w", err)
 		}
 		empty := !it.First()
 		if err := it.Close(); err != nil {
-			return false, fmt.Errorf("engine: read layout: %w", err)
+			return false, false, fmt.Errorf("engine: read layout: %w", err)
 		}
 		if !empty {
-			return false, fmt.Errorf("%w: the store has no layout marker, so it was written in layout 1 (effects without stamps); this engine reads layout %d and has no migration", ErrLayout, record.Layout)
+			return false, false, fmt.Errorf("%w: the store has no layout marker, so it was written in layout 1 (effects without stamps); this engine reads layout %d and has no migration from it", ErrLayout, record.Layout)
 		}
-		return true, nil
+		return true, false, nil
 	case err != nil:
-		return false, fmt.Errorf("engine: read layout: %w", err)
+		return false, false, fmt.Errorf("engine: read layout: %w", err)
 	}
 	defer closer.Close()
 	if len(v) != 8 {
-		return false, fmt.Errorf("engine: read layout: %w: %d bytes", record.ErrCorrupt, len(v))
+		return false, false, fmt.Errorf("engine: read layout: %w: %d bytes", record.ErrCorrupt, len(v))
 	}
-	if l := binary.BigEndian.Uint64(v); l != record.Layout {
-		return false, fmt.Errorf("%w: the store is in layout %d; this engine reads layout %d", ErrLayout, l, record.Layout)
+	switch l := binary.BigEndian.Uint64(v); {
+	case l == record.Layout:
+		return false, false, nil
+	case l == layoutWithoutIndex && !e.opts.ReadOnly:
+		return true, true, nil
+	case l == layoutWithoutIndex:
+		return false, false, fmt.Errorf("%w: the store is in layout %d, which a read-write Open migrates to layout %d; it cannot be migrated read-only", ErrLayout, l, record.Layout)
+	default:
+		return false, false, fmt.Errorf("%w: the store is in layout %d; this engine reads layout %d", ErrLayout, l, record.Layout)
 	}
-	return false, nil
 }
+
+// layoutWithoutIndex is the layout before the pending index (and the
+// codec's extension byte, which older records simply do not use).
+const layoutWithoutIndex = 3
 
 // advanceEpoch checks the store's layout, reads the stored epoch and,
 // unless read-only, durably stores its successor (and the layout marker
-// of a new store), so no token of this process's life can equal or
+// of a new store, or of a migrated one with what the migration adds), so no token of this process's life can equal or
 // precede one handed out before.
 func (e *Engine) advanceEpoch() error {
-	writeLayout, err := e.checkLayout()
+	writeLayout, migrate, err := e.checkLayout()
 	if err != nil {
 		return err
 	}
@@ -75,6 +87,14 @@ func (e *Engine) advanceEpoch() error {
 	epoch++
 	b := e.db.NewBatch()
 	_ = b.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), nil)
+	if migrate {
+		n, err := e.indexLayout3(b)
+		if err != nil {
+			_ = b.Close()
+			return fmt.Errorf("engine: migrate layout %d: %w", layoutWithoutIndex, err)
+		}
+		e.opts.Logger.Infof("idemkv: store migrated from layout %d to %d: %d unsettled records indexed", layoutWithoutIndex, record.Layout, n)
+	}
 	if writeLayout {
 		_ = b.Set(layoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)
 	}

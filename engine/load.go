@@ -119,7 +119,7 @@ func (l *loader) add(rec *idemkv.Record) error {
 		return fmt.Errorf("%w: %s/%s/%q", ErrExists, rec.ID.Tenant, rec.ID.Endpoint, rec.ID.Key)
 	}
 	l.seen[string(k)] = true
-	e.putRecord(l.b, k, false, rec)
+	e.putRecord(l.b, k, nil, rec)
 	l.n++
 	return nil
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -60,7 +61,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	b := e.db.NewBatch()
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	if err := e.commitRecord(h.st, h.k, h.s, h.stored, &done, b); err != nil {
+	if err := e.commitRecord(h.st, h.k, h.s, h.prev(), &done, b); err != nil {
 		return err
 	}
 	e.counters.completed.Add(1)
@@ -91,7 +92,8 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 	if !stored {
 		return nil
 	}
-	return e.commitRecord(st, k, s, true, nil, nil)
+	prev := s.rec // s is busy: nothing else changes it
+	return e.commitRecord(st, k, s, &prev, nil, nil)
 }
 
 // release checks that l holds k and, for a local claim, drops its slot: it
@@ -139,7 +141,7 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	unc.Expires = e.expiresAt(now, unc.Class)
 	unc.Note = note
 	e.counters.uncertain.Add(1)
-	return e.commitRecord(h.st, h.k, h.s, h.stored, &unc, nil)
+	return e.commitRecord(h.st, h.k, h.s, h.prev(), &unc, nil)
 }
 
 // Renew implements idemkv.Store. Renewal is held in memory: the durable
@@ -177,7 +179,10 @@ func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (id
 	return leaseOf(&s.rec), nil
 }
 
-// Resolve implements idemkv.Store.
+// Resolve implements idemkv.Store. An abandoned record (a remote record
+// in progress past its lease, as renewed) is settled like an uncertain
+// one: its holder, if it is still running, is fenced off, as it would be
+// by a takeover.
 func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err error) {
 	if err := req.ID.Validate(); err != nil {
 		return err
@@ -186,6 +191,9 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err er
 		if err := e.validateResult(&req.Result); err != nil {
 			return err
 		}
+	}
+	if err := validateNote(req.Note); err != nil {
+		return err
 	}
 	if err := e.writable(); err != nil {
 		return err
@@ -203,7 +211,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err er
 	k := appendRecordKey(nil, req.ID)
 	st := e.table.stripe(k)
 	now := e.clock.Now()
-	cur, s, err := e.resolvable(ctx, st, k, &req, now)
+	cur, s, err := e.settleable(ctx, st, k, req.ID, req.Token, now)
 	if err != nil {
 		return err
 	}
@@ -215,15 +223,59 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err er
 		// as ending now, rounded down so that the stamp is already past
 		// (AppendStamp rounds up).
 		fx.writeTo(b, cur.Token, time.Unix(now.Unix(), 0))
-		return e.commitRecord(st, k, s, true, nil, b)
+		return e.commitRecord(st, k, s, &cur, nil, b)
 	}
 	done := cur
 	done.State = idemkv.StateCompleted
-	done.Note = ""
+	done.Escalated = false
+	done.LeaseExpires = time.Time{}
+	done.Note = req.Note
 	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	return e.commitRecord(st, k, s, true, &done, b)
+	return e.commitRecord(st, k, s, &cur, &done, b)
+}
+
+// Escalate implements idemkv.Store.
+func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err error) {
+	if err := req.ID.Validate(); err != nil {
+		return err
+	}
+	if err := validateNote(req.Note); err != nil {
+		return err
+	}
+	if err := e.writable(); err != nil {
+		return err
+	}
+	if err := e.gate.begin(ctx); err != nil {
+		return err
+	}
+	defer e.gate.exit()
+	k := appendRecordKey(nil, req.ID)
+	st := e.table.stripe(k)
+	now := e.clock.Now()
+	cur, s, err := e.settleable(ctx, st, k, req.ID, req.Token, now)
+	if err != nil {
+		return err
+	}
+	defer e.abandonOnPanic(s, &err)
+	e.counters.escalated.Add(1)
+	esc := cur
+	esc.State = idemkv.StateUncertain
+	esc.Escalated = true
+	esc.LeaseExpires = time.Time{}
+	esc.Note = req.Note
+	if cur.State != idemkv.StateUncertain {
+		esc.Expires = e.expiresAt(now, esc.Class)
+	}
+	return e.commitRecord(st, k, s, &cur, &esc, nil)
+}
+
+func validateNote(note string) error {
+	if len(note) > idemkv.MaxNoteLen {
+		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
+	}
+	return nil
 }
 
 // held is a holder's key marked busy for its write: where it is, its slot,
@@ -234,6 +286,14 @@ type held struct {
 	s      *slot
 	rec    idemkv.Record
 	stored bool
+}
+
+// prev is the record stored under h.k, or nil.
+func (h *held) prev() *idemkv.Record {
+	if !h.stored {
+		return nil
+	}
+	return &h.rec
 }
 
 // hold is holdLocked for l's key, under its stripe mutex.
@@ -285,54 +345,67 @@ func (e *Engine) holdLocked(ctx context.Context, st *stripe, k []byte, l idemkv.
 	return s, nil
 }
 
-// resolvable is resolvableLocked under k's stripe mutex.
-func (e *Engine) resolvable(ctx context.Context, st *stripe, k []byte, req *idemkv.ResolveRequest, now time.Time) (idemkv.Record, *slot, error) {
+// settleable is settleableLocked under k's stripe mutex.
+func (e *Engine) settleable(ctx context.Context, st *stripe, k []byte, id idemkv.ID, token uint64, now time.Time) (idemkv.Record, *slot, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return e.resolvableLocked(ctx, st, k, req, now)
+	return e.settleableLocked(ctx, st, k, id, token, now)
 }
 
-// resolvableLocked checks that k's record is uncertain under req.Token,
-// and returns it with k marked busy for the resolution. It waits out a
-// write in flight (another resolution, say) and decides on the record
-// that write leaves.
+// settleableLocked checks that k's record can be settled under token (it
+// is uncertain, or abandoned at now, and stored), and returns it with k
+// marked busy for the settling write. It waits out a write in flight
+// (another resolution, say) and decides on the record that write leaves.
 //
 // REQUIRES: st.mu held (released and reacquired while waiting).
-func (e *Engine) resolvableLocked(ctx context.Context, st *stripe, k []byte, req *idemkv.ResolveRequest, now time.Time) (idemkv.Record, *slot, error) {
-	for s := st.slotLocked(k); s != nil; s = st.slotLocked(k) {
-		if !s.busy {
-			return idemkv.Record{}, nil, fmt.Errorf("%w: %q is in progress", idemkv.ErrWrongState, req.ID.Key)
-		}
+func (e *Engine) settleableLocked(ctx context.Context, st *stripe, k []byte, id idemkv.ID, token uint64, now time.Time) (idemkv.Record, *slot, error) {
+	s := st.slotLocked(k)
+	for s != nil && s.busy {
 		if err := e.waitLocked(ctx, st, s); err != nil {
 			return idemkv.Record{}, nil, err
 		}
+		s = st.slotLocked(k)
 	}
-	cur, found, err := e.readLocked(k, now)
-	if found && cur.State == idemkv.StateCompleted && !now.Before(cur.Expires) {
-		found = false // past retention: absent to every read
+	var (
+		cur   idemkv.Record
+		found bool
+		err   error
+	)
+	if s != nil {
+		cur, found = s.rec, true // a holder's, in memory, with its lease as renewed
+		cur.Fingerprint = bytes.Clone(cur.Fingerprint)
+	} else {
+		cur, found, err = e.readLocked(k, now)
+		if found && cur.State == idemkv.StateCompleted && !now.Before(cur.Expires) {
+			found = false // past retention: absent to every read
+		}
 	}
 	switch {
 	case err != nil:
 	case !found:
-		err = fmt.Errorf("%w: %q", idemkv.ErrNotFound, req.ID.Key)
-	case cur.State != idemkv.StateUncertain:
-		err = fmt.Errorf("%w: %q is %s, not uncertain", idemkv.ErrWrongState, req.ID.Key, cur.State)
-	case cur.Token != req.Token:
+		err = fmt.Errorf("%w: %q", idemkv.ErrNotFound, id.Key)
+	case cur.State == idemkv.StateCompleted:
+		err = fmt.Errorf("%w: %q is completed", idemkv.ErrWrongState, id.Key)
+	case cur.State == idemkv.StateInProgress && !abandoned(&cur, now),
+		s != nil && !s.durable:
+		err = fmt.Errorf("%w: %q is in progress under a live lease", idemkv.ErrWrongState, id.Key)
+	case cur.Token != token:
 		e.counters.fenced.Add(1)
-		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
+		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, token, cur.Token)
 	}
 	if err != nil {
 		return idemkv.Record{}, nil, err
 	}
-	return cur, e.table.beginWriteLocked(st, k, nil, cur), nil
+	cur.ID = id
+	return cur, e.table.beginWriteLocked(st, k, s, cur), nil
 }
 
 // commitRecord durably replaces k's record with next (nil: deletes it)
 // together with the writes already in b (nil: none), then ends the write
-// on k's busy slot s. stored says whether k's current record is stored
-// under its record key. On failure the engine is poisoned and s stays
+// on k's busy slot s. prev is k's current record if it is stored under
+// its record key, else nil. On failure the engine is poisoned and s stays
 // busy: nothing may answer for k any more.
-func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, stored bool, next *idemkv.Record, b *pebble.Batch) (err error) {
+func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, prev, next *idemkv.Record, b *pebble.Batch) (err error) {
 	defer e.abandonOnPanic(s, &err)
 	if e.testHookWrite != nil {
 		e.testHookWrite()
@@ -340,7 +413,7 @@ func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, stored bool, next *
 	if b == nil {
 		b = e.db.NewBatch()
 	}
-	e.putRecord(b, k, stored, next)
+	e.putRecord(b, k, prev, next)
 	err = e.commits.commit(b)
 	_ = b.Close()
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 
 type counters struct {
 	claims, acquired, takeovers, replays, inProgress, mismatches, reconciling atomic.Int64
-	completed, released, uncertain, renewed, resolved, fenced                 atomic.Int64
+	completed, released, uncertain, renewed, resolved, escalated, fenced      atomic.Int64
 	cacheHits, swept                                                          atomic.Int64
 }
 
@@ -55,6 +55,7 @@ type Stats struct {
 	Uncertain   int64 // MarkUncertain calls that succeeded
 	Renewed     int64
 	Resolved    int64
+	Escalations int64 // Escalate calls that succeeded
 	Fenced      int64 // operations refused with ErrFenced
 	// ReplayCacheHits counts lookups answered from the replay cache;
 	// ReplayCached is how many records it holds now.
@@ -87,6 +88,17 @@ type Stats struct {
 	// WAL fsync; the rest is its WAL write and memtable insert.
 	CommitGroups, CommitWrites int64
 	CommitTime, CommitSyncWait time.Duration
+
+	// The records that need settling, as the pending index holds them
+	// (docs/design.md, "Settling uncertain outcomes"): UncertainRecords
+	// counts the uncertain records awaiting reconciliation,
+	// EscalatedRecords those given up on and left for an operator, and
+	// RemoteRecords the remote records in progress on disk, live or
+	// abandoned. OldestUnsettled is the age of the oldest record awaiting
+	// reconciliation (uncertain, or remote and past its lease), by its
+	// creation; 0 if there is none. Reading it seeks into the index.
+	UncertainRecords, EscalatedRecords, RemoteRecords int64
+	OldestUnsettled                                   time.Duration
 
 	// Sweep is the sweeper's totals: passes, records examined and deleted,
 	// the last pass and the one running. Sweep.HeldPastExpiry() is how many
@@ -161,6 +173,14 @@ func (e *Engine) Stats() (Stats, error) {
 	st.Reconciling, st.Completed, st.Released = c.reconciling.Load(), c.completed.Load(), c.released.Load()
 	st.Uncertain, st.Renewed, st.Resolved, st.Fenced = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load(), c.fenced.Load()
 	st.ReplayCacheHits = c.cacheHits.Load()
+	st.Escalations = c.escalated.Load()
+	st.UncertainRecords, st.EscalatedRecords = e.pending.uncertain.Load(), e.pending.escalated.Load()
+	st.RemoteRecords = e.pending.remote.Load()
+	oldest, err := e.oldestAwaiting(e.clock.Now())
+	if err != nil {
+		return Stats{}, fmt.Errorf("engine: stats: %w", err)
+	}
+	st.OldestUnsettled = oldest
 	f := &e.filter
 	st.ClaimFilterSkips, st.ClaimFilterMisses = f.skips.Load(), f.misses.Load()
 	st.ClaimFilterKeys, st.ClaimFilterStored, st.ClaimFilterBuilds = f.capacity.Load(), f.stored.Load(), f.builds.Load()

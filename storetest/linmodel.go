@@ -222,12 +222,18 @@ func linStepHolder(st linState, in linInput, out linOutput) (bool, linState) {
 }
 
 // linStepResolve steps a Resolve. One that lost a race to another is
-// judged like any other: on the state the winner left.
+// judged like any other: on the state the winner left. A remote record
+// held past its lease is abandoned and may be resolved too; the history
+// does not say when a resolution read the clock, so one that answers
+// ErrWrongState on a held remote record is taken as having found its
+// lease live.
 func linStepResolve(st linState, in linInput, out linOutput) (bool, linState) {
 	switch {
 	case st.Phase == linAbsent:
 		return out.Err == linNotFound, st
-	case st.Phase != linUncertain:
+	case st.Phase == linHeld && st.Mode == idemkv.ModeRemote && out.Err == linWrongState:
+		return true, st
+	case st.Phase == linCompleted, st.Phase == linHeld && st.Mode != idemkv.ModeRemote:
 		return out.Err == linWrongState, st
 	case in.Token != st.Token:
 		return out.Err == linFenced, st

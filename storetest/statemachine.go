@@ -13,8 +13,8 @@ import (
 )
 
 // stateMachine drives a store with random sequences of claims, completions,
-// releases, uncertain marks, renewals, resolutions, reads, clock advances
-// and reopen cycles, and checks every answer against a plain in-memory
+// releases, uncertain marks, renewals, resolutions, escalations, reads,
+// listings, clock advances and reopen cycles, and checks every answer against a plain in-memory
 // model of the contract.
 func stateMachine(t *testing.T, newHarness NewHarness) {
 	rapid.Check(t, func(rt *rapid.T) {
@@ -27,6 +27,8 @@ func stateMachine(t *testing.T, newHarness NewHarness) {
 			"uncertain": m.markUncertain,
 			"renew":     m.renew,
 			"resolve":   m.resolve,
+			"escalate":  m.escalate,
+			"list":      m.list,
 			"get":       m.get,
 			"advance":   m.advance,
 			"reopen":    m.reopen,
@@ -53,6 +55,10 @@ type mrec struct {
 	effects int
 	// class is the retention class of the first claim; takeovers keep it.
 	class string
+	// escalated and note: an escalated record, and the note of an
+	// uncertain one or the audit note of a resolved one.
+	escalated bool
+	note      string
 }
 
 // durable reports whether an in-progress record is durable: a remote
@@ -277,7 +283,7 @@ func (m *machine) markUncertain(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("mark uncertain: %v", err)
 	}
-	r.state = idemkv.StateUncertain
+	r.state, r.note = idemkv.StateUncertain, "timeout"
 	r.expires = m.h.Now().Add(window(r.class))
 }
 
@@ -302,40 +308,6 @@ func (m *machine) renew(t *rapid.T) {
 	}
 }
 
-func (m *machine) resolve(t *rapid.T) {
-	id := rapid.SampledFrom(modelIDs).Draw(t, "id")
-	r := m.live(id)
-	var tok uint64
-	if r != nil {
-		tok = r.token
-	}
-	if rapid.Bool().Draw(t, "stale") {
-		tok++
-	}
-	noEffect := rapid.Bool().Draw(t, "noEffect")
-	res := idemkv.Result{Status: 201, Pointer: "/resolved"}
-	err := m.h.Store().Resolve(ctx, idemkv.ResolveRequest{ID: id, Token: tok, NoEffect: noEffect, Result: res})
-	switch {
-	case r == nil:
-		if !errors.Is(err, idemkv.ErrNotFound) {
-			t.Fatalf("resolve absent: %v", err)
-		}
-	case r.state != idemkv.StateUncertain:
-		if !errors.Is(err, idemkv.ErrWrongState) {
-			t.Fatalf("resolve %v record: %v", r.state, err)
-		}
-	case tok != r.token:
-		m.expectFenced(t, "resolve", err)
-	case err != nil:
-		t.Fatalf("resolve: %v", err)
-	case noEffect:
-		delete(m.recs, id)
-	default:
-		r.state, r.result, r.effects = idemkv.StateCompleted, res, 0
-		r.expires = m.h.Now().Add(window(r.class))
-	}
-}
-
 func (m *machine) get(t *rapid.T) {
 	id := rapid.SampledFrom(modelIDs).Draw(t, "id")
 	got, err := m.h.Store().Get(ctx, id)
@@ -355,6 +327,9 @@ func (m *machine) get(t *rapid.T) {
 	}
 	if r.state == idemkv.StateCompleted && (!equalResult(got.Result, r.result) || got.Effects != r.effects) {
 		t.Fatalf("get result %+v with %d effects, model %+v with %d", got.Result, got.Effects, r.result, r.effects)
+	}
+	if got.Escalated != r.escalated || r.note != "" && got.Note != r.note {
+		t.Fatalf("get %v: escalated %v note %q, model %v %q", id, got.Escalated, got.Note, r.escalated, r.note)
 	}
 }
 

@@ -75,6 +75,21 @@ var metrics = []metric{
 	// waiting for a reconciler, say.
 	{"idemkv_engine_held_past_expiry", "Records past their expiry the sweeper had to keep (unsettled or held).", false,
 		func(s engine.Stats) float64 { return float64(s.Sweep.HeldPastExpiry()) }},
+	// Records awaiting reconciliation (Stats.UncertainRecords) and the age
+	// of the oldest of them, abandoned remote records included
+	// (Stats.OldestUnsettled): alert on the age, which grows while nothing
+	// settles them.
+	{"idemkv_engine_uncertain_records", "Uncertain records awaiting reconciliation.", false,
+		func(s engine.Stats) float64 { return float64(s.UncertainRecords) }},
+	{"idemkv_engine_oldest_unsettled_seconds", "Age of the oldest record awaiting reconciliation (uncertain, or remote past its lease); 0 if none.", false,
+		func(s engine.Stats) float64 { return s.OldestUnsettled.Seconds() }},
+	// Records reconciliation gave up on, left for an operator
+	// (Stats.EscalatedRecords), and escalations since start
+	// (Stats.Escalations). Each one needs a person: idemkv resolve.
+	{"idemkv_engine_escalated_records", "Escalated records waiting for an operator.", false,
+		func(s engine.Stats) float64 { return float64(s.EscalatedRecords) }},
+	{"idemkv_engine_escalations_total", "Records escalated to an operator.", true,
+		func(s engine.Stats) float64 { return float64(s.Escalations) }},
 	// Claims of keys the in-memory claim filter answered absent without a
 	// Pebble read (Stats.ClaimFilterSkips).
 	{"idemkv_engine_claim_filter_skips_total", "Lookups the claim filter answered absent without reading the store.", true,

@@ -13,7 +13,8 @@
 // The families, all prefixed idemkv_engine_, are documented next to their
 // descriptors in collector.go; their names are stable. In short: claims,
 // takeovers and fenced operations (counters), held leases (gauge), swept
-// records and records held past their expiry, the claim filter's skips,
+// records and records held past their expiry, uncertain and escalated
+// records, the age of the oldest unsettled one and escalations, the claim filter's skips,
 // misses and size, the committer's commits, writes, busy time and fsync
 // wait, and disk bytes, read amplification, level-0 files and compaction
 // debt.

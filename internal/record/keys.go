@@ -26,8 +26,11 @@ import (
 //	             retention class as one length byte and its bytes, the
 //	             bucket's end in unix seconds (big-endian uint64), then the
 //	             record key without its namespace byte
+//	0x05 pending an index of the records that may need settling, written
+//	             in the same batch as the record it stands for (see
+//	             AppendPendingKey); the value is empty
 //
-// Reserved for later capabilities: 0x05 outbox.
+// Reserved for later capabilities: 0x06 outbox.
 //
 // A completed record is never rewritten while it is retained, and every
 // record in a bucket has expired once the bucket has ended, so the sweeper
@@ -38,10 +41,11 @@ import (
 // that two tenants can never share a record, even adversarially. Pebble's
 // block-level prefix compression makes the repeated scope cheap on disk.
 const (
-	NSMeta   byte = 0x01
-	NSRecord byte = 0x02
-	NSData   byte = 0x03
-	NSExpiry byte = 0x04
+	NSMeta    byte = 0x01
+	NSRecord  byte = 0x02
+	NSData    byte = 0x03
+	NSExpiry  byte = 0x04
+	NSPending byte = 0x05
 )
 
 // EpochKey holds the store's epoch (a big-endian uint64).
@@ -55,8 +59,9 @@ var LayoutKey = []byte{NSMeta, 'l', 'a', 'y', 'o', 'u', 't'}
 
 // Layout is the version of the key space and value formats described
 // here and in record.go. Version 2 added the stamp on effect values;
-// version 3 moved completed records into expiry buckets.
-const Layout = 3
+// version 3 moved completed records into expiry buckets; version 4 added
+// the pending index and the codec's extension byte (codec version 2).
+const Layout = 4
 
 // SweepKey holds the sweeper's position: the last key the pass in progress
 // read (an expiry key or a record key), or the lone byte NSRecord once it
@@ -187,4 +192,91 @@ func SplitStamp(v []byte) (token uint64, expires time.Time, value []byte, err er
 		expires = time.Unix(int64(exp), 0)
 	}
 	return token, expires, v[StampLen:], nil
+}
+
+// Sections of the pending index. A record is in at most one, ordered by
+// its creation in unix seconds, which no write changes, so the key of a
+// record's entry follows from the record, in memory or on disk.
+const (
+	// PendingOpen: a remote record in progress or an uncertain record.
+	// Past its lease (which renewals move in memory only) a remote
+	// record's holder is presumed gone: the record is abandoned.
+	PendingOpen byte = 'p'
+	// PendingEscalated: an escalated record.
+	PendingEscalated byte = 'x'
+)
+
+// PendingSection returns the section of the pending index that holds r;
+// ok is false for a record the index does not hold (a completed record, a
+// local one in progress).
+func PendingSection(r *idemkv.Record) (section byte, ok bool) {
+	switch {
+	case r.State == idemkv.StateUncertain && r.Escalated:
+		return PendingEscalated, true
+	case r.State == idemkv.StateUncertain,
+		r.State == idemkv.StateInProgress && r.Mode == idemkv.ModeRemote:
+		return PendingOpen, true
+	}
+	return 0, false
+}
+
+// AppendPendingPrefix appends the prefix of a section of the pending index.
+func AppendPendingPrefix(dst []byte, section byte) []byte {
+	return append(dst, NSPending, section)
+}
+
+// AppendPendingKey appends the pending-index key of r, whose record key
+// (AppendKey) is recordKey: the section's prefix, the record's creation in
+// unix seconds (big-endian uint64), then the record key without its
+// namespace byte. It appends nothing if the index does not hold r.
+func AppendPendingKey(dst []byte, r *idemkv.Record, recordKey []byte) []byte {
+	section, ok := PendingSection(r)
+	if !ok {
+		return dst
+	}
+	dst = AppendPendingPrefix(dst, section)
+	dst = binary.BigEndian.AppendUint64(dst, floorSeconds(r.Created))
+	return append(dst, recordKey[1:]...)
+}
+
+// PendingUpdate returns the pending-index writes that go with replacing
+// the record stored under record key k, prev (nil: none stored), with
+// next (nil: none): a key to delete and a key to set to value, each nil
+// when there is none. An entry's value is its record's state in one byte.
+func PendingUpdate(k []byte, prev, next *idemkv.Record) (del, set, value []byte) {
+	var pk, nk []byte
+	if prev != nil {
+		pk = AppendPendingKey(nil, prev, k)
+	}
+	if next != nil {
+		nk = AppendPendingKey(nil, next, k)
+	}
+	same := len(pk) > 0 && string(pk) == string(nk)
+	if len(pk) > 0 && !same {
+		del = pk
+	}
+	if len(nk) > 0 && (!same || prev.State != next.State) {
+		set, value = nk, []byte{byte(next.State)}
+	}
+	return del, set, value
+}
+
+// PendingPrefixLen is the length of a pending key before its record key.
+const PendingPrefixLen = 2 + 8
+
+// SplitPendingKey splits a pending-index key into its section, the
+// record's creation in unix seconds and the record key it stands for (a
+// new slice).
+func SplitPendingKey(k []byte) (section byte, created uint64, recordKey []byte, err error) {
+	if len(k) <= PendingPrefixLen || k[0] != NSPending {
+		return 0, 0, nil, ErrBadKey
+	}
+	switch section = k[1]; section {
+	case PendingOpen, PendingEscalated:
+	default:
+		return 0, 0, nil, ErrBadKey
+	}
+	created = binary.BigEndian.Uint64(k[2:])
+	recordKey = append([]byte{NSRecord}, k[PendingPrefixLen:]...)
+	return section, created, recordKey, nil
 }

@@ -3,7 +3,9 @@
 //
 // The value encoding is compact and versioned. Version 1:
 //
-//	byte     codec version (1)
+//	byte     codec version (1, or 2 when the extension byte follows)
+//	byte     ext, in version 2 only, never zero: bit 0 escalated
+//	         (uncertain only), bit 1 audit note present (completed only)
 //	byte     head: bits 0-1 state (1 in-progress, 2 uncertain, 3 completed),
 //	         bit 2 remote mode, bit 3 operation id present, bit 4 body
 //	         present, bit 5 attempt other than 1, bit 6 retention class
@@ -20,6 +22,10 @@
 //	completed: uvarint status, uvarint pointer length + pointer,
 //	           and if head bit 4, uvarint body length + body (not empty)
 //	uncertain: uvarint note length + note
+//	completed with ext bit 1: uvarint note length + note (not empty)
+//
+// A record with no extension is written in version 1, so that a record
+// has one encoding and the common ones pay nothing for the extension.
 //
 // Times are whole seconds except the lease: a record's retention is a
 // matter of hours, and rounding its expiry up never shortens it. A
@@ -41,8 +47,19 @@ import (
 	"github.com/idemkv/idemkv"
 )
 
-// Version is the codec version written by Encode.
-const Version = 1
+// Version is the codec version written by Encode for a record without
+// an extension; VersionExt the one for a record with one (an escalated
+// record, or a completed one with an audit note).
+const (
+	Version    = 1
+	VersionExt = 2
+)
+
+const (
+	extEscalated = 1 << 0
+	extNote      = 1 << 1
+	knownExt     = extEscalated | extNote
+)
 
 // MaxEffects is the largest effect count the codec accepts.
 const MaxEffects = 1 << 31
@@ -88,7 +105,18 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 	if r.State == idemkv.StateCompleted && r.Effects > 0 {
 		head |= headEffects
 	}
-	dst = append(dst, Version, head)
+	var ext byte
+	if r.State == idemkv.StateUncertain && r.Escalated {
+		ext |= extEscalated
+	}
+	if r.State == idemkv.StateCompleted && r.Note != "" {
+		ext |= extNote
+	}
+	if ext == 0 {
+		dst = append(dst, Version, head)
+	} else {
+		dst = append(dst, VersionExt, ext, head)
+	}
 	dst = binary.AppendUvarint(dst, r.Token)
 	if head&headAttempt != 0 {
 		dst = binary.AppendUvarint(dst, uint64(r.Attempt))
@@ -120,6 +148,9 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 		if head&headBody != 0 {
 			dst = appendBytes(dst, r.Result.Body)
 		}
+		if ext&extNote != 0 {
+			dst = appendBytes(dst, []byte(r.Note))
+		}
 	case idemkv.StateUncertain:
 		dst = appendBytes(dst, []byte(r.Note))
 	}
@@ -131,11 +162,9 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 func Decode(b []byte) (idemkv.Record, error) {
 	d := decoder{b: b}
 	var r idemkv.Record
-	if v := d.byte(); v != Version {
-		if d.err != nil {
-			return r, d.err
-		}
-		return r, fmt.Errorf("%w: unknown codec version %d", ErrCorrupt, v)
+	ext, err := d.version()
+	if err != nil {
+		return r, err
 	}
 	head := d.byte()
 	if d.err != nil {
@@ -145,6 +174,13 @@ func Decode(b []byte) (idemkv.Record, error) {
 	if r.State < idemkv.StateInProgress || r.State > idemkv.StateCompleted {
 		return idemkv.Record{}, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
 	}
+	switch {
+	case ext&extEscalated != 0 && r.State != idemkv.StateUncertain:
+		return idemkv.Record{}, fmt.Errorf("%w: escalated %s record", ErrCorrupt, r.State)
+	case ext&extNote != 0 && r.State != idemkv.StateCompleted:
+		return idemkv.Record{}, fmt.Errorf("%w: audit note on a %s record", ErrCorrupt, r.State)
+	}
+	r.Escalated = ext&extEscalated != 0
 	if head&^knownHead != 0 {
 		return idemkv.Record{}, fmt.Errorf("%w: unknown head bits %#x", ErrCorrupt, head)
 	}
@@ -211,6 +247,12 @@ func Decode(b []byte) (idemkv.Record, error) {
 				d.fail("empty body")
 			}
 		}
+		if ext&extNote != 0 {
+			r.Note = string(d.bytes(idemkv.MaxNoteLen))
+			if d.err == nil && r.Note == "" {
+				d.fail("empty audit note")
+			}
+		}
 	case idemkv.StateUncertain:
 		r.Note = string(d.bytes(idemkv.MaxNoteLen))
 	}
@@ -231,8 +273,8 @@ func Decode(b []byte) (idemkv.Record, error) {
 // what it reads: a value Peek accepts may still be one Decode rejects.
 func Peek(b []byte) (idemkv.State, time.Time, error) {
 	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != Version {
-		return 0, time.Time{}, fmt.Errorf("%w: unknown codec version %d", ErrCorrupt, v)
+	if _, err := d.version(); err != nil {
+		return 0, time.Time{}, err
 	}
 	head := d.byte()
 	d.uvarint() // token
@@ -325,6 +367,26 @@ func (d *decoder) byte() byte {
 	c := d.b[0]
 	d.b = d.b[1:]
 	return c
+}
+
+// version reads the codec version and, in version 2, the extension byte.
+func (d *decoder) version() (ext byte, err error) {
+	switch v := d.byte(); {
+	case d.err != nil:
+		return 0, d.err
+	case v == Version:
+		return 0, nil
+	case v != VersionExt:
+		return 0, fmt.Errorf("%w: unknown codec version %d", ErrCorrupt, v)
+	}
+	ext = d.byte()
+	switch {
+	case d.err != nil:
+		return 0, d.err
+	case ext == 0 || ext&^knownExt != 0:
+		return 0, fmt.Errorf("%w: bad extension byte %#x", ErrCorrupt, ext)
+	}
+	return ext, nil
 }
 
 func (d *decoder) uvarint() uint64 {

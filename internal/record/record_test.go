@@ -27,6 +27,12 @@ func sample() []idemkv.Record {
 		{State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 77,
 			Attempt: 3, OperationID: idemkv.OperationID{1}, Created: t0, Expires: t0.Add(time.Hour),
 			Note: "provider timed out", Class: "money"},
+		{State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 78,
+			Attempt: 1, OperationID: idemkv.OperationID{2}, Created: t0, Expires: t0.Add(time.Hour),
+			Note: "12 reconciliation attempts", Escalated: true},
+		{State: idemkv.StateCompleted, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 79,
+			Attempt: 1, OperationID: idemkv.OperationID{3}, Created: t0, Expires: t0.Add(time.Hour),
+			Result: idemkv.Result{Status: 201, Pointer: "/v1/payments/pay_1"}, Note: "ops: charge seen in the processor's dashboard"},
 	}
 }
 
@@ -52,7 +58,11 @@ func TestRejectsCorrupt(t *testing.T) {
 	good := Encode(nil, &sample()[1])
 	cases := map[string][]byte{
 		"empty":                nil,
-		"version":              append([]byte{2}, good[1:]...),
+		"version":              append([]byte{3}, good[1:]...),
+		"empty extension":      append([]byte{2, 0}, good[1:]...),
+		"unknown extension":    append([]byte{2, 4}, good[1:]...),
+		"escalated completed":  append([]byte{2, extEscalated}, good[1:]...),
+		"note on pending":      append([]byte{2, extNote, 1}, good[2:]...),
 		"state zero":           append([]byte{1, good[1] &^ stateMask}, good[2:]...),
 		"effects on pending":   append([]byte{1, 1 | headEffects}, good[2:]...),
 		"zero effects":         {1, 3 | headEffects, 5, 10, 0, 1, 7, 0, 0, 0},
@@ -120,8 +130,12 @@ func genRecord(t *rapid.T) idemkv.Record {
 			r.Result.Body = nil
 		}
 		r.Effects = rapid.IntRange(0, MaxEffects).Draw(t, "effects")
+		if rapid.Bool().Draw(t, "audited") {
+			r.Note = rapid.StringN(1, 40, idemkv.MaxNoteLen).Draw(t, "audit")
+		}
 	case idemkv.StateUncertain:
 		r.Note = rapid.StringN(0, 40, idemkv.MaxNoteLen).Draw(t, "note")
+		r.Escalated = rapid.Bool().Draw(t, "escalated")
 	}
 	return r
 }

@@ -240,15 +240,11 @@ func (s *DB) commit(st *stripe, k []byte, b *pebble.Batch) error {
 	return nil
 }
 
-// put durably replaces k's record with rec, or deletes it if rec is nil.
-// REQUIRES: k's stripe mutex held.
-func (s *DB) put(st *stripe, k []byte, rec *idemkv.Record) error {
+// put durably replaces k's record, prev (nil: none), with rec, or deletes
+// it if rec is nil. REQUIRES: k's stripe mutex held.
+func (s *DB) put(st *stripe, k []byte, prev, rec *idemkv.Record) error {
 	b := s.db.NewBatch()
-	if rec == nil {
-		_ = b.Delete(k, nil)
-	} else {
-		_ = b.Set(k, encode(nil, rec), nil)
-	}
+	putRecord(b, k, prev, rec)
 	return s.commit(st, k, b)
 }
 
@@ -293,11 +289,15 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 		return idemkv.Claim{}, err
 	}
 	cur.ID = req.ID
+	var prev *idemkv.Record
+	if found {
+		prev = &cur
+	}
 	acquire := func(next idemkv.Record) (idemkv.Claim, error) {
 		next.ID, next.State = req.ID, idemkv.StateInProgress
 		next.Token = s.nextToken()
 		next.LeaseExpires = now.Add(leaseDur)
-		if err := s.put(st, k, &next); err != nil {
+		if err := s.put(st, k, prev, &next); err != nil {
 			return idemkv.Claim{}, err
 		}
 		return idemkv.Claim{Outcome: idemkv.Acquired, Lease: idemkv.Lease{
@@ -339,7 +339,7 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 	unc.LeaseExpires = time.Time{}
 	unc.Expires = now.Add(s.window(unc.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
-	if err := s.put(st, k, &unc); err != nil {
+	if err := s.put(st, k, &cur, &unc); err != nil {
 		return idemkv.Claim{}, err
 	}
 	return idemkv.Claim{Outcome: idemkv.Reconciling, Record: unc}, nil
@@ -392,7 +392,7 @@ func (s *DB) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, appl
 		done.Expires = now.Add(s.window(done.Class))
 		done.Result = r
 		done.Effects = fx.count()
-		_ = b.Set(k, encode(nil, &done), nil)
+		putRecord(b, k, &cur, &done)
 		return s.commit(st, k, b)
 	})
 }
@@ -400,8 +400,8 @@ func (s *DB) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, appl
 // Release implements idemkv.Store with a synced delete (local claims too:
 // they were written).
 func (s *DB) Release(ctx context.Context, l idemkv.Lease) error {
-	return s.hold(ctx, l, func(st *stripe, k []byte, _ idemkv.Record, _ time.Time) error {
-		return s.put(st, k, nil)
+	return s.hold(ctx, l, func(st *stripe, k []byte, cur idemkv.Record, _ time.Time) error {
+		return s.put(st, k, &cur, nil)
 	})
 }
 
@@ -416,7 +416,7 @@ func (s *DB) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) err
 		unc.LeaseExpires = time.Time{}
 		unc.Expires = now.Add(s.window(unc.Class))
 		unc.Note = note
-		return s.put(st, k, &unc)
+		return s.put(st, k, &cur, &unc)
 	})
 }
 
@@ -437,58 +437,6 @@ func (s *DB) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv
 		return nil
 	})
 	return out, err
-}
-
-// Resolve implements idemkv.Store.
-func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
-	if err := req.ID.Validate(); err != nil {
-		return err
-	}
-	if !req.NoEffect {
-		if err := s.validateResult(&req.Result); err != nil {
-			return err
-		}
-	}
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.gate.RUnlock()
-	k := recordKey(req.ID)
-	st := s.stripe(k)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	now := s.o.Clock.Now()
-	cur, found, err := s.get(st, k, now)
-	switch {
-	case err != nil:
-		return err
-	case !found:
-		return fmt.Errorf("%w: %q", idemkv.ErrNotFound, req.ID.Key)
-	case cur.State != idemkv.StateUncertain:
-		return fmt.Errorf("%w: %q is %s, not uncertain", idemkv.ErrWrongState, req.ID.Key, cur.State)
-	case cur.Token != req.Token:
-		return fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
-	}
-	b := s.db.NewBatch()
-	fx := &effects{b: b}
-	if req.Apply != nil {
-		if err := req.Apply(fx); err != nil {
-			_ = b.Close()
-			return err
-		}
-	}
-	if req.NoEffect {
-		_ = b.Delete(k, nil)
-	} else {
-		done := cur
-		done.State = idemkv.StateCompleted
-		done.Note = ""
-		done.Expires = now.Add(s.window(done.Class))
-		done.Result = req.Result
-		done.Effects = fx.count()
-		_ = b.Set(k, encode(nil, &done), nil)
-	}
-	return s.commit(st, k, b)
 }
 
 // Get implements idemkv.Store.

@@ -1,6 +1,7 @@
 package baseline
 
 import (
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/record"
 )
@@ -21,3 +22,20 @@ func dataKey(key []byte) []byte { return record.DataKey(key) }
 func encode(dst []byte, r *idemkv.Record) []byte { return record.Encode(dst, r) }
 
 func decode(b []byte) (idemkv.Record, error) { return record.Decode(b) }
+
+// putRecord adds to b the writes that replace k's record, prev (nil:
+// none), with rec (nil: deletes it), pending index included.
+func putRecord(b *pebble.Batch, k []byte, prev, rec *idemkv.Record) {
+	del, set, value := record.PendingUpdate(k, prev, rec)
+	if del != nil {
+		_ = b.Delete(del, nil)
+	}
+	if set != nil {
+		_ = b.Set(set, value, nil)
+	}
+	if rec == nil {
+		_ = b.Delete(k, nil)
+	} else {
+		_ = b.Set(k, encode(nil, rec), nil)
+	}
+}

@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"encoding/hex"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// Check pairs the pending index with the unsettled records: the records
+// sort before the index, so the first pass notes the entry each record
+// calls for, crosses them off as it reads the index, and reports what is
+// left. It holds one key per unsettled record.
+
+// expectPending notes the pending-index entry that rec, stored under
+// record key k, calls for.
+func (pc *pairCheck) expectPending(k []byte, rec *idemkv.Record) {
+	if pc.share > 0 {
+		return
+	}
+	pk := record.AppendPendingKey(nil, rec, k)
+	if len(pk) == 0 {
+		return
+	}
+	if pc.pending == nil {
+		pc.pending = make(map[string]byte)
+	}
+	pc.pending[string(pk)] = byte(rec.State)
+}
+
+// checkPending checks one entry of the pending index.
+func (pc *pairCheck) checkPending(k, v []byte) {
+	pc.r.Pending++
+	name := hex.EncodeToString(k)
+	_, _, rk, err := record.SplitPendingKey(k)
+	if err != nil {
+		pc.r.add(name, "pending-index key does not decode: %v", err)
+		return
+	}
+	if id, err := decodeRecordKey(rk); err == nil {
+		name = "pending " + recordName(id)
+	}
+	want, ok := pc.pending[string(k)]
+	switch {
+	case !ok:
+		pc.r.add(name, "pending-index entry for no unsettled record in its state and section")
+	case len(v) != 1 || v[0] != want:
+		pc.r.add(name, "pending-index entry holds %x, want the record's state %d", v, want)
+	}
+	delete(pc.pending, string(k))
+}
+
+// missingPending reports the unsettled records the index lacks.
+func (pc *pairCheck) missingPending() {
+	for pk := range pc.pending {
+		name := hex.EncodeToString([]byte(pk))
+		if _, _, rk, err := record.SplitPendingKey([]byte(pk)); err == nil {
+			if id, err := decodeRecordKey(rk); err == nil {
+				name = recordName(id)
+			}
+		}
+		pc.r.add(name, "unsettled record missing from the pending index")
+	}
+	pc.pending = nil
+}
