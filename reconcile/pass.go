@@ -1,0 +1,279 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// Pass reads the records awaiting reconciliation (at most
+// Options.PerPass of them, oldest first) and handles each one that is
+// due: a record older than MaxAge is escalated; any other is asked about,
+// and resolved (Applied, NotApplied) or put back with backoff (Unknown),
+// or escalated after MaxAttempts. A remote record in progress is due only
+// Grace past its lease. Every write is a compare-and-set on the token the
+// listing read, so a record settled meanwhile (by its holder, another
+// worker or an operator) is left as it is. Pass returns an error if the
+// listing fails or ctx ends; the failures of single records are counted
+// in Stats and retried at a later pass.
+func (w *Worker) Pass(ctx context.Context) error {
+	w.update(func(s *Stats) { s.Passes++ })
+	recs, err := w.due(ctx, w.o.Clock.Now())
+	if err != nil {
+		w.storeError(err)
+		return err
+	}
+	sem := make(chan struct{}, w.o.Concurrency)
+	var wg sync.WaitGroup
+	for _, rec := range recs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			w.settle(ctx, rec)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// due pages through the listing and returns the records due at now. When
+// it has read the whole listing, it forgets the backoff of records no
+// longer in it.
+func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error) {
+	var (
+		out  []idemkv.Record
+		seen = make(map[idemkv.ID]bool)
+		req  = idemkv.ListRequest{Tenant: w.o.Tenant, Limit: min(w.o.PerPass, 1000)}
+		read int
+	)
+	for {
+		page, err := w.store.List(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: list: %w", err)
+		}
+		for _, rec := range page.Records {
+			read++
+			seen[rec.ID] = true
+			if w.isDue(&rec, now) {
+				out = append(out, rec)
+			}
+		}
+		if page.Next == "" {
+			w.forgetAllBut(seen)
+			return out, nil
+		}
+		if read >= w.o.PerPass {
+			return out, nil
+		}
+		req.After = page.Next
+	}
+}
+
+// isDue reports whether rec is due at now.
+func (w *Worker) isDue(rec *idemkv.Record, now time.Time) bool {
+	if rec.State == idemkv.StateInProgress && now.Before(rec.LeaseExpires.Add(w.o.Grace)) {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b, ok := w.backoff[rec.ID]
+	return !ok || b.token != rec.Token || !now.Before(b.next)
+}
+
+func (w *Worker) forgetAllBut(seen map[idemkv.ID]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id := range w.backoff {
+		if !seen[id] {
+			delete(w.backoff, id)
+		}
+	}
+}
+
+// settle handles one due record.
+func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
+	if age := w.o.Clock.Now().Sub(rec.Created); age >= w.o.MaxAge {
+		w.escalate(ctx, rec, fmt.Sprintf("unsettled for %v, past the reconciler's limit of %v", age.Round(time.Second), w.o.MaxAge))
+		return
+	}
+	ans, err := w.ask(ctx, rec)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the worker is stopping: not the record's fault
+		}
+		w.update(func(s *Stats) { s.Errors++ })
+		w.unknown(ctx, rec, err.Error())
+		return
+	}
+	req := idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token}
+	var applyErr error
+	if ans.Apply != nil {
+		req.Apply = func(fx idemkv.Effects) error {
+			applyErr = ans.Apply(fx)
+			return applyErr
+		}
+	}
+	switch ans.Verdict {
+	case Applied:
+		req.Result = ans.Result
+	case NotApplied:
+		req.NoEffect = true
+	default:
+		w.unknown(ctx, rec, cmp.Or(ans.Reason, "the downstream could not say"))
+		return
+	}
+	err = w.store.Resolve(ctx, req)
+	switch {
+	case err == nil:
+		w.forget(rec.ID)
+		w.update(func(s *Stats) {
+			if req.NoEffect {
+				s.NotApplied++
+			} else {
+				s.Applied++
+			}
+		})
+		w.o.Logf("reconcile: %s/%s/%s settled: %s", rec.ID.Tenant, rec.ID.Endpoint, rec.ID.Key, ans.Verdict)
+	case lost(err):
+		w.forget(rec.ID)
+		w.update(func(s *Stats) { s.Lost++ })
+	case applyErr != nil, errors.Is(err, idemkv.ErrInvalidResult), errors.Is(err, idemkv.ErrInvalidArgument):
+		// The answer could not be stored (a bad result, or its Apply
+		// failed): as good as no answer.
+		w.update(func(s *Stats) { s.Errors++ })
+		w.unknown(ctx, rec, "the reconciler's answer could not be stored: "+err.Error())
+	default:
+		w.storeError(err)
+	}
+}
+
+// ask calls the reconciler, bounded by Options.Timeout, and turns a
+// panic, a timeout and a verdict out of range into errors.
+func (w *Worker) ask(ctx context.Context, rec idemkv.Record) (Answer, error) {
+	w.update(func(s *Stats) { s.Asked++ })
+	cctx, cancel := context.WithTimeout(ctx, w.o.Timeout)
+	defer cancel()
+	type reply struct {
+		a   Answer
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- reply{err: fmt.Errorf("reconciler panicked: %v", p)}
+			}
+		}()
+		a, err := w.r.Reconcile(cctx, rec)
+		ch <- reply{a, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err == nil && r.a.Verdict > NotApplied {
+			r.err = fmt.Errorf("reconciler answered %v", r.a.Verdict)
+		}
+		return r.a, r.err
+	case <-cctx.Done():
+		// A reconciler that ignores its context is left behind: its
+		// answer, if it ever comes, is dropped.
+		return Answer{}, fmt.Errorf("reconciler did not answer within %v: %w", w.o.Timeout, cctx.Err())
+	}
+}
+
+// unknown puts rec back with backoff, or escalates it after MaxAttempts.
+func (w *Worker) unknown(ctx context.Context, rec idemkv.Record, reason string) {
+	w.update(func(s *Stats) { s.Unknown++ })
+	now := w.o.Clock.Now()
+	w.mu.Lock()
+	b := w.backoff[rec.ID]
+	if b.token != rec.Token {
+		b = retry{token: rec.Token}
+	}
+	b.attempts++
+	attempts := b.attempts
+	if attempts < w.o.MaxAttempts {
+		b.next = now.Add(w.backoffLocked(attempts))
+		w.backoff[rec.ID] = b
+	}
+	w.mu.Unlock()
+	if attempts >= w.o.MaxAttempts {
+		w.escalate(ctx, rec, fmt.Sprintf("reconciliation gave up after %d attempts: %s", attempts, reason))
+		return
+	}
+	w.o.Logf("reconcile: %s/%s/%s unknown (attempt %d): %s", rec.ID.Tenant, rec.ID.Endpoint, rec.ID.Key, attempts, reason)
+}
+
+// backoffLocked is the wait after the given number of attempts: half of
+// MinBackoff·2^(attempts-1), capped at MaxBackoff, plus a random part of
+// the other half. REQUIRES: w.mu held (Rand is not safe for concurrent
+// use).
+func (w *Worker) backoffLocked(attempts int) time.Duration {
+	d := w.o.MinBackoff
+	for i := 1; i < attempts && d < w.o.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, w.o.MaxBackoff)
+	half := d / 2
+	return half + time.Duration(w.o.Rand.Int64N(int64(d-half)+1))
+}
+
+// escalate marks rec escalated with note and tells OnEscalate.
+func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
+	if len(note) > idemkv.MaxNoteLen {
+		note = note[:idemkv.MaxNoteLen]
+	}
+	err := w.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note})
+	switch {
+	case err == nil:
+		w.forget(rec.ID)
+		w.update(func(s *Stats) { s.Escalated++ })
+		w.o.Logf("reconcile: %s/%s/%s escalated: %s", rec.ID.Tenant, rec.ID.Endpoint, rec.ID.Key, note)
+		if w.o.OnEscalate != nil {
+			w.o.OnEscalate(rec, note)
+		}
+	case lost(err):
+		w.forget(rec.ID)
+		w.update(func(s *Stats) { s.Lost++ })
+	default:
+		w.storeError(err)
+	}
+}
+
+// lost reports whether a settling write found the record settled (or
+// taken over) by someone else.
+func lost(err error) bool {
+	return errors.Is(err, idemkv.ErrFenced) || errors.Is(err, idemkv.ErrWrongState) || errors.Is(err, idemkv.ErrNotFound)
+}
+
+func (w *Worker) forget(id idemkv.ID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.backoff, id)
+}
+
+func (w *Worker) storeError(err error) {
+	w.update(func(s *Stats) {
+		s.StoreErrors++
+		s.LastError = err.Error()
+	})
+	w.o.Logf("reconcile: %v", err)
+}
+
+func (w *Worker) update(fn func(*Stats)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fn(&w.stats)
+}

@@ -1,0 +1,228 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// Verdict is what a Reconciler learned about one operation downstream.
+type Verdict uint8
+
+const (
+	// Unknown: the downstream could not say (it is down, the answer was
+	// malformed, the call timed out). The record is asked about again
+	// later, and escalated after Options.MaxAttempts or Options.MaxAge.
+	Unknown Verdict = iota
+	// Applied: the operation happened; Answer.Result is its outcome.
+	Applied
+	// NotApplied: the operation provably did not happen, and will not
+	// (the downstream has no record of its key and will refuse a late
+	// request under it, or the step can safely run again): the record is
+	// removed and a retry runs anew.
+	NotApplied
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Unknown:
+		return "unknown"
+	case Applied:
+		return "applied"
+	case NotApplied:
+		return "not applied"
+	}
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
+}
+
+// Answer is a Reconciler's answer about one record.
+type Answer struct {
+	Verdict Verdict
+	// Result is stored as the record's outcome (Applied only).
+	Result idemkv.Result
+	// Apply, if non-nil, adds business writes that commit atomically with
+	// the resolution (Applied or NotApplied): the local row of a charge
+	// the processor confirmed, say.
+	Apply func(idemkv.Effects) error
+	// Reason, for Unknown, says why; it becomes the escalation note if
+	// this was the last attempt.
+	Reason string
+}
+
+// A Reconciler asks the downstream what became of one operation. rec is
+// the record as listed: its OperationID (and the step keys derived from
+// it) names the operation downstream, its Fingerprint the request.
+// Reconcile must honour ctx: the worker stops waiting for it at
+// Options.Timeout and counts the attempt as Unknown. An error, a panic or
+// an out-of-range verdict counts as Unknown too; none of them settles the
+// record.
+type Reconciler interface {
+	Reconcile(ctx context.Context, rec idemkv.Record) (Answer, error)
+}
+
+// ReconcilerFunc adapts a function to a Reconciler.
+type ReconcilerFunc func(ctx context.Context, rec idemkv.Record) (Answer, error)
+
+// Reconcile calls f.
+func (f ReconcilerFunc) Reconcile(ctx context.Context, rec idemkv.Record) (Answer, error) {
+	return f(ctx, rec)
+}
+
+// Options configure a Worker. The zero value is usable with the defaults
+// below.
+type Options struct {
+	// Clock tells the time of backoff, grace and age. Default: time.Now.
+	// It should be the store's own clock.
+	Clock idemkv.Clock
+	// Interval is how often Run starts a pass. Default: 1 s.
+	Interval time.Duration
+	// Grace is how long past its lease a remote record in progress is left
+	// to its holder before the worker asks about it: a holder that is
+	// slow, not gone, finishes on its own, and a call it sent just before
+	// its lease ran out has landed by then. Default: 10 s.
+	Grace time.Duration
+	// MinBackoff and MaxBackoff bound the wait before a record that got
+	// Unknown is asked about again: MinBackoff doubled per attempt, capped
+	// at MaxBackoff, with jitter (a random half of it), so that many
+	// records that failed together do not retry together. Defaults: 1 s
+	// and 5 min.
+	MinBackoff, MaxBackoff time.Duration
+	// MaxAttempts escalates a record after that many Unknown answers in a
+	// row. Default: 20. Attempts are counted in memory, per worker; a
+	// restart begins them again, which MaxAge bounds.
+	MaxAttempts int
+	// MaxAge escalates a record older than this (by Record.Created),
+	// whatever its attempts. Default: 24 h.
+	MaxAge time.Duration
+	// Timeout bounds one Reconcile call. Default: 10 s.
+	Timeout time.Duration
+	// Concurrency is how many Reconcile calls a pass makes at once.
+	// Default: 4.
+	Concurrency int
+	// PerPass caps the records one pass reads from the listing. Default:
+	// 1000.
+	PerPass int
+	// Tenant, if set, limits the worker to that tenant's records.
+	Tenant string
+	// OnEscalate, if set, is called after a record is escalated, with the
+	// record as it was and the note written on it: page someone.
+	OnEscalate func(rec idemkv.Record, note string)
+	// Logf logs what the worker does. Default: nothing.
+	Logf func(format string, args ...any)
+	// Rand draws the jitter. Default: a random seed.
+	Rand *rand.Rand
+}
+
+func (o Options) withDefaults() Options {
+	o.Interval = cmp.Or(o.Interval, time.Second)
+	o.Grace = cmp.Or(o.Grace, 10*time.Second)
+	o.MinBackoff = cmp.Or(o.MinBackoff, time.Second)
+	o.MaxBackoff = cmp.Or(o.MaxBackoff, 5*time.Minute)
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, 20)
+	o.MaxAge = cmp.Or(o.MaxAge, 24*time.Hour)
+	o.Timeout = cmp.Or(o.Timeout, 10*time.Second)
+	o.Concurrency = cmp.Or(o.Concurrency, 4)
+	o.PerPass = cmp.Or(o.PerPass, 1000)
+	if o.Clock == nil {
+		o.Clock = wallClock{}
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.Rand == nil {
+		o.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return o
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// Stats counts a worker's work since New.
+type Stats struct {
+	Passes int64
+	// Asked counts Reconcile calls; Applied, NotApplied and Unknown their
+	// answers (errors, panics, timeouts and bad verdicts are Unknown, and
+	// also counted in Errors).
+	Asked, Applied, NotApplied, Unknown, Errors int64
+	// Escalated counts records this worker escalated.
+	Escalated int64
+	// Lost counts settling writes that lost to another (a holder that
+	// finished, another worker, an operator): the record was settled, not
+	// by this worker.
+	Lost int64
+	// StoreErrors counts failed listings and settling writes (retried at
+	// the next pass); LastError is the latest.
+	StoreErrors int64
+	LastError   string
+}
+
+// Worker drives the records that need settling (idemkv.Store.List)
+// through a Reconciler.
+type Worker struct {
+	store idemkv.Store
+	r     Reconciler
+	o     Options
+
+	mu      sync.Mutex
+	backoff map[idemkv.ID]retry // records that got Unknown, by ID
+	stats   Stats
+}
+
+// retry is the state of a record that got Unknown.
+type retry struct {
+	token    uint64 // the record's token: a new one starts afresh
+	attempts int
+	next     time.Time
+}
+
+// New returns a worker that settles store's records through r.
+func New(store idemkv.Store, r Reconciler, opts *Options) (*Worker, error) {
+	if store == nil || r == nil {
+		return nil, errors.New("reconcile: a store and a reconciler are required")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MinBackoff < 0 || o.MaxBackoff < 0 || o.Grace < 0 || o.MaxAttempts < 0 || o.Concurrency < 0 || o.PerPass < 0 {
+		return nil, fmt.Errorf("%w: negative reconcile option", idemkv.ErrInvalidArgument)
+	}
+	o = o.withDefaults()
+	if o.MinBackoff > o.MaxBackoff {
+		return nil, fmt.Errorf("%w: MinBackoff %v above MaxBackoff %v", idemkv.ErrInvalidArgument, o.MinBackoff, o.MaxBackoff)
+	}
+	return &Worker{store: store, r: r, o: o, backoff: make(map[idemkv.ID]retry)}, nil
+}
+
+// Run makes a pass every Options.Interval until ctx ends, and returns
+// ctx's error. A failed pass is logged and counted; the next one runs on
+// schedule.
+func (w *Worker) Run(ctx context.Context) error {
+	t := time.NewTicker(w.o.Interval)
+	defer t.Stop()
+	for {
+		if err := w.Pass(ctx); err != nil && ctx.Err() == nil {
+			w.o.Logf("reconcile: pass failed, will retry: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Stats returns the worker's counts.
+func (w *Worker) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats
+}

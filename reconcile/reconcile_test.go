@@ -1,0 +1,327 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/reconcile"
+	"github.com/stretchr/testify/require"
+)
+
+var ctx = context.Background()
+
+var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+const lease = 30 * time.Second
+
+type env struct {
+	t     *testing.T
+	dir   string
+	clock *fakeclock.Clock
+	e     *engine.Engine
+}
+
+func newEnv(t *testing.T) *env {
+	v := &env{t: t, dir: t.TempDir(), clock: fakeclock.New(t0)}
+	v.open()
+	t.Cleanup(func() { _ = v.e.Close() })
+	return v
+}
+
+func (v *env) open() {
+	e, err := engine.Open(v.dir, &engine.Options{Clock: v.clock, Lease: lease, NoBackgroundSweep: true,
+		CacheSize: 8 << 20, MemTableSize: 4 << 20})
+	require.NoError(v.t, err)
+	v.e = e
+}
+
+func (v *env) reopen() {
+	require.NoError(v.t, v.e.Close())
+	v.open()
+}
+
+func id(key string) idemkv.ID {
+	return idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: key}
+}
+
+// remote claims key in remote mode.
+func (v *env) remote(key string) idemkv.Lease {
+	c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id(key), Fingerprint: []byte{1}, Mode: idemkv.ModeRemote})
+	require.NoError(v.t, err)
+	require.Equal(v.t, idemkv.Acquired, c.Outcome)
+	return c.Lease
+}
+
+// uncertain claims key and marks it uncertain.
+func (v *env) uncertain(key string) idemkv.Lease {
+	l := v.remote(key)
+	require.NoError(v.t, v.e.MarkUncertain(ctx, l, "timeout"))
+	return l
+}
+
+func (v *env) worker(r reconcile.Reconciler, o reconcile.Options) *reconcile.Worker {
+	o.Clock = v.clock
+	o.Rand = rand.New(rand.NewPCG(1, 2))
+	w, err := reconcile.New(v.e, r, &o)
+	require.NoError(v.t, err)
+	return w
+}
+
+func (v *env) state(key string) (idemkv.Record, bool) {
+	rec, err := v.e.Get(ctx, id(key))
+	if errors.Is(err, idemkv.ErrNotFound) {
+		return rec, false
+	}
+	require.NoError(v.t, err)
+	return rec, true
+}
+
+func (v *env) requireSound() {
+	rep, err := v.e.Check(ctx)
+	require.NoError(v.t, err)
+	require.Zero(v.t, rep.ProblemCount, "%v", rep.Problems)
+}
+
+// downstream is a scripted downstream: what became of each operation, by
+// key, and how often it was asked.
+type downstream struct {
+	mu    sync.Mutex
+	truth map[string]reconcile.Verdict
+	asked map[string]int
+}
+
+func newDownstream() *downstream {
+	return &downstream{truth: map[string]reconcile.Verdict{}, asked: map[string]int{}}
+}
+
+func (d *downstream) set(key string, v reconcile.Verdict) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.truth[key] = v
+}
+
+func (d *downstream) Reconcile(_ context.Context, rec idemkv.Record) (reconcile.Answer, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.asked[rec.ID.Key]++
+	v := d.truth[rec.ID.Key]
+	a := reconcile.Answer{Verdict: v, Reason: "processor has no answer"}
+	if v == reconcile.Applied {
+		a.Result = idemkv.Result{Status: 201, Pointer: "/v1/payments/" + rec.ID.Key}
+		a.Apply = func(fx idemkv.Effects) error { return fx.Set([]byte("pay/"+rec.ID.Key), []byte("charged")) }
+	}
+	return a, nil
+}
+
+func (d *downstream) timesAsked(key string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.asked[key]
+}
+
+// TestSettlesUncertainAndAbandoned: an uncertain record the downstream
+// applied completes with its result and effects; an abandoned one is left
+// to its holder for its lease and the grace, then released as not
+// applied, and a retry runs anew.
+func TestSettlesUncertainAndAbandoned(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	v.uncertain("charged")
+	d.set("charged", reconcile.Applied)
+	crashed := v.remote("crashed")
+	d.set("crashed", reconcile.NotApplied)
+	w := v.worker(d, reconcile.Options{Grace: 5 * time.Second})
+
+	require.NoError(t, w.Pass(ctx))
+	rec, ok := v.state("charged")
+	require.True(t, ok)
+	require.Equal(t, idemkv.StateCompleted, rec.State)
+	require.Equal(t, "/v1/payments/charged", rec.Result.Pointer)
+	got, err := v.e.GetData([]byte("pay/charged"))
+	require.NoError(t, err)
+	require.Equal(t, "charged", string(got))
+	require.Zero(t, d.timesAsked("crashed"), "its holder's lease is live")
+
+	v.clock.Advance(lease)
+	require.NoError(t, w.Pass(ctx))
+	require.Zero(t, d.timesAsked("crashed"), "within the grace")
+	v.clock.Advance(5 * time.Second)
+	require.NoError(t, w.Pass(ctx))
+	require.Equal(t, 1, d.timesAsked("crashed"))
+	_, ok = v.state("crashed")
+	require.False(t, ok, "not applied: released")
+	require.ErrorIs(t, v.e.Complete(ctx, crashed, idemkv.Result{Status: 201}, nil), idemkv.ErrFenced,
+		"the late holder is fenced off")
+	retry := v.remote("crashed")
+	require.Equal(t, uint32(1), retry.Attempt, "a retry runs anew")
+
+	st := w.Stats()
+	require.Equal(t, [3]int64{1, 1, 0}, [3]int64{st.Applied, st.NotApplied, st.Escalated})
+	v.requireSound()
+}
+
+// TestUnknownBacksOffThenEscalates: Unknown answers are asked again only
+// after the backoff, and the record is escalated after MaxAttempts: never
+// asked again, listed apart, the hook called.
+func TestUnknownBacksOffThenEscalates(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	l := v.uncertain("k")
+	var escalated []string
+	w := v.worker(d, reconcile.Options{MinBackoff: time.Second, MaxBackoff: 4 * time.Second, MaxAttempts: 3,
+		OnEscalate: func(rec idemkv.Record, note string) { escalated = append(escalated, rec.ID.Key+": "+note) }})
+
+	require.NoError(t, w.Pass(ctx))
+	require.NoError(t, w.Pass(ctx))
+	require.Equal(t, 1, d.timesAsked("k"), "the second pass is within the backoff")
+	v.clock.Advance(time.Second) // the first backoff is at most MinBackoff
+	require.NoError(t, w.Pass(ctx))
+	require.Equal(t, 2, d.timesAsked("k"))
+	v.clock.Advance(2 * time.Second)
+	require.NoError(t, w.Pass(ctx))
+	require.Equal(t, 3, d.timesAsked("k"))
+	require.Equal(t, []string{"k: reconciliation gave up after 3 attempts: processor has no answer"}, escalated)
+
+	rec, ok := v.state("k")
+	require.True(t, ok)
+	require.True(t, rec.Escalated)
+	require.Equal(t, l.Token, rec.Token)
+	page, err := v.e.List(ctx, idemkv.ListRequest{Escalated: true})
+	require.NoError(t, err)
+	require.Len(t, page.Records, 1)
+	v.clock.Advance(time.Hour)
+	require.NoError(t, w.Pass(ctx))
+	require.Equal(t, 3, d.timesAsked("k"), "an escalated record is never asked again")
+	c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: []byte{1}, Mode: idemkv.ModeRemote, Resumable: true})
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Reconciling, c.Outcome, "nor re-run")
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.EscalatedRecords)
+	v.requireSound()
+}
+
+// TestMaxAgeEscalates: a record older than MaxAge is escalated without
+// asking.
+func TestMaxAgeEscalates(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	v.uncertain("old")
+	v.clock.Advance(2 * time.Hour)
+	w := v.worker(d, reconcile.Options{MaxAge: time.Hour})
+	require.NoError(t, w.Pass(ctx))
+	require.Zero(t, d.timesAsked("old"))
+	rec, _ := v.state("old")
+	require.True(t, rec.Escalated)
+	require.Contains(t, rec.Note, "past the reconciler's limit of 1h0m0s")
+}
+
+// TestBadReconcilersNeverSettle: a reconciler that errs, panics, hangs,
+// answers a verdict out of range, a result the store refuses or an Apply
+// that fails settles nothing, and the worker goes on to the next record.
+func TestBadReconcilersNeverSettle(t *testing.T) {
+	v := newEnv(t)
+	bad := map[string]reconcile.ReconcilerFunc{
+		"errs": func(context.Context, idemkv.Record) (reconcile.Answer, error) {
+			return reconcile.Answer{Verdict: reconcile.Applied}, errors.New("processor said 500")
+		},
+		"panics": func(context.Context, idemkv.Record) (reconcile.Answer, error) { panic("boom") },
+		"hangs": func(ctx context.Context, _ idemkv.Record) (reconcile.Answer, error) {
+			<-ctx.Done()
+			return reconcile.Answer{Verdict: reconcile.Applied}, nil
+		},
+		"verdict": func(context.Context, idemkv.Record) (reconcile.Answer, error) {
+			return reconcile.Answer{Verdict: 7}, nil
+		},
+		"result": func(context.Context, idemkv.Record) (reconcile.Answer, error) {
+			return reconcile.Answer{Verdict: reconcile.Applied, Result: idemkv.Result{Status: 70000}}, nil
+		},
+		"apply": func(context.Context, idemkv.Record) (reconcile.Answer, error) {
+			return reconcile.Answer{Verdict: reconcile.Applied, Result: idemkv.Result{Status: 201},
+				Apply: func(idemkv.Effects) error { return errors.New("ledger refused") }}, nil
+		},
+	}
+	for key := range bad {
+		v.uncertain(key)
+	}
+	v.uncertain("good")
+	var goodAsked atomic.Int32
+	r := reconcile.ReconcilerFunc(func(ctx context.Context, rec idemkv.Record) (reconcile.Answer, error) {
+		if f, ok := bad[rec.ID.Key]; ok {
+			return f(ctx, rec)
+		}
+		goodAsked.Add(1)
+		return reconcile.Answer{Verdict: reconcile.NotApplied}, nil
+	})
+	w := v.worker(r, reconcile.Options{Timeout: 20 * time.Millisecond, Concurrency: 2})
+	require.NoError(t, w.Pass(ctx))
+	for key := range bad {
+		rec, ok := v.state(key)
+		require.True(t, ok, key)
+		require.Equal(t, idemkv.StateUncertain, rec.State, key)
+		require.False(t, rec.Escalated, key)
+	}
+	_, ok := v.state("good")
+	require.False(t, ok, "the worker went on to the good record")
+	st := w.Stats()
+	require.Equal(t, int64(len(bad)), st.Unknown)
+	require.Equal(t, int64(len(bad)), st.Errors)
+	require.Equal(t, int64(1), st.NotApplied)
+	v.requireSound()
+}
+
+// TestWorkersNeverBothSettle: two workers make passes at once over the
+// same records, with holders completing some of them late: each record
+// is settled once, by one of them, and the losers count their losses.
+func TestWorkersNeverBothSettle(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	const n = 60
+	var late []idemkv.Lease
+	for i := range n {
+		key := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if i%3 == 0 {
+			late = append(late, v.remote(key)) // abandoned, but its holder comes back
+		} else {
+			v.uncertain(key)
+		}
+		d.set(key, reconcile.Applied)
+	}
+	v.clock.Advance(time.Hour)
+	w1 := v.worker(d, reconcile.Options{Concurrency: 3})
+	w2 := v.worker(d, reconcile.Options{Concurrency: 3})
+	var wg sync.WaitGroup
+	var holderWins atomic.Int64
+	for _, f := range []func(){
+		func() { require.NoError(t, w1.Pass(ctx)) },
+		func() { require.NoError(t, w2.Pass(ctx)) },
+		func() {
+			for _, l := range late {
+				if v.e.Complete(ctx, l, idemkv.Result{Status: 201, Pointer: "holder"}, nil) == nil {
+					holderWins.Add(1)
+				}
+			}
+		},
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	wg.Wait()
+	s1, s2 := w1.Stats(), w2.Stats()
+	require.Equal(t, int64(n), s1.Applied+s2.Applied+holderWins.Load(), "each record settled exactly once")
+	for i := range n {
+		key := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		rec, ok := v.state(key)
+		require.True(t, ok)
+		require.Equal(t, idemkv.StateCompleted, rec.State, key)
+	}
+	v.requireSound()
+}
