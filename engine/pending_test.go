@@ -218,5 +218,3 @@ func TestCheckFindsPendingIndexFaults(t *testing.T) {
 	require.Contains(t, whats, "pending acct_1/POST /v1/payments/b: pending-index entry holds 01, want the record's state 2")
 	require.Contains(t, whats, "pending acct_1/POST /v1/payments/ghost: pending-index entry for no unsettled record in its state and section")
 }
-
-

@@ -147,4 +147,3 @@ func checkModel(t *testing.T, v *env, ops map[string]*modelOp) {
 		op.settled = now
 	}
 }
-
