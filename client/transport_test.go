@@ -50,7 +50,7 @@ func newRig(t *testing.T, opts *client.Options, faults ...error) *rig {
 		}
 		return nil
 	}})
-	svc, err := payments.New(payments.Config{Store: eng, Provider: p})
+	svc, err := payments.New(payments.Config{Store: eng, Processor: p})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(func() {

@@ -4,7 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+
+	"github.com/idemkv/idemkv"
 )
 
 // A stored response travels in idemkv.Result: the status in Status, the
@@ -53,6 +57,22 @@ var (
 )
 
 var errEnvelope = errors.New("httpidem: stored response is malformed")
+
+// Outcome returns the idemkv.Result that stores an HTTP response the way
+// this package's routes do, for whoever settles a record outside a
+// request: a reconciler (reconcile.Answer.Result) or an operator (idemkv
+// resolve). Replays answer status with every header of header (nil: none)
+// and body byte for byte; a nil body leaves replays to the route's
+// Rebuild, or else to an empty body with Location set to pointer, the
+// created object.
+func Outcome(status int, pointer string, header http.Header, body []byte) idemkv.Result {
+	names := slices.Sorted(maps.Keys(header))
+	env := envelope{header: replayableHeaders(header, names)}
+	if body != nil {
+		env.haveBody, env.body = true, body
+	}
+	return idemkv.Result{Status: status, Pointer: pointer, Body: env.encode(pointer)}
+}
 
 type envelope struct {
 	header   [][2]string // canonical name, value; in order

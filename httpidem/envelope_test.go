@@ -1,6 +1,7 @@
 package httpidem
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,4 +70,22 @@ func TestEnvelopeV2RejectsBadRefs(t *testing.T) {
 		_, err := decodeEnvelope(b, "/p")
 		require.ErrorIs(t, err, errEnvelope, "%q", b)
 	}
+}
+
+// TestOutcomeIsWhatARouteStores: a Result built by Outcome decodes to its
+// headers and body, or to no body for a Rebuild to answer.
+func TestOutcomeIsWhatARouteStores(t *testing.T) {
+	h := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}}
+	res := Outcome(201, "/v1/payments/pay_1", h, []byte(`{"id":"pay_1"}`))
+	require.Equal(t, 201, res.Status)
+	env, err := decodeEnvelope(res.Body, res.Pointer)
+	require.NoError(t, err)
+	require.Equal(t, [][2]string{{"Content-Type", "application/json"}, {"Location", "/v1/payments/pay_1"}}, env.header)
+	require.True(t, env.haveBody)
+	require.Equal(t, `{"id":"pay_1"}`, string(env.body))
+
+	env, err = decodeEnvelope(Outcome(201, "/v1/payments/pay_1", nil, nil).Body, "/v1/payments/pay_1")
+	require.NoError(t, err)
+	require.False(t, env.haveBody)
+	require.Empty(t, env.header)
 }

@@ -248,7 +248,7 @@ func (d *demo) checkCharged(ctx context.Context, key string, p0 payments.Provide
 	if err != nil {
 		return err
 	}
-	ch, ok := d.proc.Lookup(rec.OperationID.StepKey("charge"))
+	ch, ok, _ := d.proc.Lookup(context.Background(), rec.OperationID.StepKey("charge"))
 	charges := d.proc.Stats().Charges - p0.Charges
 	switch {
 	case rec.State != idemkv.StateCompleted:

@@ -243,7 +243,7 @@ func (d *demo) providerTimeout(ctx context.Context) error {
 		return err
 	}
 	op := rec.OperationID.StepKey("charge")
-	ch, charged := d.proc.Lookup(op)
+	ch, charged, _ := d.proc.Lookup(context.Background(), op)
 	d.say("service", "claimed the key durably, then called the processor with Idempotency-Key %s", op)
 	d.say("processor", "charges %s (%s), but the answer times out", usd(ch.Amount), ch.ID)
 	d.say("service", "504 payment-outcome-unknown, and the record becomes uncertain: freeing the key")

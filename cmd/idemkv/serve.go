@@ -15,14 +15,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
+	"github.com/idemkv/idemkv/reconcile"
 )
 
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -42,6 +44,8 @@ type serveConfig struct {
 	// metricsLn is its listener.
 	metricsAddr string
 	metricsLn   net.Listener
+	// reconcile configures the worker that settles uncertain payments.
+	reconcile reconcile.Options
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
@@ -55,6 +59,10 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor takes")
 	fs.Float64Var(&c.provider.FailRate, "provider-fail-rate", 0, "fraction of processor calls refused before charging (the client gets 503 and may retry)")
 	fs.Float64Var(&c.provider.TimeoutRate, "provider-timeout-rate", 0, "fraction of processor calls that charge and then time out (the payment stays uncertain; retries get 409)")
+	fs.DurationVar(&c.reconcile.Interval, "reconcile-interval", time.Second, "how often the reconciler looks for uncertain and abandoned payments and asks the processor about them")
+	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long past its lease a payment whose holder vanished is left before the reconciler asks about it")
+	fs.IntVar(&c.reconcile.MaxAttempts, "reconcile-max-attempts", 20, "escalate a payment to an operator after `N` answers of \"unknown\" in a row")
+	fs.DurationVar(&c.reconcile.MaxAge, "reconcile-max-age", 24*time.Hour, "escalate a payment still unsettled this long after it was first tried")
 	c.bg.register(fs, true)
 	return func(ctx context.Context, stdout io.Writer) error {
 		for _, r := range []float64{c.provider.FailRate, c.provider.TimeoutRate, c.provider.FailRate + c.provider.TimeoutRate} {
@@ -119,7 +127,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		}
 	}
 	svc, err := payments.New(payments.Config{
-		Store: e, Provider: payments.NewProvider(c.provider), Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
+		Store: e, Processor: payments.NewProvider(c.provider), Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
 		NoMetricsRoute: c.metricsLn != nil,
 	})
 	if err != nil {
@@ -157,6 +165,14 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		servers = append(servers, msrv)
 		go func() { errc <- msrv.Serve(mln) }()
 	}
+	stopReconciler, err := startReconciler(e, svc, c.reconcile, log)
+	if err != nil {
+		closeAll()
+		return err
+	}
+	defer stopReconciler()
+	fmt.Fprintf(stdout, "idemkv: reconciling uncertain payments every %v (escalated after %d unknown answers or %v; list them with idemkv pending --escalated)\n",
+		c.reconcile.Interval, c.reconcile.MaxAttempts, c.reconcile.MaxAge)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err = <-errc: // a listener failed: stop the other too
@@ -170,7 +186,32 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	stopReconciler()
 	return errors.Join(err, e.Close())
+}
+
+// startReconciler runs a reconcile.Worker that settles the service's
+// uncertain and abandoned payments by asking its processor; the function
+// it returns stops it and waits for it (a second call does nothing).
+func startReconciler(e *engine.Engine, svc *payments.Service, o reconcile.Options, log *slog.Logger) (func(), error) {
+	o.Logf = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
+	o.OnEscalate = func(rec idemkv.Record, note string) {
+		log.Error("payment escalated: settle it with idemkv resolve", "tenant", rec.ID.Tenant, "key", rec.ID.Key, "note", note)
+	}
+	w, err := reconcile.New(e, svc, &o)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}, nil
 }
 
 // metricsConns caps the connections of the metrics address: scrapers are

@@ -11,9 +11,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv/client"
+	"github.com/idemkv/idemkv/examples/payments"
+	"github.com/idemkv/idemkv/reconcile"
 )
 
 // syncBuffer is a bytes.Buffer safe to read while serve writes to it.
@@ -201,4 +206,39 @@ func TestServeAuthenticatesWithAPIKeys(t *testing.T) {
 	require.NoError(t, err)
 	err = serve(context.Background(), ln2, serveConfig{dir: t.TempDir(), apiKeys: keys}, io.Discard)
 	require.ErrorContains(t, err, "chmod 600")
+}
+
+// TestServeReconcilesATimedOutPayment is the issue as a user met it: with
+// every processor call timing out after charging, a payment answers 504,
+// then 409 while uncertain; serve's reconciler asks the processor, finds
+// the charge and writes the payment, and the client's retries (package
+// client, honouring Retry-After) end in a 201 replay. One charge in all.
+func TestServeReconcilesATimedOutPayment(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	cfg := serveConfig{dir: dir, provider: payments.ProviderOptions{TimeoutRate: 1},
+		reconcile: reconcile.Options{Interval: 20 * time.Millisecond}}
+	go func() { done <- serve(ctx, ln, cfg, &out) }()
+	url := "http://" + ln.Addr().String()
+
+	c := client.New(nil, &client.Options{MaxAttempts: 100, MaxInterval: 50 * time.Millisecond})
+	req, _ := http.NewRequest("POST", url+"/v1/payments", strings.NewReader(`{"amount":5000,"currency":"USD","card":"tok_123"}`))
+	req.Header.Set("Authorization", "Bearer acct_1")
+	req.Header.Set("Idempotency-Key", "order-1")
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+	assert.True(t, client.Replayed(resp), "the reconciler stored the outcome; the client got its replay")
+	cancel()
+	require.NoError(t, <-done)
+	assert.Contains(t, out.String(), "reconciling uncertain payments every 20ms")
+
+	var cout, cerr bytes.Buffer
+	assert.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &cout, &cerr), "%s%s", cout.String(), cerr.String())
 }

@@ -28,9 +28,9 @@ import (
 type Config struct {
 	// Store is the engine holding keys, outcomes and payments. Required.
 	Store *engine.Engine
-	// Provider is the card processor. Default: one that always succeeds
-	// at once.
-	Provider *Provider
+	// Processor is the card processor. Default: a simulated one in this
+	// process that always succeeds at once (NewProvider).
+	Processor Processor
 	// Wait is how long a duplicate of a payment still being processed in
 	// this process waits for its outcome before a 409 (httpidem.Route.Wait).
 	// Default: 0, answer 409 at once.
@@ -112,8 +112,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("payments: Config.Store is required")
 	}
-	if cfg.Provider == nil {
-		cfg.Provider = NewProvider(ProviderOptions{})
+	if cfg.Processor == nil {
+		cfg.Processor = NewProvider(ProviderOptions{})
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -249,7 +249,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	// and a retry never mints a new payment id.
 	opID := op.Lease().OperationID
 	key := opID.StepKey("charge")
-	ch, err := s.cfg.Provider.Charge(r.Context(), key, amount, *req.Currency)
+	ch, err := s.cfg.Processor.Charge(r.Context(), ChargeRequest{Key: key, Amount: amount, Currency: *req.Currency, Description: req.Description})
 	switch {
 	case errors.Is(err, ErrProviderTimeout):
 		s.provider.WithLabelValues("timeout").Inc()
@@ -270,25 +270,33 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.provider.WithLabelValues("charged").Inc()
-	now := s.cfg.Now().UTC()
-	p := stored{Tenant: tenant, Payment: Payment{
-		ID: "pay_" + opID.StepKey("payment")[:24], Amount: amount, Currency: *req.Currency, Description: req.Description,
-		Status: "succeeded", Charge: ch.ID, Created: now,
-	}}
-	row, _ := json.Marshal(p)
-	err = op.Apply(func(fx idemkv.Effects) error {
-		if err := fx.Set(paymentKey(tenant, p.ID), row); err != nil {
-			return err
-		}
-		return fx.Set(indexKey(tenant, now, p.ID), []byte(p.ID))
-	})
-	if err != nil {
+	p := s.payment(tenant, opID, ch)
+	if err := op.Apply(p.write); err != nil {
 		httpidem.WriteProblem(w, "internal", http.StatusInternalServerError, err.Error(), 0)
 		return
 	}
 	s.created.Inc()
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
 	writeJSON(w, http.StatusCreated, p.Payment)
+}
+
+// payment is the payment made by the operation opID with the charge ch:
+// its id derives from the operation id, as the charge's key does, so the
+// handler and a reconciler that finds the charge make the same payment.
+func (s *Service) payment(tenant string, opID idemkv.OperationID, ch Charge) stored {
+	return stored{Tenant: tenant, Payment: Payment{
+		ID: "pay_" + opID.StepKey("payment")[:24], Amount: ch.Amount, Currency: ch.Currency, Description: ch.Description,
+		Status: "succeeded", Charge: ch.ID, Created: s.cfg.Now().UTC(),
+	}}
+}
+
+// write writes p's row and its place in its tenant's listing.
+func (p *stored) write(fx idemkv.Effects) error {
+	row, _ := json.Marshal(p)
+	if err := fx.Set(paymentKey(p.Tenant, p.ID), row); err != nil {
+		return err
+	}
+	return fx.Set(indexKey(p.Tenant, p.Created, p.ID), []byte(p.ID))
 }
 
 // maxDescription bounds Payment.Description, in bytes.

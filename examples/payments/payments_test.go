@@ -30,6 +30,7 @@ type svcFixture struct {
 	eng *engine.Engine
 	srv *httptest.Server
 	p   *Provider
+	svc *Service
 }
 
 // newService runs the service on a real engine behind loopback HTTP.
@@ -44,7 +45,7 @@ func newServiceWait(t *testing.T, po ProviderOptions, wait time.Duration) *svcFi
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	po.Rand = rand.New(rand.NewPCG(1, 2))
 	p := NewProvider(po)
-	svc, err := New(Config{Store: eng, Provider: p, Wait: wait, Now: func() time.Time {
+	svc, err := New(Config{Store: eng, Processor: p, Wait: wait, Now: func() time.Time {
 		now = now.Add(time.Second)
 		return now
 	}})
@@ -54,7 +55,7 @@ func newServiceWait(t *testing.T, po ProviderOptions, wait time.Duration) *svcFi
 		srv.Close()
 		eng.Close()
 	})
-	return &svcFixture{t: t, eng: eng, srv: srv, p: p}
+	return &svcFixture{t: t, eng: eng, srv: srv, p: p, svc: svc}
 }
 
 type reply struct {
@@ -194,7 +195,7 @@ func TestTimeoutStaysUncertainAndNeverChargesTwice(t *testing.T) {
 	rec, err := f.eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"})
 	require.NoError(t, err)
 	assert.Equal(t, idemkv.StateUncertain, rec.State)
-	ch, ok := f.p.Lookup(rec.OperationID.StepKey("charge"))
+	ch, ok, _ := f.p.Lookup(context.Background(), rec.OperationID.StepKey("charge"))
 	assert.True(t, ok, "the processor was sent the record's OperationID as its key")
 	assert.Equal(t, int64(5000), ch.Amount)
 }
@@ -295,7 +296,7 @@ func TestFailingDiskAnswers503(t *testing.T) {
 	eng, err := engine.Open(t.TempDir(), &engine.Options{FS: errorfs.Wrap(vfs.Default, inj), NoBackgroundSweep: true})
 	require.NoError(t, err)
 	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2))})
-	svc, err := New(Config{Store: eng, Provider: p})
+	svc, err := New(Config{Store: eng, Processor: p})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()
@@ -494,7 +495,7 @@ func TestIDsDeriveFromTheOperation(t *testing.T) {
 	rec, err := f.eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"})
 	require.NoError(t, err)
 	require.Equal(t, "pay_"+rec.OperationID.StepKey("payment")[:24], p.ID)
-	ch, ok := f.p.Lookup(rec.OperationID.StepKey("charge"))
+	ch, ok, _ := f.p.Lookup(context.Background(), rec.OperationID.StepKey("charge"))
 	require.True(t, ok)
 	require.Equal(t, ch.ID, p.Charge)
 }

@@ -48,6 +48,33 @@ type ProviderOptions struct {
 	Remember int
 }
 
+// ChargeRequest asks a processor for one charge.
+type ChargeRequest struct {
+	// Key is the downstream idempotency key: a second request under it
+	// gets the first charge back instead of a new one.
+	Key      string
+	Amount   int64
+	Currency string
+	// Description is kept with the charge, as processors keep a charge's
+	// metadata, so that a reconciler can rebuild the payment from it.
+	Description string
+}
+
+// Processor is the card processor the service charges through: the
+// simulated Provider in this process, or a ProcessorClient of an idemkv
+// processor over HTTP.
+type Processor interface {
+	// Charge makes the charge, or returns the one already made under
+	// req.Key. It fails with ErrProviderUnavailable (nothing charged),
+	// ErrProviderTimeout (charged or not: unknown) or ctx's error
+	// (nothing charged, the call was not sent).
+	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
+	// Lookup returns the charge made under key; found is false if the
+	// processor has none (and, for the key of an operation that is no
+	// longer in flight, never will). An error means the answer is unknown.
+	Lookup(ctx context.Context, key string) (c Charge, found bool, err error)
+}
+
 // Provider is a simulated card processor that honours a downstream
 // idempotency key, as real ones do: a second charge under a key returns
 // the first charge instead of charging again. Its ledger lives in memory,
@@ -65,12 +92,16 @@ type Provider struct {
 	dedups  int
 }
 
-// Charge is one charge the provider made.
+// Charge is one charge a processor made.
 type Charge struct {
-	ID       string
-	Amount   int64
-	Currency string
+	ID          string `json:"id"`
+	Key         string `json:"key"`
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Description string `json:"description,omitempty"`
 }
+
+var _ Processor = (*Provider)(nil)
 
 // NewProvider returns a provider with the given behaviour.
 func NewProvider(opts ProviderOptions) *Provider {
@@ -84,12 +115,13 @@ func NewProvider(opts ProviderOptions) *Provider {
 	return &Provider{opts: opts, rnd: r, charges: make(map[string]Charge)}
 }
 
-// Charge charges amount under the downstream key, or returns the charge
-// already made under it. It fails with ErrProviderUnavailable (nothing
-// charged), ErrProviderTimeout (charged, answer lost), ctx's error
-// (nothing charged) or the error of ProviderOptions.Fault (nothing
-// charged).
-func (p *Provider) Charge(ctx context.Context, key string, amount int64, currency string) (Charge, error) {
+// Charge implements Processor: it charges req.Amount under req.Key, or
+// returns the charge already made under it. It fails with
+// ErrProviderUnavailable (nothing charged), ErrProviderTimeout (charged,
+// answer lost), ctx's error (nothing charged) or the error of
+// ProviderOptions.Fault (nothing charged).
+func (p *Provider) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
+	key := req.Key
 	if p.opts.Latency > 0 {
 		t := time.NewTimer(p.opts.Latency)
 		select {
@@ -117,7 +149,7 @@ func (p *Provider) Charge(ctx context.Context, key string, amount int64, currenc
 	if dup {
 		p.dedups++
 	} else {
-		c = Charge{ID: "ch_" + randomHex(8), Amount: amount, Currency: currency}
+		c = Charge{ID: "ch_" + randomHex(8), Key: key, Amount: req.Amount, Currency: req.Currency, Description: req.Description}
 		p.rememberLocked(key, c)
 	}
 	if errors.Is(fault, ErrProviderTimeout) || (fault == nil && roll < p.opts.FailRate+p.opts.TimeoutRate) {
@@ -139,13 +171,25 @@ func (p *Provider) rememberLocked(key string, c Charge) {
 	}
 }
 
-// Lookup returns the charge made under key, if any: the status query a
-// reconciler asks.
-func (p *Provider) Lookup(key string) (Charge, bool) {
+// Lookup implements Processor: the status query a reconciler asks. A
+// key the ledger has forgotten (ProviderOptions.Remember) reads as never
+// charged, as with a real processor past its key retention.
+func (p *Provider) Lookup(_ context.Context, key string) (Charge, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.charges[key]
-	return c, ok
+	return c, ok, nil
+}
+
+// Charges returns every charge the ledger holds, oldest first.
+func (p *Provider) Charges() []Charge {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Charge, 0, len(p.order))
+	for _, k := range p.order {
+		out = append(out, p.charges[k])
+	}
+	return out
 }
 
 // ProviderStats counts the provider's work.

@@ -74,7 +74,7 @@ func TestStalledChargeIsFencedAfterTakeover(t *testing.T) {
 			return ctx.Err()
 		}
 	}})
-	svc, err := New(Config{Store: eng, Provider: p, Now: clock.Now})
+	svc, err := New(Config{Store: eng, Processor: p, Now: clock.Now})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()
@@ -113,17 +113,17 @@ func TestStalledChargeIsFencedAfterTakeover(t *testing.T) {
 // and charges again, as with a processor whose keys have expired.
 func TestProviderLedgerIsBounded(t *testing.T) {
 	p := NewProvider(ProviderOptions{Remember: 2})
-	first, err := p.Charge(context.Background(), "a", 100, "USD")
+	first, err := p.Charge(context.Background(), ChargeRequest{Key: "a", Amount: 100, Currency: "USD"})
 	require.NoError(t, err)
 	for _, k := range []string{"b", "c"} {
-		_, err := p.Charge(context.Background(), k, 100, "USD")
+		_, err := p.Charge(context.Background(), ChargeRequest{Key: k, Amount: 100, Currency: "USD"})
 		require.NoError(t, err)
 	}
-	_, ok := p.Lookup("a")
+	_, ok, _ := p.Lookup(context.Background(), "a")
 	require.False(t, ok, "the oldest charge is forgotten")
-	_, ok = p.Lookup("c")
+	_, ok, _ = p.Lookup(context.Background(), "c")
 	require.True(t, ok)
-	again, err := p.Charge(context.Background(), "a", 100, "USD")
+	again, err := p.Charge(context.Background(), ChargeRequest{Key: "a", Amount: 100, Currency: "USD"})
 	require.NoError(t, err)
 	require.NotEqual(t, first.ID, again.ID)
 	require.Equal(t, ProviderStats{Calls: 4, Charges: 4}, p.Stats())

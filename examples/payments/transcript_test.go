@@ -80,7 +80,7 @@ func transcriptService(t *testing.T, keys *APIKeys) (*httptest.Server, *Provider
 	t.Cleanup(func() { eng.Close() })
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2))})
-	svc, err := New(Config{Store: eng, Provider: p, APIKeys: keys, Now: func() time.Time {
+	svc, err := New(Config{Store: eng, Processor: p, APIKeys: keys, Now: func() time.Time {
 		now = now.Add(time.Second)
 		return now
 	}})
