@@ -64,7 +64,9 @@ type badProcessor struct {
 	err    error
 }
 
-func (b badProcessor) Lookup(context.Context, string) (Charge, bool, error) { return b.charge, true, b.err }
+func (b badProcessor) Lookup(context.Context, string) (Charge, bool, error) {
+	return b.charge, true, b.err
+}
 
 // TestMalformedProcessorAnswersAreUnknown: a lookup that fails, or finds
 // a charge under another key, with no id, or with a bad amount or
