@@ -24,7 +24,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -46,6 +46,10 @@ type serveConfig struct {
 	metricsLn   net.Listener
 	// reconcile configures the worker that settles uncertain payments.
 	reconcile reconcile.Options
+	// processorURL, if set, is an idemkv processor to charge over HTTP
+	// instead of the simulation in this process.
+	processorURL     string
+	processorTimeout time.Duration
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
@@ -59,6 +63,8 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor takes")
 	fs.Float64Var(&c.provider.FailRate, "provider-fail-rate", 0, "fraction of processor calls refused before charging (the client gets 503 and may retry)")
 	fs.Float64Var(&c.provider.TimeoutRate, "provider-timeout-rate", 0, "fraction of processor calls that charge and then time out (the payment stays uncertain; retries get 409)")
+	fs.StringVar(&c.processorURL, "processor", "", "charge the card processor at `URL` (an idemkv processor) over HTTP instead of the simulated one in this process; the --provider flags then do not apply")
+	fs.DurationVar(&c.processorTimeout, "processor-timeout", 5*time.Second, "give up on a call to --processor after `D`: the payment is then uncertain until reconciled")
 	fs.DurationVar(&c.reconcile.Interval, "reconcile-interval", time.Second, "how often the reconciler looks for uncertain and abandoned payments and asks the processor about them")
 	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long past its lease a payment whose holder vanished is left before the reconciler asks about it")
 	fs.IntVar(&c.reconcile.MaxAttempts, "reconcile-max-attempts", 20, "escalate a payment to an operator after `N` answers of \"unknown\" in a row")
@@ -70,7 +76,12 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 				return usageError{errors.New("--provider-fail-rate and --provider-timeout-rate are fractions, and together at most 1")}
 			}
 		}
-		if c.provider.Latency < 0 || c.wait < 0 || c.lease < 0 {
+		if c.processorURL != "" {
+			if _, err := payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil); err != nil {
+				return usageError{err}
+			}
+		}
+		if c.provider.Latency < 0 || c.wait < 0 || c.lease < 0 || c.processorTimeout < 0 {
 			return usageError{errors.New("durations may not be negative")}
 		}
 		if err := c.bg.validate(); err != nil {
@@ -126,8 +137,15 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 			return err
 		}
 	}
+	var proc payments.Processor = payments.NewProvider(c.provider)
+	if c.processorURL != "" {
+		if proc, err = payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil); err != nil {
+			closeAll()
+			return err
+		}
+	}
 	svc, err := payments.New(payments.Config{
-		Store: e, Processor: payments.NewProvider(c.provider), Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
+		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
 		NoMetricsRoute: c.metricsLn != nil,
 	})
 	if err != nil {
@@ -152,6 +170,9 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	eo := o.EnsureDefaults()
 	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d; caches %d+%d MiB%s)\n",
 		ln.Addr(), c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice, eo.ReplayCacheSize>>20, eo.CacheSize>>20, limitNote(memLimit))
+	if c.processorURL != "" {
+		fmt.Fprintf(stdout, "idemkv: charging the card processor at %s (calls give up after %v)\n", c.processorURL, c.processorTimeout)
+	}
 	if keys == nil {
 		fmt.Fprintln(stdout, "idemkv: demo mode: any bearer token is taken as its account (give --api-keys FILE to authenticate)")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/idemkv/idemkv/client"
 	"github.com/idemkv/idemkv/examples/payments"
+	"github.com/idemkv/idemkv/examples/processor"
 	"github.com/idemkv/idemkv/reconcile"
 )
 
@@ -93,6 +95,9 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--provider-latency", "-1s"},
 		{"serve", "--addr", "0.0.0.0:0"}, // not loopback, and no --api-keys
 		{"serve", "--addr", ":0"},
+		{"serve", "--processor", "localhost:8081"}, // no scheme
+		{"processor", "--addr", "0.0.0.0:0"},
+		{"processor", "--fail-rate", "0.7", "--timeout-rate", "0.7"},
 	} {
 		var out, errOut bytes.Buffer
 		assert.Equal(t, exitUsage, run(context.Background(), args, &out, &errOut), "%v", args)
@@ -241,4 +246,51 @@ func TestServeReconcilesATimedOutPayment(t *testing.T) {
 
 	var cout, cerr bytes.Buffer
 	assert.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &cout, &cerr), "%s%s", cout.String(), cerr.String())
+}
+
+// TestServeWithAnHTTPProcessor runs idemkv processor, timing out after
+// every charge, and serve --processor against it: the client's retries end
+// in the payment, reconciled by asking the processor over HTTP, and the
+// processor's listing holds one charge.
+func TestServeWithAnHTTPProcessor(t *testing.T) {
+	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var pout, sout syncBuffer
+	pdone := make(chan error, 1)
+	go func() {
+		pdone <- runProcessor(ctx, pln, processorConfig{dir: t.TempDir(), retention: time.Hour,
+			o: processor.Options{TimeoutRate: 1, Hold: time.Hour}}, &pout)
+	}()
+	purl := "http://" + pln.Addr().String()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	sdone := make(chan error, 1)
+	cfg := serveConfig{dir: t.TempDir(), processorURL: purl, processorTimeout: 100 * time.Millisecond,
+		reconcile: reconcile.Options{Interval: 20 * time.Millisecond}}
+	go func() { sdone <- serve(ctx, ln, cfg, &sout) }()
+
+	c := client.New(nil, &client.Options{MaxAttempts: 100, MaxInterval: 50 * time.Millisecond})
+	req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/payments", strings.NewReader(`{"amount":5000,"currency":"USD","card":"tok_123"}`))
+	req.Header.Set("Authorization", "Bearer acct_1")
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+
+	resp, err = http.Get(purl + "/v1/charges")
+	require.NoError(t, err)
+	var all struct{ Charges []processor.Charge }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&all))
+	resp.Body.Close()
+	require.Len(t, all.Charges, 1, "one charge for the payment, however many attempts")
+	assert.Equal(t, int64(5000), all.Charges[0].Amount)
+	cancel()
+	require.NoError(t, <-sdone)
+	require.NoError(t, <-pdone)
+	assert.Contains(t, sout.String(), "charging the card processor at "+purl)
+	assert.Contains(t, pout.String(), "card processor on "+purl)
 }

@@ -1,0 +1,118 @@
+package payments
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ProcessorClient is a Processor reached over HTTP: an idemkv processor
+// (package examples/processor), or any processor with its API. It sends
+// the downstream key as the Idempotency-Key header, so the processor
+// deduplicates every attempt of one payment into one charge.
+//
+// Its errors are the Processor contract's, read conservatively: only an
+// answer that says nothing was charged (a 503) is ErrProviderUnavailable,
+// and only a call never sent is ctx's error; a timeout, a lost connection,
+// a 5xx, any other status and an answer that does not parse are
+// ErrProviderTimeout, charged or not unknown, for the reconciler to ask
+// about.
+type ProcessorClient struct {
+	base    string
+	http    *http.Client
+	timeout time.Duration
+}
+
+// NewProcessorClient returns a client of the processor at base (for
+// example http://127.0.0.1:8081) whose calls give up after timeout
+// (default 5 s). A nil hc means http.DefaultClient.
+func NewProcessorClient(base string, timeout time.Duration, hc *http.Client) (*ProcessorClient, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("payments: processor URL %q: want http://host:port", base)
+	}
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &ProcessorClient{base: strings.TrimSuffix(base, "/"), http: hc, timeout: timeout}, nil
+}
+
+var _ Processor = (*ProcessorClient)(nil)
+
+// Charge implements Processor.
+func (p *ProcessorClient) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
+	if err := ctx.Err(); err != nil {
+		return Charge{}, err // not sent: nothing charged
+	}
+	body, _ := json.Marshal(map[string]any{"amount": req.Amount, "currency": req.Currency, "description": req.Description})
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(cctx, http.MethodPost, p.base+"/v1/charges", bytes.NewReader(body))
+	if err != nil {
+		return Charge{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Idempotency-Key", req.Key)
+	resp, err := p.http.Do(hreq)
+	if err != nil {
+		return Charge{}, fmt.Errorf("%w: %w", ErrProviderTimeout, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusCreated:
+		c, err := readCharge(resp.Body, req.Key)
+		if err != nil {
+			return Charge{}, fmt.Errorf("%w: %w", ErrProviderTimeout, err)
+		}
+		return c, nil
+	case http.StatusServiceUnavailable:
+		return Charge{}, ErrProviderUnavailable
+	}
+	return Charge{}, fmt.Errorf("%w: the processor answered %s", ErrProviderTimeout, resp.Status)
+}
+
+// Lookup implements Processor.
+func (p *ProcessorClient) Lookup(ctx context.Context, key string) (Charge, bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(cctx, http.MethodGet, p.base+"/v1/charges/"+url.PathEscape(key), nil)
+	if err != nil {
+		return Charge{}, false, err
+	}
+	resp, err := p.http.Do(hreq)
+	if err != nil {
+		return Charge{}, false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		c, err := readCharge(resp.Body, key)
+		return c, err == nil, err
+	case http.StatusNotFound:
+		return Charge{}, false, nil
+	}
+	return Charge{}, false, fmt.Errorf("payments: processor lookup answered %s", resp.Status)
+}
+
+// readCharge decodes a charge answer and checks that it is one: an id,
+// the key asked about, a positive amount and a currency.
+func readCharge(r io.Reader, key string) (Charge, error) {
+	var c Charge
+	if err := json.NewDecoder(io.LimitReader(r, 64<<10)).Decode(&c); err != nil {
+		return Charge{}, fmt.Errorf("payments: processor answer: %w", err)
+	}
+	if c.ID == "" || c.Key != key || c.Amount <= 0 || !isCurrency(c.Currency) {
+		return Charge{}, errors.New("payments: processor answer is not a charge under the key asked about")
+	}
+	return c, nil
+}

@@ -1,0 +1,136 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/examples/processor"
+	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/reconcile"
+)
+
+// newProcessor runs an idemkv processor on loopback, with its own store,
+// faults chosen by *fault.
+func newProcessor(t *testing.T, fault *error) (*processor.Server, string) {
+	t.Helper()
+	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	s, err := processor.New(processor.Options{Store: e, Hold: time.Hour,
+		Fault: func(context.Context, string) error { return *fault }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		e.Close()
+	})
+	return s, srv.URL
+}
+
+// TestProcessorClientReadsAnswersConservatively: a charge, a refusal and
+// a lost answer map to the Processor contract's outcomes; only a 503 says
+// nothing was charged.
+func TestProcessorClientReadsAnswersConservatively(t *testing.T) {
+	var fault error
+	_, url := newProcessor(t, &fault)
+	pc, err := NewProcessorClient(url, 200*time.Millisecond, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	req := ChargeRequest{Key: "k1", Amount: 5000, Currency: "USD", Description: "order 7"}
+
+	c, err := pc.Charge(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, "order 7", c.Description)
+	again, err := pc.Charge(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, c.ID, again.ID, "deduplicated on the key")
+
+	fault = processor.ErrRefuse
+	_, err = pc.Charge(ctx, ChargeRequest{Key: "k2", Amount: 1, Currency: "USD"})
+	assert.ErrorIs(t, err, ErrProviderUnavailable)
+	fault = processor.ErrTimeout
+	_, err = pc.Charge(ctx, ChargeRequest{Key: "k3", Amount: 1, Currency: "USD"})
+	assert.ErrorIs(t, err, ErrProviderTimeout)
+	fault = nil
+
+	found, ok, err := pc.Lookup(ctx, "k3")
+	require.NoError(t, err)
+	assert.True(t, ok, "the timed-out charge was made")
+	assert.Equal(t, "k3", found.Key)
+	_, ok, err = pc.Lookup(ctx, "k2")
+	require.NoError(t, err)
+	assert.False(t, ok, "the refused one was not")
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = pc.Charge(cancelled, ChargeRequest{Key: "k4", Amount: 1, Currency: "USD"})
+	assert.ErrorIs(t, err, context.Canceled, "not sent")
+	assert.False(t, errors.Is(err, ErrProviderTimeout))
+}
+
+// TestProcessorClientRefusesMalformedAnswers: a processor that answers
+// garbage, or a charge under another key, never reads as a charge: the
+// call is unknown and the lookup an error.
+func TestProcessorClientRefusesMalformedAnswers(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":  `<html>`,
+		"other key": `{"id":"ch_1","key":"other","amount":1,"currency":"USD"}`,
+		"no id":     `{"key":"k","amount":1,"currency":"USD"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusOK)
+				w.Write([]byte(body))
+			}))
+			defer srv.Close()
+			pc, err := NewProcessorClient(srv.URL, time.Second, nil)
+			require.NoError(t, err)
+			_, err = pc.Charge(context.Background(), ChargeRequest{Key: "k", Amount: 1, Currency: "USD"})
+			assert.ErrorIs(t, err, ErrProviderTimeout)
+			_, ok, err := pc.Lookup(context.Background(), "k")
+			assert.Error(t, err)
+			assert.False(t, ok)
+		})
+	}
+	_, err := NewProcessorClient("localhost:1", 0, nil)
+	assert.Error(t, err)
+}
+
+// TestPaymentsOverAnHTTPProcessor: the payments service charging an idemkv
+// processor over loopback; a charge whose answer is lost is reconciled by
+// asking the processor, and the payment is charged once.
+func TestPaymentsOverAnHTTPProcessor(t *testing.T) {
+	fault := processor.ErrTimeout
+	ps, url := newProcessor(t, &fault)
+	pc, err := NewProcessorClient(url, 200*time.Millisecond, nil)
+	require.NoError(t, err)
+	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	svc, err := New(Config{Store: eng, Processor: pc})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &svcFixture{t: t, eng: eng, srv: srv, svc: svc}
+
+	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
+	fault = nil
+	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusConflict, httpidem.ProblemReconciling)
+	w, err := reconcile.New(eng, svc, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.Pass(context.Background()))
+	require.Equal(t, int64(1), w.Stats().Applied)
+	r := f.pay("acct_1", "order-1", order)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	p := decode[Payment](t, r)
+	assert.Equal(t, int64(5000), p.Amount)
+	assert.Equal(t, processor.Stats{Calls: 1, Charges: 1, TimedOut: 1}, ps.Stats())
+}

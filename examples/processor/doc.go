@@ -1,0 +1,30 @@
+// Package processor is a simulated card processor served over HTTP, for
+// running the payments example against a downstream that lives in another
+// process, with its own store, so that its charges outlive a crash of the
+// service that calls it (idemkv processor; idemkv serve --processor URL).
+//
+// # Basics
+//
+//	POST /v1/charges        Idempotency-Key: K   {"amount":5000,"currency":"USD","description":"..."}
+//	GET  /v1/charges/{K}    the charge made under K, or 404
+//	GET  /v1/charges        every charge the store holds
+//
+// A charge is deduplicated on its Idempotency-Key: a retry gets the first
+// answer back (Idempotent-Replayed: true), and the same key with another
+// amount is a 422, as real processors answer. The charge route is itself
+// protected by package httpidem on its own engine, in local mode: the
+// charge row and the key's outcome commit in one batch.
+//
+// Failures are injected in front of the route: Latency, FailRate (refused
+// before charging: 503) and TimeoutRate (charged and committed, then the
+// answer withheld until the caller gives up or Options.Hold passes, then
+// 504), or Options.Fault for a test that scripts them call by call.
+//
+// # Caveats
+//
+//   - It simulates one merchant: there is no authentication, and every
+//     key is in one namespace. Serve it on loopback.
+//   - Keys are deduplicated, and looked up, for as long as the store
+//     retains them (engine.Options.Retention): a key past it reads as never
+//     charged, so keep it longer than a caller can take to reconcile.
+package processor
