@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv/client"
 )
 
 // Environment of TestServeKillLoop.
@@ -63,7 +65,7 @@ func TestServeKillLoop(t *testing.T) {
 	for i := range keys {
 		q.todo = append(q.todo, job{tenant: fmt.Sprintf("acct_kill_%d", i/500), key: fmt.Sprintf("order-%05d", i)})
 	}
-	client := &http.Client{Timeout: 5 * time.Second}
+	hc := retryingClient()
 	var inFlightAtKill atomic.Int64
 
 	for cycle := range cycles {
@@ -71,7 +73,7 @@ func TestServeKillLoop(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for range 8 {
-			wg.Go(func() { q.drive(ctx, t, client, srv.url, &inFlightAtKill) })
+			wg.Go(func() { q.drive(ctx, t, hc, srv.url, &inFlightAtKill) })
 		}
 		// Let the clients work for a random moment, then pull the plug.
 		window := time.Duration(50+rng.IntN(250)) * time.Millisecond
@@ -90,20 +92,41 @@ func TestServeKillLoop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	var wg sync.WaitGroup
 	for range 8 {
-		wg.Go(func() { q.drive(ctx, t, client, srv.url, nil) })
+		wg.Go(func() { q.drive(ctx, t, hc, srv.url, nil) })
 	}
 	wg.Wait()
 	cancel()
 	require.Empty(t, q.todo, "keys never answered after recovery")
+	lost, doubled := countPayments(t, hc, srv.url, q, keys)
 
-	// Count what each key created, through the service.
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
+	requireCheckClean(t, dir, "at the end")
+	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill (each retried to one payment)",
+		cycles, q.sent.Load(), len(q.acked), lost, doubled, inFlightAtKill.Load())
+}
+
+// retryingClient is the kill loops' client: package client's Transport,
+// which keeps each request's key across its own retries, honouring
+// Retry-After; the loops re-queue what it gives up on.
+func retryingClient() *http.Client {
+	hc := client.New(nil, &client.Options{MaxAttempts: 4, MaxInterval: 200 * time.Millisecond})
+	hc.Timeout = 10 * time.Second
+	return hc
+}
+
+// countPayments lists every account's payments through the service and
+// checks them against what was acknowledged: it returns the keys whose
+// acknowledged payment is missing (lost) and those with more than one
+// (doubled), failing the test on either.
+func countPayments(t *testing.T, hc *http.Client, url string, q *keyQueue, keys int) (lost, doubled int) {
 	created := map[job][]string{}
 	total := 0
 	for a := 0; a*500 < keys; a++ {
 		tenant := fmt.Sprintf("acct_kill_%d", a)
-		req, _ := http.NewRequest("GET", srv.url+"/v1/payments?limit=1000", nil)
+		req, _ := http.NewRequest("GET", url+"/v1/payments?limit=1000", nil)
 		req.Header.Set("Authorization", "Bearer "+tenant)
-		resp, err := client.Do(req)
+		resp, err := hc.Do(req)
 		require.NoError(t, err)
 		var list struct {
 			Data []struct {
@@ -121,7 +144,6 @@ func TestServeKillLoop(t *testing.T) {
 		}
 		total += len(list.Data)
 	}
-	lost, doubled := 0, 0
 	for j, id := range q.acked {
 		switch ids := created[j]; {
 		case len(ids) == 0:
@@ -137,12 +159,7 @@ func TestServeKillLoop(t *testing.T) {
 	}
 	require.Len(t, q.acked, keys, "every key is answered in the end")
 	require.Equal(t, keys, total, "one payment per key")
-
-	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
-	requireCheckClean(t, dir, "at the end")
-	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill (each retried to one payment)",
-		cycles, q.sent.Load(), len(q.acked), lost, doubled, inFlightAtKill.Load())
+	return lost, doubled
 }
 
 // served is a running "idemkv serve" child.
@@ -252,9 +269,10 @@ func (q *keyQueue) drive(ctx context.Context, t *testing.T, client *http.Client,
 			}
 			q.acked[k] = p.ID
 			q.mu.Unlock()
-		case http.StatusConflict, http.StatusServiceUnavailable:
-			// In progress (a killed attempt's lease has not run out) or
-			// the store is busy: come back after Retry-After.
+		case http.StatusConflict, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			// In progress (a killed attempt's lease has not run out),
+			// being reconciled (the processor's answer was lost) or the
+			// store is busy: come back after Retry-After.
 			q.retry(k)
 			wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 			backoff := time.NewTimer(time.Duration(max(wait, 1)) * time.Second)

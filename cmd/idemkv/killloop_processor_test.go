@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv/examples/processor"
+)
+
+// TestServeProcessorKillLoop is the kill loop of the remote half:
+// "idemkv serve --processor URL" as a child process, charging an idemkv
+// processor (in this process, so that its charges outlive every kill)
+// that times out a third of its charges after making them, under clients
+// that retry every key, killed with SIGKILL at random moments. At the end,
+// within a bounded settle time, every key answers 201 with the payment it
+// was acknowledged with, the processor holds exactly one charge per key,
+// nothing is left awaiting reconciliation or escalated, and idemkv check
+// finds the store sound after every kill and at the end.
+func TestServeProcessorKillLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills processes for several seconds")
+	}
+	cycles := 5
+	if s := os.Getenv(killCyclesEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err)
+		cycles = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(killSeedEnv); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+		seed = n
+	}
+	t.Logf("seed %d (rerun with %s=%d)", seed, killSeedEnv, seed)
+	rng := rand.New(rand.NewPCG(seed, 0x70726f63))
+
+	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	pctx, pcancel := context.WithCancel(context.Background())
+	var pout syncBuffer
+	pdone := make(chan error, 1)
+	go func() {
+		pdone <- runProcessor(pctx, pln, processorConfig{dir: t.TempDir(), retention: time.Hour,
+			o: processor.Options{TimeoutRate: 1.0 / 3, Hold: time.Minute, Rand: rand.New(rand.NewPCG(seed, 1))}}, &pout)
+	}()
+	defer func() {
+		pcancel()
+		require.NoError(t, <-pdone)
+	}()
+	purl := "http://" + pln.Addr().String()
+	flags := []string{"--processor", purl, "--processor-timeout", "200ms",
+		"--reconcile-interval", "50ms", "--reconcile-grace", "300ms"}
+
+	dir := t.TempDir()
+	keys := 60 * cycles
+	q := &keyQueue{acked: map[job]string{}}
+	for i := range keys {
+		q.todo = append(q.todo, job{tenant: fmt.Sprintf("acct_kill_%d", i/500), key: fmt.Sprintf("order-%05d", i)})
+	}
+	hc := retryingClient()
+	var cut atomic.Int64
+	for cycle := range cycles {
+		srv := startServe(t, dir, flags...)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() { q.drive(ctx, t, hc, srv.url, &cut) })
+		}
+		timer := time.NewTimer(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		<-timer.C
+		require.NoError(t, srv.cmd.Process.Kill(), "cycle %d", cycle)
+		_ = srv.cmd.Wait()
+		cancel()
+		wg.Wait()
+		requireCheckClean(t, dir, fmt.Sprintf("cycle %d", cycle))
+	}
+
+	// Recovery: the reconciler settles what the kills and the timeouts
+	// left; every key is retried until it is answered.
+	start := time.Now()
+	srv := startServe(t, dir, flags...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { q.drive(ctx, t, hc, srv.url, nil) })
+	}
+	wg.Wait()
+	cancel()
+	settle := time.Since(start)
+	require.Empty(t, q.todo, "keys never answered after recovery")
+	lost, doubled := countPayments(t, hc, srv.url, q, keys)
+
+	// The processor: one charge per key, named by the payment's
+	// description (the key).
+	resp, err := http.Get(purl + "/v1/charges")
+	require.NoError(t, err)
+	var all struct{ Charges []processor.Charge }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&all))
+	resp.Body.Close()
+	perKey := map[string]int{}
+	for _, c := range all.Charges {
+		perKey[c.Description]++
+	}
+	for i := range keys {
+		key := fmt.Sprintf("order-%05d", i)
+		require.Equal(t, 1, perKey[key], "charges for %s", key)
+	}
+	require.Len(t, all.Charges, keys)
+
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
+	requireCheckClean(t, dir, "at the end")
+	for _, list := range [][]string{{"pending", "--data", dir}, {"pending", "--data", dir, "--escalated"}} {
+		var out, errOut strings.Builder
+		require.Equal(t, exitOK, run(context.Background(), list, &out, &errOut), errOut.String())
+		require.Equal(t, 1, strings.Count(out.String(), "\n"), "nothing left to settle: %s", out.String())
+	}
+	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill; "+
+		"processor: %d charges for %d keys; recovery settled everything in %v",
+		cycles, q.sent.Load(), len(q.acked), lost, doubled, cut.Load(), len(all.Charges), keys, settle.Round(time.Millisecond))
+}
