@@ -21,6 +21,10 @@ import (
 	"github.com/idemkv/idemkv/examples/processor"
 )
 
+// processorKillCyclesEnv sets TestServeProcessorKillLoop's kill cycles
+// (default 5); IDEMKV_KILL_SEED its seed, as for TestServeKillLoop.
+const processorKillCyclesEnv = "IDEMKV_PROCESSOR_KILL_CYCLES"
+
 // TestServeProcessorKillLoop is the kill loop of the remote half:
 // "idemkv serve --processor URL" as a child process, charging an idemkv
 // processor (in this process, so that its charges outlive every kill)
@@ -35,7 +39,7 @@ func TestServeProcessorKillLoop(t *testing.T) {
 		t.Skip("starts and kills processes for several seconds")
 	}
 	cycles := 5
-	if s := os.Getenv(killCyclesEnv); s != "" {
+	if s := os.Getenv(processorKillCyclesEnv); s != "" {
 		n, err := strconv.Atoi(s)
 		require.NoError(t, err)
 		cycles = n
