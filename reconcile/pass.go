@@ -67,6 +67,9 @@ func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error
 		for _, rec := range page.Records {
 			read++
 			seen[rec.ID] = true
+			if w.o.Handles != nil && !w.o.Handles(rec) {
+				continue
+			}
 			if w.isDue(&rec, now) {
 				out = append(out, rec)
 			}

@@ -110,6 +110,10 @@ type Options struct {
 	PerPass int
 	// Tenant, if set, limits the worker to that tenant's records.
 	Tenant string
+	// Handles, if set, limits the worker to the records it returns true
+	// for; the others are left alone (a saga runner resumes its own
+	// records, say). Default: every record.
+	Handles func(rec idemkv.Record) bool
 	// OnEscalate, if set, is called after a record is escalated, with the
 	// record as it was and the note written on it: page someone.
 	OnEscalate func(rec idemkv.Record, note string)

@@ -1,0 +1,59 @@
+// Package saga runs multi-step workflows (the guide's reserve, authorize,
+// confirm, capture) on any idemkv.Store, so that each step happens once,
+// a step that fails for good has the steps before it undone, and a crashed
+// runner's sagas are taken over where they stopped.
+//
+// # Basics
+//
+// A Definition lists the steps. A local step writes through Exec.Effects,
+// and its writes commit atomically with the step's recovery point (the
+// step's record, holding its output). A remote step acts on another
+// system, sending Exec.Key as that system's idempotency key: derived from
+// the saga's operation id and the step (idemkv.OperationID.StepKey), the
+// same on every attempt and after any takeover, different for every step
+// and every undo.
+//
+//	r, err := saga.New(store, saga.Definition{Name: "order", Steps: []saga.Step{
+//		{Name: "reserve", Do: reserve, Undo: unreserve},
+//		{Name: "authorize", Remote: true, Do: authorize, Undo: void},
+//		{Name: "capture", Remote: true, Do: capture},
+//	}}, nil)
+//	st, err := r.Start(ctx, tenant, orderID, input)
+//
+// A step's Do returns its output, or an error: ErrPermanent (a declined
+// card) fails the saga, and the Undo of every step before it runs, in
+// reverse; ErrUnknown (a timeout) marks the step's record uncertain, and
+// the saga waits (Phase Waiting) until a reconciler settles it (package
+// reconcile; ActionOf tells it which action and key a record is, Done the
+// result to store); any other error is retried with backoff, and after
+// Options.MaxAttempts counts as permanent. An Undo that keeps failing is
+// escalated: the saga stops (Phase Escalated) until an operator settles
+// the undo's record (idemkv resolve). Status reads where a saga stands
+// (its current step, for an order page that says "authorizing").
+//
+// # Guarantees
+//
+//   - Each action runs under its own idempotency record: a local one
+//     commits once with its writes; a remote one is sent under one key,
+//     however often it is tried.
+//   - One runner at a time: the saga's own record is a remote, resumable
+//     claim that its runner renews before every action. Another runner's
+//     Start answers Running; Resume takes a saga over only after its lease
+//     has run out, with the same operation id; a runner that lost the
+//     saga gets ErrFenced at its next action and stops, and the action it
+//     was in is fenced by that action's own record.
+//   - A runner that crashes leaves the saga's record in progress: Resume,
+//     from any process holding the store, finds it (idemkv.Store.List) and
+//     goes on from the last recovery point.
+//
+// # Caveats
+//
+//   - A reconcile.Worker on the same store must leave the saga records to
+//     Resume: set reconcile.Options.Handles to skip those Owns reports,
+//     and give the worker a Reconciler that answers for the actions
+//     (ActionOf).
+//   - Outputs are kept in the action records, bounded by the store's body
+//     limit; keep them small (an authorization id).
+//   - A saga is resumed only when Resume (or Start with its id) runs:
+//     call Resume periodically, as serve runs its reconciler.
+package saga

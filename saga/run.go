@@ -1,0 +1,309 @@
+package saga
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// Start starts the saga id of tenant with input, or goes on with one
+// started before with the same input (ErrMismatch for other input). It
+// runs steps until the saga ends, waits on an unknown outcome, or is
+// escalated, and returns where it stands. A saga that another runner
+// holds is left to it (Phase Running).
+func (r *Runner) Start(ctx context.Context, tenant, id string, input []byte) (Status, error) {
+	// The input is stored before the saga record, so that a runner that
+	// takes the saga over always finds it.
+	c, err := r.store.Claim(ctx, idemkv.ClaimRequest{ID: r.id(tenant, id, "input"), Fingerprint: fingerprint(input), Mode: idemkv.ModeLocal})
+	if err != nil {
+		return Status{}, err
+	}
+	switch c.Outcome {
+	case idemkv.Acquired:
+		if err := r.store.Complete(ctx, c.Lease, idemkv.Result{Status: statusDone, Body: input}, nil); err != nil {
+			return Status{}, err
+		}
+	case idemkv.Mismatch:
+		return Status{}, fmt.Errorf("%w: %q", ErrMismatch, id)
+	case idemkv.InProgress:
+		return Status{Phase: Running}, nil // another Start of it is storing the input
+	}
+	return r.run(ctx, tenant, id, input)
+}
+
+// Resume takes over the sagas of this definition whose runner went away
+// (their lease ran out), and runs each as Start does. It returns how many
+// it took over.
+func (r *Runner) Resume(ctx context.Context) (int, error) {
+	req := idemkv.ListRequest{Limit: 1000}
+	n := 0
+	for {
+		page, err := r.store.List(ctx, req)
+		if err != nil {
+			return n, err
+		}
+		for _, rec := range page.Records {
+			if !r.Owns(rec) || rec.State != idemkv.StateInProgress {
+				continue
+			}
+			in, err := r.store.Get(ctx, r.id(rec.ID.Tenant, rec.ID.Key, "input"))
+			if err != nil {
+				return n, fmt.Errorf("saga: input of %q: %w", rec.ID.Key, err)
+			}
+			if _, err := r.run(ctx, rec.ID.Tenant, rec.ID.Key, in.Result.Body); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if page.Next == "" {
+			return n, nil
+		}
+		req.After = page.Next
+	}
+}
+
+// run claims the saga record and drives the saga.
+func (r *Runner) run(ctx context.Context, tenant, id string, input []byte) (Status, error) {
+	c, err := r.store.Claim(ctx, idemkv.ClaimRequest{ID: r.id(tenant, id, ""), Fingerprint: fingerprint(input),
+		Mode: idemkv.ModeRemote, Resumable: true, Lease: r.o.Lease})
+	if err != nil {
+		return Status{}, err
+	}
+	switch c.Outcome {
+	case idemkv.Acquired:
+	case idemkv.Mismatch:
+		return Status{}, fmt.Errorf("%w: %q", ErrMismatch, id)
+	default: // ended (Replay), or held by another runner
+		return r.Status(ctx, tenant, id)
+	}
+	d := &driver{r: r, saga: c.Lease, tenant: tenant, id: id, input: input, outputs: map[string][]byte{}}
+	return d.drive(ctx)
+}
+
+// driver drives one saga whose record it holds.
+type driver struct {
+	r            *Runner
+	saga         idemkv.Lease
+	tenant, id   string
+	input        []byte
+	outputs      map[string][]byte
+	failure      string // why a step failed for good
+	failedAt     int    // its index; -1 while none has
+	compensating bool
+}
+
+// drive runs the steps, then, if one failed for good, the undos of those
+// before it in reverse, and completes the saga record.
+func (d *driver) drive(ctx context.Context) (Status, error) {
+	steps := d.r.def.Steps
+	d.failedAt = -1
+forward:
+	for i, s := range steps {
+		out, st, err := d.action(ctx, "do", s)
+		if err != nil {
+			return Status{}, err
+		}
+		switch st {
+		case actionDone:
+			d.outputs[s.Name] = out
+		case actionFailed:
+			d.failedAt, d.failure = i, string(out)
+			break forward
+		default:
+			return d.status(st, s.Name), nil
+		}
+	}
+	if d.failedAt < 0 {
+		if err := d.r.store.Complete(ctx, d.saga, idemkv.Result{Status: statusDone}, nil); err != nil {
+			return Status{}, err
+		}
+		return Status{Phase: Completed, Outputs: d.outputs}, nil
+	}
+	d.compensating = true
+	for j := d.failedAt - 1; j >= 0; j-- {
+		s := steps[j]
+		if s.Undo == nil {
+			continue
+		}
+		_, st, err := d.action(ctx, "undo", s)
+		if err != nil {
+			return Status{}, err
+		}
+		if st != actionDone {
+			return d.status(st, s.Name), nil
+		}
+	}
+	if err := d.r.store.Complete(ctx, d.saga, idemkv.Result{Status: statusUndone, Body: []byte(d.failure)}, nil); err != nil {
+		return Status{}, err
+	}
+	return Status{Phase: Compensated, Failure: d.failure, Outputs: d.outputs}, nil
+}
+
+// status is the saga's status stopped at step in state st.
+func (d *driver) status(st actionState, step string) Status {
+	p := Running
+	switch st {
+	case actionWaiting:
+		p = Waiting
+	case actionEscalated:
+		p = Escalated
+	}
+	return Status{Phase: p, Step: step, Compensating: d.compensating, Failure: d.failure, Outputs: d.outputs}
+}
+
+// actionState is where one action (a step's Do, or its Undo) stands.
+type actionState int
+
+const (
+	actionDone      actionState = iota // its recovery point is stored
+	actionFailed                       // a Do failed for good
+	actionWaiting                      // its outcome is unknown: a reconciler settles it
+	actionEscalated                    // an Undo kept failing; an operator settles it
+	actionBusy                         // another runner's attempt holds it
+)
+
+// action runs one action of step s, kind "do" or "undo", under its own
+// record, or reads the outcome its record holds.
+func (d *driver) action(ctx context.Context, kind string, s Step) ([]byte, actionState, error) {
+	if _, err := d.r.store.Renew(ctx, d.saga, d.r.o.Lease); err != nil {
+		return nil, 0, fmt.Errorf("saga: %q: the saga's lease: %w", d.id, err) // ErrFenced: another runner has it
+	}
+	name := kind + "/" + s.Name
+	mode := idemkv.ModeLocal
+	if s.Remote {
+		mode = idemkv.ModeRemote
+	}
+	c, err := d.r.store.Claim(ctx, idemkv.ClaimRequest{ID: d.r.id(d.tenant, d.id, name), Fingerprint: stepFP,
+		Mode: mode, Resumable: true, Lease: d.r.o.Lease})
+	if err != nil {
+		return nil, 0, err
+	}
+	switch c.Outcome {
+	case idemkv.Replay:
+		if c.Record.Result.Status == statusFailed {
+			return c.Record.Result.Body, actionFailed, nil
+		}
+		return c.Record.Result.Body, actionDone, nil
+	case idemkv.Reconciling:
+		if c.Record.Escalated {
+			return nil, actionEscalated, nil
+		}
+		return nil, actionWaiting, nil
+	case idemkv.InProgress:
+		return nil, actionBusy, nil
+	case idemkv.Mismatch:
+		return nil, 0, fmt.Errorf("saga: %q: record %s is not a step's", d.id, name)
+	}
+	return d.attempts(ctx, kind, s, c.Lease)
+}
+
+// attempts tries an action it holds the lease of until it succeeds, fails
+// for good, runs out of attempts or has an unknown outcome.
+func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lease) ([]byte, actionState, error) {
+	x := &Exec{Tenant: d.tenant, ID: d.id, Input: d.input, Key: d.saga.OperationID.StepKey(kind + "/" + s.Name), outputs: d.outputs}
+	store := d.r.store
+	for attempt := 1; ; attempt++ {
+		var buf effectsBuffer
+		if !s.Remote {
+			x.Effects = &buf
+		}
+		out, err := call(ctx, kind, s, x)
+		bg := context.WithoutCancel(ctx) // settle the action even if ctx ends now
+		switch {
+		case err == nil:
+			var apply func(idemkv.Effects) error
+			if !s.Remote {
+				apply = buf.apply
+			}
+			return out, actionDone, store.Complete(bg, l, idemkv.Result{Status: statusDone, Body: out}, apply)
+		case s.Remote && (errors.Is(err, ErrUnknown) || ctx.Err() != nil):
+			return nil, actionWaiting, store.MarkUncertain(bg, l, clip(fmt.Sprintf("saga %s: %s: %v", d.r.def.Name, kind+" "+s.Name, err)))
+		case ctx.Err() != nil:
+			return nil, 0, errors.Join(ctx.Err(), store.Release(bg, l)) // a local action: nothing was written
+		case kind == "do" && (errors.Is(err, ErrPermanent) || attempt >= d.r.o.MaxAttempts):
+			why := err.Error()
+			if !errors.Is(err, ErrPermanent) {
+				why = fmt.Sprintf("%s: gave up after %d attempts: %v", s.Name, attempt, err)
+			}
+			return []byte(why), actionFailed, store.Complete(bg, l, idemkv.Result{Status: statusFailed, Body: []byte(why)}, nil)
+		case errors.Is(err, ErrPermanent) || attempt >= d.r.o.MaxAttempts:
+			note := clip(fmt.Sprintf("saga %s: undo %s failed %d times, the last: %v", d.r.def.Name, s.Name, attempt, err))
+			if err := store.MarkUncertain(bg, l, note); err != nil {
+				return nil, 0, err
+			}
+			return nil, actionEscalated, store.Escalate(bg, idemkv.EscalateRequest{ID: l.ID, Token: l.Token, Note: note})
+		}
+		select {
+		case <-d.r.o.After(d.r.backoff(attempt)):
+		case <-ctx.Done():
+			return nil, 0, errors.Join(ctx.Err(), store.Release(context.WithoutCancel(ctx), l)) // the last try had no effect
+		}
+		var rerr error
+		if l, rerr = store.Renew(ctx, l, d.r.o.Lease); rerr != nil {
+			return nil, 0, rerr
+		}
+		if _, rerr = store.Renew(ctx, d.saga, d.r.o.Lease); rerr != nil {
+			return nil, 0, rerr
+		}
+	}
+}
+
+func call(ctx context.Context, kind string, s Step, x *Exec) ([]byte, error) {
+	if kind == "do" {
+		return s.Do(ctx, x)
+	}
+	return nil, s.Undo(ctx, x)
+}
+
+// backoff is the wait after the given number of tries.
+func (r *Runner) backoff(attempt int) time.Duration {
+	d := r.o.MinBackoff
+	for i := 1; i < attempt && d < r.o.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, r.o.MaxBackoff)
+}
+
+func clip(s string) string {
+	if len(s) > idemkv.MaxNoteLen {
+		return s[:idemkv.MaxNoteLen]
+	}
+	return s
+}
+
+// effectsBuffer keeps a local action's writes until its outcome is known,
+// and then commits them with it.
+type effectsBuffer struct{ ops []effectOp }
+
+type effectOp struct {
+	del        bool
+	key, value []byte
+}
+
+func (b *effectsBuffer) Set(key, value []byte) error {
+	b.ops = append(b.ops, effectOp{key: append([]byte(nil), key...), value: append([]byte(nil), value...)})
+	return nil
+}
+
+func (b *effectsBuffer) Delete(key []byte) error {
+	b.ops = append(b.ops, effectOp{del: true, key: append([]byte(nil), key...)})
+	return nil
+}
+
+func (b *effectsBuffer) apply(fx idemkv.Effects) error {
+	for _, op := range b.ops {
+		var err error
+		if op.del {
+			err = fx.Delete(op.key)
+		} else {
+			err = fx.Set(op.key, op.value)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package saga
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// Errors a step's Do or Undo returns (wrapped or not) to say how it
+// failed. Any other error is transient: the step is tried again, up to
+// Options.MaxAttempts.
+var (
+	// ErrPermanent: the step failed for good (a declined card, stock that
+	// is not there). A Do that fails so is not retried; the steps before
+	// it are compensated. An Undo that fails so is escalated.
+	ErrPermanent = errors.New("saga: step failed permanently")
+	// ErrUnknown: a remote step cannot tell whether its effect happened
+	// (a timeout). Its record is marked uncertain, and the saga waits
+	// until a reconciler settles it.
+	ErrUnknown = errors.New("saga: step outcome unknown")
+)
+
+// Errors of a Runner.
+var (
+	// ErrMismatch: the saga's id was started with other input.
+	ErrMismatch = errors.New("saga: id already started with other input")
+	// ErrNotFound: no saga was started under the id.
+	ErrNotFound = errors.New("saga: not found")
+)
+
+// Step is one step of a saga.
+type Step struct {
+	// Name names the step, unique in its saga ("reserve", "authorize").
+	Name string
+	// Remote says the step acts on another system: its record is durable
+	// before Do runs, Do sends x.Key as the downstream's idempotency key,
+	// and an ErrUnknown is settled by a reconciler. A local step writes
+	// through x.Effects, which commit with the step's recovery point.
+	Remote bool
+	// Do runs the step and returns its output (kept with the step, at
+	// most the store's body limit), for later steps and for Undo.
+	Do func(ctx context.Context, x *Exec) ([]byte, error)
+	// Undo compensates a step that completed, once a later step has
+	// failed for good; nil if there is nothing to undo. It runs as an
+	// operation of its own, with its own key, as Do does.
+	Undo func(ctx context.Context, x *Exec) error
+}
+
+// Exec is what a step's Do or Undo is given.
+type Exec struct {
+	Tenant, ID string
+	Input      []byte
+	// Key is the downstream idempotency key of this action (the step's Do,
+	// or its Undo): derived from the saga's operation id and the action,
+	// the same on every attempt and after any runner takes over.
+	Key string
+	// Effects takes a local action's writes; they commit atomically with
+	// the action's recovery point. Nil for a remote action.
+	Effects idemkv.Effects
+	outputs map[string][]byte
+}
+
+// Output returns the output of a completed earlier step, or nil.
+func (x *Exec) Output(step string) []byte { return x.outputs[step] }
+
+// Definition is a saga: its name and its steps, in order.
+type Definition struct {
+	Name  string
+	Steps []Step
+}
+
+// Options configure a Runner.
+type Options struct {
+	// Lease is how long a runner holds a saga between renewals (it renews
+	// before each step); a runner that crashes leaves it to others after
+	// that. Default: the store's.
+	Lease time.Duration
+	// MaxAttempts bounds the tries of an action that fails transiently:
+	// a Do then fails the saga (its earlier steps are compensated), an
+	// Undo is escalated. Default: 5.
+	MaxAttempts int
+	// MinBackoff and MaxBackoff bound the wait between tries: doubling
+	// from MinBackoff. Defaults: 100 ms and 5 s.
+	MinBackoff, MaxBackoff time.Duration
+	// After waits between tries. Default: time.After. Tests inject it.
+	After func(time.Duration) <-chan time.Time
+}
+
+// Phase is where a saga stands.
+type Phase string
+
+// Phases.
+const (
+	// Running: a runner is at work on Status.Step.
+	Running Phase = "running"
+	// Waiting: Status.Step's outcome is unknown; a reconciler settles it,
+	// and Resume (or Start) then goes on.
+	Waiting Phase = "waiting"
+	// Escalated: an undo kept failing and was escalated; an operator
+	// settles it (idemkv resolve), and Resume then goes on.
+	Escalated Phase = "escalated"
+	// Completed: every step completed.
+	Completed Phase = "completed"
+	// Compensated: a step failed for good and the steps before it were
+	// undone.
+	Compensated Phase = "compensated"
+)
+
+// Status is a saga's state.
+type Status struct {
+	Phase Phase
+	// Step is the step being run, waited on or undone; "" once the saga
+	// has ended.
+	Step string
+	// Compensating says the saga is undoing its steps (Failure says why).
+	Compensating bool
+	Failure      string
+	// Outputs are the outputs of the steps that completed.
+	Outputs map[string][]byte
+}
+
+// Runner runs the sagas of one Definition on a store.
+type Runner struct {
+	store idemkv.Store
+	def   Definition
+	o     Options
+}
+
+// New returns a runner of def on store.
+func New(store idemkv.Store, def Definition, opts *Options) (*Runner, error) {
+	if store == nil {
+		return nil, errors.New("saga: a store is required")
+	}
+	if def.Name == "" || strings.Contains(def.Name, "/") || len(def.Steps) == 0 {
+		return nil, fmt.Errorf("%w: a saga needs a name without '/' and at least one step", idemkv.ErrInvalidArgument)
+	}
+	seen := map[string]bool{}
+	for _, s := range def.Steps {
+		if s.Name == "" || strings.Contains(s.Name, "/") || seen[s.Name] || s.Do == nil {
+			return nil, fmt.Errorf("%w: step %q: every step needs a unique name without '/' and a Do", idemkv.ErrInvalidArgument, s.Name)
+		}
+		seen[s.Name] = true
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(o.MinBackoff, 5*time.Second)
+	}
+	if o.After == nil {
+		o.After = time.After
+	}
+	return &Runner{store: store, def: def, o: o}, nil
+}
+
+// The records of a saga, all keyed by the saga's id in its tenant:
+//
+//	saga/NAME              the saga itself: remote and resumable, held by
+//	                       its runner; completed when the saga ends
+//	saga/NAME/input        the input, stored before the saga record
+//	saga/NAME/do/STEP      each step's recovery point: its output, or its
+//	                       permanent failure
+//	saga/NAME/undo/STEP    each compensation's
+func (r *Runner) endpoint() string { return "saga/" + r.def.Name }
+
+func (r *Runner) id(tenant, id, suffix string) idemkv.ID {
+	e := r.endpoint()
+	if suffix != "" {
+		e += "/" + suffix
+	}
+	return idemkv.ID{Tenant: tenant, Endpoint: e, Key: id}
+}
+
+// Owns reports whether rec is the saga record of one of this runner's
+// sagas, which Resume takes over; a reconcile.Worker should leave those
+// alone (reconcile.Options.Handles), and settle the step records.
+func (r *Runner) Owns(rec idemkv.Record) bool { return rec.ID.Endpoint == r.endpoint() }
+
+// Result statuses of the records.
+const (
+	statusDone   = 200 // a step's or an undo's output, or a completed saga
+	statusFailed = 422 // a step that failed for good; its reason
+	statusUndone = 409 // a compensated saga; the failure
+)
+
+func fingerprint(input []byte) []byte {
+	h := sha256.Sum256(input)
+	return h[:16]
+}
+
+var stepFP = []byte("saga-step")
