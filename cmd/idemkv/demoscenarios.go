@@ -285,7 +285,24 @@ func (d *demo) providerTimeout(ctx context.Context) error {
 	}
 	d.say("check", "the record is uncertain (%q);", rec.Note)
 	d.say("", "one call, one charge under the operation id, no payment yet: ok")
-	d.say("next", "a reconciler would ask the processor about the operation and Resolve the record;")
-	d.say("", "examples/payments has none yet, so the payment stays uncertain")
-	return nil
+
+	r, err := d.orderRunner()
+	if err != nil {
+		return err
+	}
+	w, err := d.reconciler(r)
+	if err != nil {
+		return err
+	}
+	if err := w.Pass(ctx); err != nil {
+		return err
+	}
+	d.say("reconciler", "asks the processor for the charge under %s: found; writes the payment", op)
+	final := d.pay(ctx, d.retryKey(key), demoBody)
+	pay, err := created(final, true, "retry after reconciliation")
+	if err != nil {
+		return err
+	}
+	d.say("client", "retries: %d, the payment %s, replayed", final.status, pay.ID)
+	return d.checkCharged(ctx, key, p0, pay)
 }

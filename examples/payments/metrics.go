@@ -17,7 +17,7 @@ import (
 //	idemkv_http_request_duration_seconds{disposition}  latency in the middleware
 //	idemkv_http_store_errors_total                     requests that met a store error
 //	idemkv_payments_created_total                      payments committed
-//	idemkv_provider_calls_total{result}                charged, timeout, unavailable, cancelled
+//	idemkv_provider_calls_total{result}                charged, declined, timeout, unavailable, cancelled
 //	idemkv_engine_*                                    the engine's own (package engineprom)
 func (s *Service) metrics() (httpidem.Observer, error) {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{

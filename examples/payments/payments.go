@@ -257,6 +257,12 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, "payment-outcome-unknown", http.StatusGatewayTimeout,
 			"the card processor did not answer; the payment is being reconciled and will not be charged twice. Retries with the same key answer 409 until it is settled.", 0)
 		return
+	case errors.Is(err, ErrDeclined):
+		s.provider.WithLabelValues("declined").Inc()
+		// A final answer, stored and replayed: the same request would be
+		// declined again. Nothing was charged.
+		httpidem.WriteProblem(w, "card-declined", http.StatusPaymentRequired, "the card was declined; nothing was charged", 0)
+		return
 	case errors.Is(err, ErrProviderUnavailable):
 		s.provider.WithLabelValues("unavailable").Inc()
 		op.Release() // refused before charging: a retry may charge

@@ -19,7 +19,8 @@ import (
 // deduplicates every attempt of one payment into one charge.
 //
 // Its errors are the Processor contract's, read conservatively: only an
-// answer that says nothing was charged (a 503) is ErrProviderUnavailable,
+// answer that says nothing was charged is ErrProviderUnavailable (a 503)
+// or ErrDeclined (a 402),
 // and only a call never sent is ctx's error; a timeout, a lost connection,
 // a 5xx, any other status and an answer that does not parse are
 // ErrProviderTimeout, charged or not unknown, for the reconciler to ask
@@ -77,6 +78,8 @@ func (p *ProcessorClient) Charge(ctx context.Context, req ChargeRequest) (Charge
 		return c, nil
 	case http.StatusServiceUnavailable:
 		return Charge{}, ErrProviderUnavailable
+	case http.StatusPaymentRequired:
+		return Charge{}, ErrDeclined
 	}
 	return Charge{}, fmt.Errorf("%w: the processor answered %s", ErrProviderTimeout, resp.Status)
 }

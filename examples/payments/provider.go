@@ -15,6 +15,10 @@ var (
 	// ErrProviderUnavailable: the provider refused the call before doing
 	// anything (its 503): nothing was charged, a retry may run anew.
 	ErrProviderUnavailable = errors.New("payments: card processor unavailable; nothing was charged")
+	// ErrDeclined: the processor declined the card; nothing was charged,
+	// and a retry of the same request would be declined again (a final
+	// answer, not a failure).
+	ErrDeclined = errors.New("payments: the card was declined")
 	// ErrProviderTimeout: the call timed out; the charge may or may not
 	// have happened.
 	ErrProviderTimeout = errors.New("payments: card processor timed out; the charge may have happened")
@@ -35,7 +39,8 @@ type ProviderOptions struct {
 	// something goes wrong with it, so that a test or the demo can script
 	// one call instead of drawing on the rates. It returns nil to let
 	// FailRate and TimeoutRate decide, ErrProviderUnavailable to refuse
-	// the call before charging, ErrProviderTimeout to charge and lose the
+	// the call before charging, ErrDeclined to decline the card (nothing
+	// charged), ErrProviderTimeout to charge and lose the
 	// answer, or any other error (ctx's, say) to end the call at once,
 	// uncharged and uncounted, like a caller that gave up. It may block
 	// (until ctx is done), to stall a call on its way to the processor.
@@ -66,7 +71,8 @@ type ChargeRequest struct {
 type Processor interface {
 	// Charge makes the charge, or returns the one already made under
 	// req.Key. It fails with ErrProviderUnavailable (nothing charged),
-	// ErrProviderTimeout (charged or not: unknown) or ctx's error
+	// ErrDeclined (nothing charged, for good), ErrProviderTimeout
+	// (charged or not: unknown) or ctx's error
 	// (nothing charged, the call was not sent).
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
 	// Lookup returns the charge made under key; found is false if the
@@ -135,7 +141,7 @@ func (p *Provider) Charge(ctx context.Context, req ChargeRequest) (Charge, error
 	if p.opts.Fault != nil {
 		fault = p.opts.Fault(ctx, key)
 		if fault != nil && !errors.Is(fault, ErrProviderUnavailable) && !errors.Is(fault, ErrProviderTimeout) {
-			return Charge{}, fault
+			return Charge{}, fault // ErrDeclined, or a caller that gave up: nothing charged
 		}
 	}
 	p.mu.Lock()

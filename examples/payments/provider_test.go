@@ -128,3 +128,15 @@ func TestProviderLedgerIsBounded(t *testing.T) {
 	require.NotEqual(t, first.ID, again.ID)
 	require.Equal(t, ProviderStats{Calls: 4, Charges: 4}, p.Stats())
 }
+
+// TestDeclinedCardIsAFinalAnswer: a declined card is answered 402, stored
+// and replayed, and nothing is charged.
+func TestDeclinedCardIsAFinalAnswer(t *testing.T) {
+	f := newService(t, ProviderOptions{Fault: func(context.Context, string) error { return ErrDeclined }})
+	r := f.pay("acct_1", "order-1", order)
+	problemOf(t, r, http.StatusPaymentRequired, "card-declined")
+	again := f.pay("acct_1", "order-1", order)
+	assert.Equal(t, http.StatusPaymentRequired, again.status)
+	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	assert.Zero(t, f.p.Stats().Charges)
+}
