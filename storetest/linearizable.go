@@ -83,7 +83,10 @@ import (
 // record has turned uncertain again under another token. Some resolutions
 // deliberately use a token that is not the one just read (an earlier
 // holder's, or a forged one), and a few target a record the reconciler did
-// not find uncertain.
+// not find uncertain. Beside them runs a reconcile.Worker, the package's
+// own, whose Resolve and Escalate calls are recorded too: it lists what
+// awaits reconciliation (abandoned remote records included) and answers at
+// random, applied, not applied or unknown, escalating after two unknowns.
 //
 // Completed records are final, so each of the linSlots slots retires its
 // key once a client sees it settled (Replay, or Mismatch) and the slot's
@@ -149,7 +152,7 @@ func Linearizable(t *testing.T, newHarness NewHarness) {
 	for _, what := range []string{"acquired", "takeover", "remote resume", "in-progress", "replay", "mismatch",
 		"reconciling (expired remote)", "complete ok", "complete fenced", "release ok", "release fenced",
 		"mark-uncertain ok", "resolve ok", "resolve not found", "resolve wrong state", "resolve fenced",
-		"resolve race lost"} {
+		"resolve race lost", "worker resolve ok", "escalate ok"} {
 		if total[what] == 0 {
 			t.Errorf("no %q in %d rounds: the workload is not exercising the store", what, rounds)
 		}
@@ -190,14 +193,17 @@ func linRound(t *testing.T, newHarness NewHarness, seed uint64, round int) map[s
 	h := newHarness(t, nil)
 	defer h.Close()
 	r := &linRun{t: t, h: h, t0: h.Now(), retention: h.Config().Retention}
-	tick := make(chan struct{}, linReconcilers)
+	tick := make(chan struct{}, linReconcilers+1)
 	var clients, recs sync.WaitGroup
-	for c := range linClients + linReconcilers {
+	for c := range linClients + linReconcilers + 1 {
 		rng := rand.New(rand.NewPCG(seed, uint64(round)<<32|uint64(c)))
-		if c < linClients {
+		switch {
+		case c < linClients:
 			clients.Go(func() { r.client(c, rng, tick) })
-		} else {
+		case c < linClients+linReconcilers:
 			recs.Go(func() { r.reconciler(c, rng, tick) })
+		default:
+			recs.Go(func() { r.worker(c, rng, tick) })
 		}
 	}
 	clients.Wait()
@@ -299,6 +305,11 @@ func linCount(ops []porcupine.Operation) map[string]int {
 		case linResolve:
 			counts[in.Kind.String()+" "+verdict]++
 			races.add(op, counts)
+			if op.Metadata == linWorkerMeta {
+				counts["worker resolve "+verdict]++
+			}
+		case linEscalate:
+			counts[in.Kind.String()+" "+verdict]++
 		case linGet:
 			counts["get"]++
 		}

@@ -28,6 +28,7 @@ const (
 	linMarkUncertain
 	linResolve
 	linGet
+	linEscalate
 )
 
 func (k linKind) String() string {
@@ -44,6 +45,8 @@ func (k linKind) String() string {
 		return "resolve"
 	case linGet:
 		return "get"
+	case linEscalate:
+		return "escalate"
 	}
 	return fmt.Sprintf("linKind(%d)", uint8(k))
 }
@@ -144,6 +147,8 @@ func linStep(st linState, in linInput, out linOutput) (bool, linState) {
 		return linStepHolder(st, in, out)
 	case linResolve:
 		return linStepResolve(st, in, out)
+	case linEscalate:
+		return linStepEscalate(st, in, out)
 	case linGet:
 		return linStepGet(st, out)
 	}
@@ -243,6 +248,25 @@ func linStepResolve(st linState, in linInput, out linOutput) (bool, linState) {
 		return true, linState{MaxToken: st.MaxToken}
 	}
 	return true, linState{Phase: linCompleted, FP: st.FP, Token: st.Token, Result: in.Result, MaxToken: st.MaxToken}
+}
+
+// linStepEscalate steps an Escalate: what it may settle and how it fails
+// are a Resolve's; an escalated record is uncertain to every claim and
+// read, so the model keeps it uncertain.
+func linStepEscalate(st linState, in linInput, out linOutput) (bool, linState) {
+	switch {
+	case st.Phase == linAbsent:
+		return out.Err == linNotFound, st
+	case st.Phase == linHeld && st.Mode == idemkv.ModeRemote && out.Err == linWrongState:
+		return true, st
+	case st.Phase == linCompleted, st.Phase == linHeld && st.Mode != idemkv.ModeRemote:
+		return out.Err == linWrongState, st
+	case in.Token != st.Token:
+		return out.Err == linFenced, st
+	case out.Err != linOK:
+		return false, st
+	}
+	return true, linState{Phase: linUncertain, FP: st.FP, Token: st.Token, MaxToken: st.MaxToken}
 }
 
 func linStepGet(st linState, out linOutput) (bool, linState) {
@@ -362,6 +386,8 @@ func (p linPrinter) op(in linInput, out linOutput) string {
 		}
 	case linGet:
 		fmt.Fprintf(&b, "get(%s)", in.Key)
+	case linEscalate:
+		fmt.Fprintf(&b, "escalate(%s, %s)", in.Key, p.tok(in.Token))
 	}
 	b.WriteString(" -> ")
 	p.answer(&b, in, out)
