@@ -186,7 +186,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		servers = append(servers, msrv)
 		go func() { errc <- msrv.Serve(mln) }()
 	}
-	stopReconciler, err := startReconciler(e, svc, c.reconcile, log)
+	stopReconciler, err := startReconciler(e, svc, c.reconcile, log, svc.Registry())
 	if err != nil {
 		closeAll()
 		return err
@@ -214,13 +214,16 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 // startReconciler runs a reconcile.Worker that settles the service's
 // uncertain and abandoned payments by asking its processor; the function
 // it returns stops it and waits for it (a second call does nothing).
-func startReconciler(e *engine.Engine, svc *payments.Service, o reconcile.Options, log *slog.Logger) (func(), error) {
+func startReconciler(e *engine.Engine, svc *payments.Service, o reconcile.Options, log *slog.Logger, reg prometheus.Registerer) (func(), error) {
 	o.Logf = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
 	o.OnEscalate = func(rec idemkv.Record, note string) {
 		log.Error("payment escalated: settle it with idemkv resolve", "tenant", rec.ID.Tenant, "key", rec.ID.Key, "note", note)
 	}
 	w, err := reconcile.New(e, svc, &o)
 	if err != nil {
+		return nil, err
+	}
+	if err := registerReconcileMetrics(reg, w); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -251,4 +254,33 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// registerReconcileMetrics exports the reconciler's counts (its Stats) on
+// reg: its passes, its answers by verdict, the reconciler's errors, the
+// settling writes it lost to another, and the store errors it met.
+func registerReconcileMetrics(reg prometheus.Registerer, w *reconcile.Worker) error {
+	counter := func(name, help string, value func(reconcile.Stats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(value(w.Stats())) })
+	}
+	answers := func(verdict string, value func(reconcile.Stats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idemkv_reconcile_answers_total",
+			Help: "Answers of the reconciler, by verdict (errors, panics and timeouts count as unknown).", ConstLabels: prometheus.Labels{"verdict": verdict}},
+			func() float64 { return float64(value(w.Stats())) })
+	}
+	for _, c := range []prometheus.Collector{
+		counter("idemkv_reconcile_passes_total", "Passes of the reconciler over the records awaiting reconciliation.", func(s reconcile.Stats) int64 { return s.Passes }),
+		answers("applied", func(s reconcile.Stats) int64 { return s.Applied }),
+		answers("not_applied", func(s reconcile.Stats) int64 { return s.NotApplied }),
+		answers("unknown", func(s reconcile.Stats) int64 { return s.Unknown }),
+		counter("idemkv_reconcile_errors_total", "Reconciler calls that failed, panicked or timed out.", func(s reconcile.Stats) int64 { return s.Errors }),
+		counter("idemkv_reconcile_lost_total", "Settling writes that found the record settled by another (its holder, an operator).", func(s reconcile.Stats) int64 { return s.Lost }),
+		counter("idemkv_reconcile_store_errors_total", "Listings and settling writes that failed in the store (retried at the next pass).", func(s reconcile.Stats) int64 { return s.StoreErrors }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

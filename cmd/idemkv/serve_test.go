@@ -240,6 +240,14 @@ func TestServeReconcilesATimedOutPayment(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
 	assert.True(t, client.Replayed(resp), "the reconciler stored the outcome; the client got its replay")
+	mresp, err := http.Get(url + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, line := range []string{`idemkv_reconcile_answers_total{verdict="applied"} 1`, "idemkv_engine_uncertain_records 0",
+		"idemkv_engine_escalated_records 0"} {
+		assert.Contains(t, string(metrics), line+"\n")
+	}
 	cancel()
 	require.NoError(t, <-done)
 	assert.Contains(t, out.String(), "reconciling uncertain payments every 20ms")
