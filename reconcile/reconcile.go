@@ -224,6 +224,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
+// Interval is the time between the starts of Run's passes.
+func (w *Worker) Interval() time.Duration { return w.o.Interval }
+
 // Stats returns the worker's counts.
 func (w *Worker) Stats() Stats {
 	w.mu.Lock()

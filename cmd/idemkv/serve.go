@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,13 +213,16 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 }
 
 // startReconciler runs a reconcile.Worker that settles the service's
-// uncertain and abandoned payments by asking its processor; the function
-// it returns stops it and waits for it (a second call does nothing).
+// uncertain and abandoned payments and order steps by asking its
+// processor, and resumes the orders a crash left, at the worker's
+// interval; the function it returns stops both and waits for them.
 func startReconciler(e *engine.Engine, svc *payments.Service, o reconcile.Options, log *slog.Logger, reg prometheus.Registerer) (func(), error) {
 	o.Logf = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
 	o.OnEscalate = func(rec idemkv.Record, note string) {
 		log.Error("payment escalated: settle it with idemkv resolve", "tenant", rec.ID.Tenant, "key", rec.ID.Key, "note", note)
 	}
+	orders := svc.Orders()
+	o.Handles = func(rec idemkv.Record) bool { return !orders.Owns(rec) } // orders resume below
 	w, err := reconcile.New(e, svc, &o)
 	if err != nil {
 		return nil, err
@@ -227,15 +231,28 @@ func startReconciler(e *engine.Engine, svc *payments.Service, o reconcile.Option
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = w.Run(ctx)
-	}()
-	return func() {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = w.Run(ctx) })
+	wg.Go(func() {
+		t := time.NewTicker(w.Interval())
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n, err := orders.Resume(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("resuming orders failed, will retry", "err", err)
+			} else if n > 0 {
+				log.Info("resumed orders a crash or an unknown outcome had stopped", "orders", n)
+			}
+		}
+	})
+	return sync.OnceFunc(func() {
 		cancel()
-		<-done
-	}, nil
+		wg.Wait()
+	}), nil
 }
 
 // metricsConns caps the connections of the metrics address: scrapers are

@@ -302,3 +302,46 @@ func TestServeWithAnHTTPProcessor(t *testing.T) {
 	assert.Contains(t, sout.String(), "charging the card processor at "+purl)
 	assert.Contains(t, pout.String(), "card processor on "+purl)
 }
+
+// TestServeResumesAnOrderAfterItsAuthorizationTimedOut: an order whose
+// authorization timed out reads "authorizing" (reconciling); serve's
+// reconciler finds the charge and its order loop resumes the saga, and
+// the order ends confirmed. The test polls the order's page, as a client
+// would, until then (bounded).
+func TestServeResumesAnOrderAfterItsAuthorizationTimedOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	cfg := serveConfig{dir: t.TempDir(), lease: 300 * time.Millisecond, provider: payments.ProviderOptions{TimeoutRate: 1},
+		reconcile: reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}}
+	go func() { done <- serve(ctx, ln, cfg, &out) }()
+	url := "http://" + ln.Addr().String()
+	do := func(method, path, key, body string) (int, payments.Order) {
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer acct_1")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var o payments.Order
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&o))
+		return resp.StatusCode, o
+	}
+	status, o := do("POST", "/v1/orders", "ord-1", `{"amount":1200,"currency":"USD","sku":"pen"}`)
+	require.Equal(t, http.StatusAccepted, status)
+	assert.Equal(t, "authorizing", o.Status)
+	assert.True(t, o.Reconciling)
+	deadline := time.Now().Add(10 * time.Second)
+	for o.Status != "confirmed" && time.Now().Before(deadline) {
+		<-time.After(20 * time.Millisecond)
+		_, o = do("GET", "/v1/orders/"+o.ID, "", "")
+	}
+	assert.Equal(t, "confirmed", o.Status)
+	assert.NotEmpty(t, o.Charge)
+	cancel()
+	require.NoError(t, <-done)
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/fingerprint"
 	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/saga"
 )
 
 // Config configures a Service.
@@ -56,6 +57,7 @@ type Config struct {
 // Service is the payments API.
 type Service struct {
 	cfg      Config
+	orders   *saga.Runner
 	handler  http.Handler
 	registry *prometheus.Registry
 	created  prometheus.Counter
@@ -126,6 +128,9 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.orders, err = s.orderSaga(); err != nil {
+		return nil, err
+	}
 	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: s.tenantOf, Challenge: challenge, Observer: obs, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -152,6 +157,8 @@ func New(cfg Config) (*Service, error) {
 	mux.Handle("POST /v1/payments", create)
 	mux.HandleFunc("GET /v1/payments/{id}", s.get)
 	mux.HandleFunc("GET /v1/payments", s.list)
+	mux.HandleFunc("POST /v1/orders", s.createOrder)
+	mux.HandleFunc("GET /v1/orders/{id}", s.getOrder)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	if !cfg.NoMetricsRoute {
 		mux.Handle("GET /metrics", s.MetricsHandler())

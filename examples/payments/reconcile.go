@@ -14,7 +14,8 @@ import (
 const paymentsEndpoint = "POST /v1/payments"
 
 // Reconcile implements reconcile.Reconciler for the payments a timeout or
-// a crash left unsettled: it asks the processor for the charge under the
+// a crash left unsettled, and for the orders' authorizations (the same
+// question, under the saga step's key): it asks the processor for the charge under the
 // payment's downstream key. A charge found is the payment made: the
 // payment row is written with the resolution, and retries replay it. No
 // charge means none was made: the record is released and a retry charges
@@ -24,6 +25,9 @@ const paymentsEndpoint = "POST /v1/payments"
 // stay unsettled (reconcile.Options.MaxAge): a key the processor has
 // forgotten reads as never charged.
 func (s *Service) Reconcile(ctx context.Context, rec idemkv.Record) (reconcile.Answer, error) {
+	if a, ok, err := s.reconcileOrder(ctx, rec); ok || err != nil {
+		return a, err
+	}
 	if rec.ID.Endpoint != paymentsEndpoint || rec.OperationID.IsZero() {
 		return reconcile.Answer{Reason: fmt.Sprintf("not a payment: %s", rec.ID.Endpoint)}, nil
 	}

@@ -1,0 +1,231 @@
+package payments
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/reconcile"
+	"github.com/idemkv/idemkv/saga"
+)
+
+// Orders are the guide's multi-step workflow, run by package saga on the
+// service's store: reserve the item (local: the order row), authorize the
+// card (remote: the processor, under a key derived from the saga), then
+// confirm (local). A declined card releases the reservation. The order's
+// page shows where it stands ("authorizing"), also while an authorization
+// whose answer was lost waits for the reconciler.
+
+// Order is the API's order object.
+type Order struct {
+	ID       string `json:"id"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	SKU      string `json:"sku"`
+	// Status is reserving, authorizing, confirming, confirmed, cancelling,
+	// declined, failed or needs-attention (an undo escalated to an operator).
+	Status string `json:"status"`
+	// Charge is the authorization's charge, once there is one.
+	Charge string `json:"charge,omitempty"`
+	// Reconciling says the current step's outcome is unknown and the
+	// reconciler is asking the processor.
+	Reconciling bool   `json:"reconciling,omitempty"`
+	Failure     string `json:"failure,omitempty"`
+}
+
+type orderRequest struct {
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	SKU      string `json:"sku"`
+}
+
+// orderID is the order (and saga) id of the client's idempotency key: the
+// same key always names the same order.
+func orderID(tenant, key string) string {
+	h := sha256.Sum256([]byte(tenant + "\x00" + key))
+	return "ord_" + hex.EncodeToString(h[:12])
+}
+
+func orderRowKey(tenant, id string) []byte {
+	k, _ := idemkv.AppendTenantKey([]byte("ord/"), tenant, []byte(id))
+	return k
+}
+
+// orderSaga is the order workflow on the service's store and processor.
+func (s *Service) orderSaga() (*saga.Runner, error) {
+	row := func(x *saga.Exec, state string) error {
+		return x.Effects.Set(orderRowKey(x.Tenant, x.ID), []byte(state))
+	}
+	return saga.New(s.cfg.Store, saga.Definition{Name: "order", Steps: []saga.Step{
+		{Name: "reserve",
+			Do:   func(_ context.Context, x *saga.Exec) ([]byte, error) { return nil, row(x, "reserved") },
+			Undo: func(_ context.Context, x *saga.Exec) error { return row(x, "released") }},
+		{Name: "authorize", Remote: true, Do: s.authorize},
+		{Name: "confirm", Do: func(_ context.Context, x *saga.Exec) ([]byte, error) { return nil, row(x, "confirmed") }},
+	}}, &saga.Options{Lease: s.cfg.Lease})
+}
+
+// authorize charges the order's amount under the step's derived key.
+func (s *Service) authorize(ctx context.Context, x *saga.Exec) ([]byte, error) {
+	var req orderRequest
+	if err := json.Unmarshal(x.Input, &req); err != nil {
+		return nil, fmt.Errorf("%w: order input: %v", saga.ErrPermanent, err)
+	}
+	ch, err := s.cfg.Processor.Charge(ctx, ChargeRequest{Key: x.Key, Amount: req.Amount, Currency: req.Currency, Description: "order " + x.ID})
+	switch {
+	case errors.Is(err, ErrDeclined):
+		return nil, fmt.Errorf("%w: %w", saga.ErrPermanent, err)
+	case errors.Is(err, ErrProviderTimeout):
+		return nil, fmt.Errorf("%w: %w", saga.ErrUnknown, err)
+	case err != nil:
+		return nil, err // unavailable: nothing charged; tried again
+	}
+	return []byte(ch.ID), nil
+}
+
+// createOrder starts the order named by the Idempotency-Key, or reports
+// where an earlier start of it stands: 201 once the order has ended
+// (confirmed or declined), 202 while it is under way, with its Location.
+func (s *Service) createOrder(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if err := idemkv.ValidateKey(key); err != nil {
+		httpidem.WriteProblem(w, httpidem.ProblemMissingKey, http.StatusBadRequest, "an order needs an Idempotency-Key: "+err.Error(), 0)
+		return
+	}
+	var req orderRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		httpidem.WriteProblem(w, "invalid-order", http.StatusBadRequest, err.Error(), 0)
+		return
+	}
+	if req.Amount <= 0 || !isCurrency(req.Currency) || req.SKU == "" || len(req.SKU) > 64 {
+		httpidem.WriteProblem(w, "invalid-order", http.StatusUnprocessableEntity,
+			"amount must be a positive whole number of minor units, currency three upper-case letters, sku 1 to 64 bytes", 0)
+		return
+	}
+	input, _ := json.Marshal(req) // canonical: the saga binds its id to these bytes
+	id := orderID(tenant, key)
+	st, err := s.orders.Start(r.Context(), tenant, id, input)
+	switch {
+	case errors.Is(err, saga.ErrMismatch):
+		httpidem.WriteProblem(w, httpidem.ProblemKeyMismatch, http.StatusUnprocessableEntity,
+			"this Idempotency-Key started an order with another body", 0)
+		return
+	case err != nil:
+		s.storeError(w, err)
+		return
+	}
+	o := orderOf(id, req, st)
+	w.Header().Set("Location", "/v1/orders/"+id)
+	status := http.StatusCreated
+	if st.Phase != saga.Completed && st.Phase != saga.Compensated {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, o)
+}
+
+// getOrder answers where an order stands, read from its saga's records.
+func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if !strings.HasPrefix(id, "ord_") || idemkv.ValidateKey(id) != nil {
+		httpidem.WriteProblem(w, "not-found", http.StatusNotFound, "no such order", 0)
+		return
+	}
+	in, err := s.cfg.Store.Get(r.Context(), idemkv.ID{Tenant: tenant, Endpoint: "saga/order/input", Key: id})
+	if errors.Is(err, idemkv.ErrNotFound) {
+		httpidem.WriteProblem(w, "not-found", http.StatusNotFound, "no such order", 0)
+		return
+	}
+	var req orderRequest
+	if err == nil {
+		err = json.Unmarshal(in.Result.Body, &req)
+	}
+	var st saga.Status
+	if err == nil {
+		st, err = s.orders.Status(r.Context(), tenant, id)
+	}
+	switch {
+	case errors.Is(err, saga.ErrNotFound):
+		st = saga.Status{Phase: saga.Running, Step: "reserve"} // its input is stored, its saga not yet
+	case err != nil:
+		s.storeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, orderOf(id, req, st))
+}
+
+// orderOf is the order id of input req as its saga's status st shows it.
+func orderOf(id string, req orderRequest, st saga.Status) Order {
+	o := Order{ID: id, Amount: req.Amount, Currency: req.Currency, SKU: req.SKU, Charge: string(st.Outputs["authorize"])}
+	switch {
+	case st.Phase == saga.Completed:
+		o.Status = "confirmed"
+	case st.Phase == saga.Compensated && strings.Contains(st.Failure, ErrDeclined.Error()):
+		o.Status, o.Failure = "declined", st.Failure
+	case st.Phase == saga.Compensated:
+		o.Status, o.Failure = "failed", st.Failure
+	case st.Phase == saga.Escalated:
+		o.Status, o.Failure = "needs-attention", st.Failure
+	case st.Compensating:
+		o.Status, o.Failure = "cancelling", st.Failure
+	default:
+		o.Status = map[string]string{"reserve": "reserving", "authorize": "authorizing", "confirm": "confirming"}[st.Step]
+		o.Reconciling = st.Phase == saga.Waiting
+	}
+	return o
+}
+
+// authenticate is tenantOf, answering a 401 itself.
+func (s *Service) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
+	tenant, err := s.tenantOf(r)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", challenge)
+		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
+		return "", false
+	}
+	return tenant, true
+}
+
+// reconcileOrder answers for an order saga's action, by asking the
+// processor under the action's key; ok is false for any other record.
+func (s *Service) reconcileOrder(ctx context.Context, rec idemkv.Record) (reconcile.Answer, bool, error) {
+	if s.orders == nil {
+		return reconcile.Answer{}, false, nil
+	}
+	a, ok, err := s.orders.ActionOf(ctx, rec)
+	if err != nil || !ok {
+		return reconcile.Answer{}, ok, err
+	}
+	ch, found, err := s.cfg.Processor.Lookup(ctx, a.Key)
+	switch {
+	case err != nil:
+		return reconcile.Answer{}, true, err
+	case !found:
+		return reconcile.Answer{Verdict: reconcile.NotApplied}, true, nil
+	case ch.Key != a.Key || ch.ID == "":
+		return reconcile.Answer{Reason: "processor answered a malformed charge"}, true, nil
+	}
+	return reconcile.Answer{Verdict: reconcile.Applied, Result: saga.Done([]byte(ch.ID))}, true, nil
+}
+
+// Orders returns the runner of the order sagas, whose Resume a service
+// calls periodically to take over orders a crash left, and whose Owns
+// tells a reconcile.Worker which records to leave to it.
+func (s *Service) Orders() *saga.Runner { return s.orders }

@@ -1,0 +1,175 @@
+package payments
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/reconcile"
+)
+
+type orderFixture struct {
+	t     *testing.T
+	clock *fakeclock.Clock
+	eng   *engine.Engine
+	svc   *Service
+	srv   *httptest.Server
+	fault error
+}
+
+func newOrders(t *testing.T) *orderFixture {
+	f := &orderFixture{t: t, clock: fakeclock.New(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))}
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: f.clock, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Fault: func(context.Context, string) error {
+		err := f.fault
+		f.fault = nil
+		return err
+	}})
+	svc, err := New(Config{Store: eng, Processor: p, Now: f.clock.Now})
+	require.NoError(t, err)
+	f.eng, f.svc, f.srv = eng, svc, httptest.NewServer(svc.Handler())
+	t.Cleanup(func() {
+		f.srv.Close()
+		eng.Close()
+	})
+	return f
+}
+
+func (f *orderFixture) do(method, path, key, body string) (int, http.Header, string) {
+	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	require.NoError(f.t, err)
+	req.Header.Set("Authorization", "Bearer acct_1")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := f.srv.Client().Do(req)
+	require.NoError(f.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// get reads an order through GET /v1/orders/{id}.
+func (f *orderFixture) get(id string) Order {
+	f.t.Helper()
+	status, _, body := f.do("GET", "/v1/orders/"+id, "", "")
+	require.Equal(f.t, http.StatusOK, status, body)
+	return decodeOrder(f.t, body)
+}
+
+func decodeOrder(t *testing.T, body string) Order {
+	t.Helper()
+	return decode[Order](t, reply{body: []byte(body)})
+}
+
+const pen = `{"amount": 1200, "currency": "USD", "sku": "pen"}`
+
+func TestOrderIsConfirmedOnce(t *testing.T) {
+	f := newOrders(t)
+	status, h, body := f.do("POST", "/v1/orders", "ord-1", pen)
+	require.Equal(t, http.StatusCreated, status, body)
+	o := decodeOrder(t, body)
+	assert.Equal(t, "confirmed", o.Status)
+	assert.NotEmpty(t, o.Charge)
+	assert.Equal(t, "/v1/orders/"+o.ID, h.Get("Location"))
+
+	status, _, again := f.do("POST", "/v1/orders", "ord-1", pen)
+	assert.Equal(t, http.StatusCreated, status)
+	assert.Equal(t, body, again)
+	status, _, _ = f.do("POST", "/v1/orders", "ord-1", `{"amount": 9900, "currency": "USD", "sku": "pen"}`)
+	assert.Equal(t, http.StatusUnprocessableEntity, status, "a key names one order")
+	got := f.get(o.ID)
+	assert.Equal(t, o, got)
+	assert.Equal(t, 1, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+}
+
+// TestOrderAuthorizationTimeoutIsVisibleThenReconciled: while the
+// authorization's outcome is unknown the order reads "authorizing" and
+// "reconciling"; once the reconciler has found the charge and the order
+// is resumed, it is confirmed, charged once.
+func TestOrderAuthorizationTimeoutIsVisibleThenReconciled(t *testing.T) {
+	f := newOrders(t)
+	f.fault = ErrProviderTimeout
+	status, _, body := f.do("POST", "/v1/orders", "ord-2", pen)
+	require.Equal(t, http.StatusAccepted, status, body)
+	o := decodeOrder(t, body)
+	assert.Equal(t, "authorizing", o.Status)
+	assert.True(t, o.Reconciling)
+	got := f.get(o.ID)
+	assert.Equal(t, "authorizing", got.Status)
+
+	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Clock: f.clock,
+		Handles: func(rec idemkv.Record) bool { return !f.svc.Orders().Owns(rec) }})
+	require.NoError(t, err)
+	require.NoError(t, w.Pass(context.Background()))
+	require.Equal(t, int64(1), w.Stats().Applied)
+	got = f.get(o.ID)
+	assert.Equal(t, "confirming", got.Status, "authorized; confirmed at the next resume")
+	assert.False(t, got.Reconciling)
+
+	f.clock.Advance(31 * time.Second)
+	n, err := f.svc.Orders().Resume(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	got = f.get(o.ID)
+	assert.Equal(t, "confirmed", got.Status)
+	assert.Equal(t, 1, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+}
+
+func TestDeclinedOrderReleasesItsReservation(t *testing.T) {
+	f := newOrders(t)
+	f.fault = ErrDeclined
+	status, _, body := f.do("POST", "/v1/orders", "ord-3", pen)
+	require.Equal(t, http.StatusCreated, status, body)
+	o := decodeOrder(t, body)
+	assert.Equal(t, "declined", o.Status)
+	row, err := f.eng.GetData(orderRowKey("acct_1", o.ID))
+	require.NoError(t, err)
+	assert.Equal(t, "released", string(row))
+	assert.Zero(t, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+}
+
+func TestOrderBadInput(t *testing.T) {
+	f := newOrders(t)
+	for _, tc := range []struct {
+		key, body string
+		status    int
+	}{
+		{"", pen, http.StatusBadRequest},
+		{"k", `{`, http.StatusBadRequest},
+		{"k", `{"amount": 1200, "currency": "USD", "sku": "pen", "x": 1}`, http.StatusBadRequest},
+		{"k", `{"amount": 0, "currency": "USD", "sku": "pen"}`, http.StatusUnprocessableEntity},
+		{"k", `{"amount": 1, "currency": "usd", "sku": "pen"}`, http.StatusUnprocessableEntity},
+		{"k", `{"amount": 1, "currency": "USD", "sku": ""}`, http.StatusUnprocessableEntity},
+	} {
+		status, h, body := f.do("POST", "/v1/orders", tc.key, tc.body)
+		assert.Equal(t, tc.status, status, "%s %s: %s", tc.key, tc.body, body)
+		assert.Equal(t, "application/problem+json", h.Get("Content-Type"))
+	}
+	status, _, _ := f.do("GET", "/v1/orders/ord_missing", "", "")
+	assert.Equal(t, http.StatusNotFound, status)
+	status, _, _ = f.do("GET", "/v1/orders/nope", "", "")
+	assert.Equal(t, http.StatusNotFound, status)
+	// Another account's order is not found.
+	_, _, body := f.do("POST", "/v1/orders", "ord-4", pen)
+	o := decodeOrder(t, body)
+	req, _ := http.NewRequest("GET", f.srv.URL+"/v1/orders/"+o.ID, nil)
+	req.Header.Set("Authorization", "Bearer acct_2")
+	resp, err := f.srv.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.Equal(t, 1, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+}
