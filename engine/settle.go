@@ -184,18 +184,12 @@ func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (id
 // one: its holder, if it is still running, is fenced off, as it would be
 // by a takeover.
 func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err error) {
-	if err := req.ID.Validate(); err != nil {
-		return err
-	}
 	if !req.NoEffect {
 		if err := e.validateResult(&req.Result); err != nil {
 			return err
 		}
 	}
-	if err := validateNote(req.Note); err != nil {
-		return err
-	}
-	if err := e.writable(); err != nil {
+	if err := e.validateSettle(req.ID, req.Note); err != nil {
 		return err
 	}
 	if err := e.gate.begin(ctx); err != nil {
@@ -208,14 +202,12 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err er
 			return err
 		}
 	}
-	k := appendRecordKey(nil, req.ID)
-	st := e.table.stripe(k)
-	now := e.clock.Now()
-	cur, s, err := e.settleable(ctx, st, k, req.ID, req.Token, now)
+	w, err := e.beginSettle(ctx, req.ID, req.Token)
 	if err != nil {
 		return err
 	}
-	defer e.abandonOnPanic(s, &err)
+	cur, now := w.cur, w.now
+	defer e.abandonOnPanic(w.s, &err)
 	e.counters.resolved.Add(1)
 	b := e.db.NewBatch()
 	if req.NoEffect {
@@ -223,7 +215,7 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err er
 		// as ending now, rounded down so that the stamp is already past
 		// (AppendStamp rounds up).
 		fx.writeTo(b, cur.Token, time.Unix(now.Unix(), 0))
-		return e.commitRecord(st, k, s, &cur, nil, b)
+		return e.commitRecord(w.st, w.k, w.s, &cur, nil, b)
 	}
 	done := cur
 	done.State = idemkv.StateCompleted
@@ -233,32 +225,24 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err er
 	done.Expires = e.expiresAt(now, done.Class)
 	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	return e.commitRecord(st, k, s, &cur, &done, b)
+	return e.commitRecord(w.st, w.k, w.s, &cur, &done, b)
 }
 
 // Escalate implements idemkv.Store.
 func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err error) {
-	if err := req.ID.Validate(); err != nil {
-		return err
-	}
-	if err := validateNote(req.Note); err != nil {
-		return err
-	}
-	if err := e.writable(); err != nil {
+	if err := e.validateSettle(req.ID, req.Note); err != nil {
 		return err
 	}
 	if err := e.gate.begin(ctx); err != nil {
 		return err
 	}
 	defer e.gate.exit()
-	k := appendRecordKey(nil, req.ID)
-	st := e.table.stripe(k)
-	now := e.clock.Now()
-	cur, s, err := e.settleable(ctx, st, k, req.ID, req.Token, now)
+	w, err := e.beginSettle(ctx, req.ID, req.Token)
 	if err != nil {
 		return err
 	}
-	defer e.abandonOnPanic(s, &err)
+	cur, now := w.cur, w.now
+	defer e.abandonOnPanic(w.s, &err)
 	e.counters.escalated.Add(1)
 	esc := cur
 	esc.State = idemkv.StateUncertain
@@ -268,14 +252,39 @@ func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err 
 	if cur.State != idemkv.StateUncertain {
 		esc.Expires = e.expiresAt(now, esc.Class)
 	}
-	return e.commitRecord(st, k, s, &cur, &esc, nil)
+	return e.commitRecord(w.st, w.k, w.s, &cur, &esc, nil)
 }
 
-func validateNote(note string) error {
+// validateSettle checks the arguments every settling write shares, and
+// that the store may be written.
+func (e *Engine) validateSettle(id idemkv.ID, note string) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
 	if len(note) > idemkv.MaxNoteLen {
 		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
 	}
-	return nil
+	return e.writable()
+}
+
+// settlingWrite is a record marked busy for a settling write: where it
+// is, its slot, the record it replaces and the time it was found so.
+type settlingWrite struct {
+	st  *stripe
+	k   []byte
+	s   *slot
+	cur idemkv.Record
+	now time.Time
+}
+
+// beginSettle finds id's record settleable under token and marks it busy
+// (settleableLocked); the caller must end the write with commitRecord.
+func (e *Engine) beginSettle(ctx context.Context, id idemkv.ID, token uint64) (settlingWrite, error) {
+	w := settlingWrite{k: appendRecordKey(nil, id), now: e.clock.Now()}
+	w.st = e.table.stripe(w.k)
+	var err error
+	w.cur, w.s, err = e.settleable(ctx, w.st, w.k, id, token, w.now)
+	return w, err
 }
 
 // held is a holder's key marked busy for its write: where it is, its slot,

@@ -233,18 +233,10 @@ func linStepHolder(st linState, in linInput, out linOutput) (bool, linState) {
 // ErrWrongState on a held remote record is taken as having found its
 // lease live.
 func linStepResolve(st linState, in linInput, out linOutput) (bool, linState) {
-	switch {
-	case st.Phase == linAbsent:
-		return out.Err == linNotFound, st
-	case st.Phase == linHeld && st.Mode == idemkv.ModeRemote && out.Err == linWrongState:
-		return true, st
-	case st.Phase == linCompleted, st.Phase == linHeld && st.Mode != idemkv.ModeRemote:
-		return out.Err == linWrongState, st
-	case in.Token != st.Token:
-		return out.Err == linFenced, st
-	case out.Err != linOK:
-		return false, st
-	case in.NoEffect:
+	if decided, ok := linSettleRefused(st, in, out); decided {
+		return ok, st
+	}
+	if in.NoEffect {
 		return true, linState{MaxToken: st.MaxToken}
 	}
 	return true, linState{Phase: linCompleted, FP: st.FP, Token: st.Token, Result: in.Result, MaxToken: st.MaxToken}
@@ -254,19 +246,29 @@ func linStepResolve(st linState, in linInput, out linOutput) (bool, linState) {
 // are a Resolve's; an escalated record is uncertain to every claim and
 // read, so the model keeps it uncertain.
 func linStepEscalate(st linState, in linInput, out linOutput) (bool, linState) {
-	switch {
-	case st.Phase == linAbsent:
-		return out.Err == linNotFound, st
-	case st.Phase == linHeld && st.Mode == idemkv.ModeRemote && out.Err == linWrongState:
-		return true, st
-	case st.Phase == linCompleted, st.Phase == linHeld && st.Mode != idemkv.ModeRemote:
-		return out.Err == linWrongState, st
-	case in.Token != st.Token:
-		return out.Err == linFenced, st
-	case out.Err != linOK:
-		return false, st
+	if decided, ok := linSettleRefused(st, in, out); decided {
+		return ok, st
 	}
 	return true, linState{Phase: linUncertain, FP: st.FP, Token: st.Token, MaxToken: st.MaxToken}
+}
+
+// linSettleRefused judges a Resolve or Escalate that may not settle st:
+// decided says it was refused (or had to be), ok whether its answer was
+// the one the refusal calls for. Not decided: it settled, and ok.
+func linSettleRefused(st linState, in linInput, out linOutput) (decided, ok bool) {
+	switch {
+	case st.Phase == linAbsent:
+		return true, out.Err == linNotFound
+	case st.Phase == linHeld && st.Mode == idemkv.ModeRemote && out.Err == linWrongState:
+		return true, true
+	case st.Phase == linCompleted, st.Phase == linHeld && st.Mode != idemkv.ModeRemote:
+		return true, out.Err == linWrongState
+	case in.Token != st.Token:
+		return true, out.Err == linFenced
+	case out.Err != linOK:
+		return true, false
+	}
+	return false, true
 }
 
 func linStepGet(st linState, out linOutput) (bool, linState) {

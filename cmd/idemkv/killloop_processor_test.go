@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,19 +36,7 @@ func TestServeProcessorKillLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills processes for several seconds")
 	}
-	cycles := 5
-	if s := os.Getenv(processorKillCyclesEnv); s != "" {
-		n, err := strconv.Atoi(s)
-		require.NoError(t, err)
-		cycles = n
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(killSeedEnv); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err)
-		seed = n
-	}
-	t.Logf("seed %d (rerun with %s=%d)", seed, killSeedEnv, seed)
+	cycles, seed := killKnobs(t, processorKillCyclesEnv)
 	rng := rand.New(rand.NewPCG(seed, 0x70726f63))
 
 	pln, err := net.Listen("tcp", "127.0.0.1:0")

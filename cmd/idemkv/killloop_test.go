@@ -42,19 +42,7 @@ func TestServeKillLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills processes for several seconds")
 	}
-	cycles := 5
-	if s := os.Getenv(killCyclesEnv); s != "" {
-		n, err := strconv.Atoi(s)
-		require.NoError(t, err)
-		cycles = n
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(killSeedEnv); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err)
-		seed = n
-	}
-	t.Logf("seed %d (rerun with %s=%d)", seed, killSeedEnv, seed)
+	cycles, seed := killKnobs(t, killCyclesEnv)
 	rng := rand.New(rand.NewPCG(seed, 0x6b696c6c))
 	dir := t.TempDir()
 
@@ -160,6 +148,25 @@ func countPayments(t *testing.T, hc *http.Client, url string, q *keyQueue, keys 
 	require.Len(t, q.acked, keys, "every key is answered in the end")
 	require.Equal(t, keys, total, "one payment per key")
 	return lost, doubled
+}
+
+// killKnobs reads a kill loop's cycles from cyclesEnv (default 5) and its
+// seed from IDEMKV_KILL_SEED (default: the clock), and logs the seed.
+func killKnobs(t *testing.T, cyclesEnv string) (cycles int, seed uint64) {
+	cycles = 5
+	if s := os.Getenv(cyclesEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err)
+		cycles = n
+	}
+	seed = uint64(time.Now().UnixNano())
+	if s := os.Getenv(killSeedEnv); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+		seed = n
+	}
+	t.Logf("seed %d (rerun with %s=%d)", seed, killSeedEnv, seed)
+	return cycles, seed
 }
 
 // served is a running "idemkv serve" child.
