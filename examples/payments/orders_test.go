@@ -25,18 +25,14 @@ type orderFixture struct {
 	eng   *engine.Engine
 	svc   *Service
 	srv   *httptest.Server
-	fault error
+	fault scriptedFault
 }
 
 func newOrders(t *testing.T) *orderFixture {
 	f := &orderFixture{t: t, clock: fakeclock.New(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))}
 	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: f.clock, NoBackgroundSweep: true})
 	require.NoError(t, err)
-	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Fault: func(context.Context, string) error {
-		err := f.fault
-		f.fault = nil
-		return err
-	}})
+	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Fault: f.fault.get})
 	svc, err := New(Config{Store: eng, Processor: p, Now: f.clock.Now})
 	require.NoError(t, err)
 	f.eng, f.svc, f.srv = eng, svc, httptest.NewServer(svc.Handler())
@@ -101,8 +97,9 @@ func TestOrderIsConfirmedOnce(t *testing.T) {
 // is resumed, it is confirmed, charged once.
 func TestOrderAuthorizationTimeoutIsVisibleThenReconciled(t *testing.T) {
 	f := newOrders(t)
-	f.fault = ErrProviderTimeout
+	f.fault.set(ErrProviderTimeout)
 	status, _, body := f.do("POST", "/v1/orders", "ord-2", pen)
+	f.fault.set(nil)
 	require.Equal(t, http.StatusAccepted, status, body)
 	o := decodeOrder(t, body)
 	assert.Equal(t, "authorizing", o.Status)
@@ -130,7 +127,7 @@ func TestOrderAuthorizationTimeoutIsVisibleThenReconciled(t *testing.T) {
 
 func TestDeclinedOrderReleasesItsReservation(t *testing.T) {
 	f := newOrders(t)
-	f.fault = ErrDeclined
+	f.fault.set(ErrDeclined)
 	status, _, body := f.do("POST", "/v1/orders", "ord-3", pen)
 	require.Equal(t, http.StatusCreated, status, body)
 	o := decodeOrder(t, body)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +18,32 @@ import (
 	"github.com/idemkv/idemkv/reconcile"
 )
 
+// scriptedFault is the fault the next charge requests meet; set it from
+// the test while the server's handlers read it.
+type scriptedFault struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *scriptedFault) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+func (f *scriptedFault) get(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
 // newProcessor runs an idemkv processor on loopback, with its own store,
-// faults chosen by *fault.
-func newProcessor(t *testing.T, fault *error) (*processor.Server, string) {
+// faults chosen by fault.
+func newProcessor(t *testing.T, fault *scriptedFault) (*processor.Server, string) {
 	t.Helper()
 	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(t, err)
-	s, err := processor.New(processor.Options{Store: e, Hold: time.Hour,
-		Fault: func(context.Context, string) error { return *fault }})
+	s, err := processor.New(processor.Options{Store: e, Hold: time.Hour, Fault: fault.get})
 	require.NoError(t, err)
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
@@ -39,7 +58,7 @@ func newProcessor(t *testing.T, fault *error) (*processor.Server, string) {
 // a lost answer map to the Processor contract's outcomes; only a 503 says
 // nothing was charged.
 func TestProcessorClientReadsAnswersConservatively(t *testing.T) {
-	var fault error
+	var fault scriptedFault
 	_, url := newProcessor(t, &fault)
 	pc, err := NewProcessorClient(url, 200*time.Millisecond, nil)
 	require.NoError(t, err)
@@ -53,13 +72,13 @@ func TestProcessorClientReadsAnswersConservatively(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, c.ID, again.ID, "deduplicated on the key")
 
-	fault = processor.ErrRefuse
+	fault.set(processor.ErrRefuse)
 	_, err = pc.Charge(ctx, ChargeRequest{Key: "k2", Amount: 1, Currency: "USD"})
 	assert.ErrorIs(t, err, ErrProviderUnavailable)
-	fault = processor.ErrTimeout
+	fault.set(processor.ErrTimeout)
 	_, err = pc.Charge(ctx, ChargeRequest{Key: "k3", Amount: 1, Currency: "USD"})
 	assert.ErrorIs(t, err, ErrProviderTimeout)
-	fault = nil
+	fault.set(nil)
 
 	found, ok, err := pc.Lookup(ctx, "k3")
 	require.NoError(t, err)
@@ -108,7 +127,8 @@ func TestProcessorClientRefusesMalformedAnswers(t *testing.T) {
 // processor over loopback; a charge whose answer is lost is reconciled by
 // asking the processor, and the payment is charged once.
 func TestPaymentsOverAnHTTPProcessor(t *testing.T) {
-	fault := processor.ErrTimeout
+	var fault scriptedFault
+	fault.set(processor.ErrTimeout)
 	ps, url := newProcessor(t, &fault)
 	pc, err := NewProcessorClient(url, 200*time.Millisecond, nil)
 	require.NoError(t, err)
@@ -122,7 +142,7 @@ func TestPaymentsOverAnHTTPProcessor(t *testing.T) {
 	f := &svcFixture{t: t, eng: eng, srv: srv, svc: svc}
 
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
-	fault = nil
+	fault.set(nil)
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusConflict, httpidem.ProblemReconciling)
 	w, err := reconcile.New(eng, svc, nil)
 	require.NoError(t, err)
