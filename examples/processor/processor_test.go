@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,21 +108,33 @@ func TestChargesAreDeduplicatedAndOutliveARestart(t *testing.T) {
 // TestFaults: a refusal charges nothing; a timeout charges, commits, and
 // answers 504 after the hold.
 func TestFaults(t *testing.T) {
-	var fault error
-	f := newFixture(t, Options{Hold: time.Millisecond, Fault: func(context.Context, string) error { return fault }})
-	fault = ErrRefuse
+	var (
+		mu    sync.Mutex
+		fault error
+	)
+	setFault := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fault = err
+	}
+	f := newFixture(t, Options{Hold: time.Millisecond, Fault: func(context.Context, string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return fault
+	}})
+	setFault(ErrRefuse)
 	status, h, _ := f.do("POST", "/v1/charges", "k1", charge)
 	assert.Equal(t, http.StatusServiceUnavailable, status)
 	assert.NotEmpty(t, h.Get("Retry-After"))
 	status, _, _ = f.do("GET", "/v1/charges/k1", "", "")
 	assert.Equal(t, http.StatusNotFound, status, "refused before charging")
 
-	fault = ErrTimeout
+	setFault(ErrTimeout)
 	status, _, _ = f.do("POST", "/v1/charges", "k1", charge)
 	assert.Equal(t, http.StatusGatewayTimeout, status)
 	status, _, _ = f.do("GET", "/v1/charges/k1", "", "")
 	assert.Equal(t, http.StatusOK, status, "charged before the answer was lost")
-	fault = nil
+	setFault(nil)
 	status, h, _ = f.do("POST", "/v1/charges", "k1", charge)
 	assert.Equal(t, http.StatusCreated, status)
 	assert.Equal(t, "true", h.Get("Idempotent-Replayed"), "the retry finds the charge the timeout made")
