@@ -76,6 +76,7 @@ var scenarios = []scenario{
 	{"Crash after the effect, before the response", (*demo).crashAfterEffect},
 	{"Lease expiry: a stalled request is fenced off", (*demo).staleHolderFenced},
 	{"Processor timeout: uncertain, never charged twice, then reconciled", (*demo).providerTimeout},
+	{"The client's half: a library that keys and retries", (*demo).clientLibrary},
 	{"Order saga: the authorization times out, and is reconciled", (*demo).sagaTimeout},
 	{"Order saga: a declined card releases the reservation", (*demo).sagaDeclined},
 }

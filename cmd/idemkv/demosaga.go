@@ -74,7 +74,7 @@ func (d *demo) order(id string) string {
 	return string(v)
 }
 
-// 7. An order's authorization times out: the order waits, visibly, until
+// 8. An order's authorization times out: the order waits, visibly, until
 // the reconciler finds the charge; then it goes on and is confirmed.
 func (d *demo) sagaTimeout(ctx context.Context) error {
 	r, err := d.orderRunner()
@@ -119,7 +119,7 @@ func (d *demo) sagaTimeout(ctx context.Context) error {
 	return nil
 }
 
-// 8. An order's card is declined: the reservation is released, and the
+// 9. An order's card is declined: the reservation is released, and the
 // order ends compensated.
 func (d *demo) sagaDeclined(ctx context.Context) error {
 	r, err := d.orderRunner()

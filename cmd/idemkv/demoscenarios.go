@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/client"
+	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/httpidem"
 )
 
@@ -304,5 +309,48 @@ func (d *demo) providerTimeout(ctx context.Context) error {
 		return err
 	}
 	d.say("client", "retries: %d, the payment %s, replayed", final.status, pay.ID)
+	return d.checkCharged(ctx, key, p0, pay)
+}
+
+// 7. The client's half: a client library (package client) keys the
+// request itself and retries it, with the same key, through a refusal and
+// a lost response; one charge, and the caller is told it got a replay.
+func (d *demo) clientLibrary(ctx context.Context) error {
+	key, p0 := newKey(), d.proc.Stats()
+	d.script.arm(func(context.Context) error {
+		d.lose.Store(true) // the next attempt's answer is lost
+		return payments.ErrProviderUnavailable
+	})
+	d.say("processor", "will refuse the next call (nothing charged), and the network will lose the answer after it")
+	hc := client.New(&http.Transport{DisableKeepAlives: true}, &client.Options{
+		MaxAttempts: 4, MaxInterval: 50 * time.Millisecond, NewKey: func() string { return key }})
+	req, err := http.NewRequestWithContext(ctx, "POST", d.url+"/v1/payments", strings.NewReader(demoBody))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+d.account)
+	d.say("client", "POST through package client, with no Idempotency-Key of its own")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-d.lost: // the answer the network lost
+	default:
+		return errors.New("no answer was lost: the scenario did not play as scripted")
+	}
+	r := reply{status: resp.StatusCode, header: resp.Header, body: body}
+	pay, err := created(r, true, "the library's answer")
+	if err != nil {
+		return err
+	}
+	d.say("library", "gave it key %s; attempt 1: 503 (its Retry-After capped at 50 ms for the demo); attempt 2: charged, answer lost;", key)
+	d.say("", "attempt 3, same key: 201 %s, and client.Replayed says it is a replay: %v", pay.ID, client.Replayed(resp))
+	d.say("why", "the key is the client's identity for one intent: minted once, kept across every retry")
 	return d.checkCharged(ctx, key, p0, pay)
 }
