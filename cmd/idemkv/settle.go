@@ -31,7 +31,7 @@ func init() {
 	})
 	register(&command{
 		name:    "resolve",
-		args:    "--data DIR --tenant T --endpoint E --key K (--status N [--pointer P] [--body-file F] [--content-type T] | --no-effect) --note TEXT",
+		args:    "--data DIR --tenant T --endpoint E --key K (--applied [--status N] [--pointer P] [--body-file F] [--content-type T] | --no-effect) --note TEXT [--token N]",
 		summary: "settle an uncertain, abandoned or escalated record by hand, in a store no process has open; the note is kept on the record and in DIR/audit.log",
 		flags:   resolveFlags,
 	})
@@ -138,6 +138,7 @@ type resolveConfig struct {
 	pointer          string
 	bodyFile         string
 	contentType      string
+	applied          bool
 	noEffect         bool
 	note             string
 	expectTokenValue uint64
@@ -149,7 +150,8 @@ func resolveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.id.Tenant, "tenant", "", "the record's tenant")
 	fs.StringVar(&c.id.Endpoint, "endpoint", "", "the record's endpoint, for example \"POST /v1/payments\"")
 	fs.StringVar(&c.id.Key, "key", "", "the record's idempotency key")
-	fs.IntVar(&c.status, "status", 0, "the operation happened: store this HTTP `STATUS` as its outcome, replayed to every retry")
+	fs.BoolVar(&c.applied, "applied", false, "the operation happened: store --status (default 200) as its outcome, replayed to every retry")
+	fs.IntVar(&c.status, "status", 0, "with --applied (which it implies): the HTTP `STATUS` to store")
 	fs.StringVar(&c.pointer, "pointer", "", "with --status: the object the operation created, for example /v1/payments/pay_42")
 	fs.StringVar(&c.bodyFile, "body-file", "", "with --status: replay the contents of `FILE` as the response body")
 	fs.StringVar(&c.contentType, "content-type", "application/json", "with --body-file: the body's Content-Type")
@@ -170,17 +172,23 @@ func resolveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 }
 
 func (c *resolveConfig) validate() error {
+	if c.status != 0 {
+		c.applied = true
+	}
+	if c.applied && c.status == 0 {
+		c.status = http.StatusOK
+	}
 	switch {
 	case c.dir == "":
 		return errors.New("--data is required")
 	case c.id.Validate() != nil:
 		return fmt.Errorf("--tenant, --endpoint and --key: %w", c.id.Validate())
-	case c.noEffect == (c.status != 0):
-		return errors.New("give exactly one of --status N (it happened) and --no-effect (it did not)")
+	case c.noEffect == c.applied:
+		return errors.New("give exactly one of --applied (it happened; --status N, default 200) and --no-effect (it did not)")
 	case c.status != 0 && (c.status < 100 || c.status > 599):
 		return fmt.Errorf("--status %d: not an HTTP status", c.status)
 	case c.noEffect && (c.pointer != "" || c.bodyFile != ""):
-		return errors.New("--pointer and --body-file go with --status, not --no-effect")
+		return errors.New("--pointer and --body-file go with --applied, not --no-effect")
 	case strings.TrimSpace(c.note) == "":
 		return errors.New("--note is required: say who settles the record and why")
 	case len(c.note) > idemkv.MaxNoteLen:

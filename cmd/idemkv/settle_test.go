@@ -57,6 +57,7 @@ func TestPendingAndResolve(t *testing.T) {
 		{"resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "gave-up", "--status", "201"}, // no note
 		{"resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "gave-up", "--note", "x"},     // no outcome
 		{"resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "gave-up", "--status", "201", "--no-effect", "--note", "x"},
+		{"resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "gave-up", "--applied", "--no-effect", "--note", "x"},
 		{"resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "gave-up", "--status", "42", "--note", "x"},
 		{"resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "", "--no-effect", "--note", "x"},
 	} {
@@ -68,7 +69,7 @@ func TestPendingAndResolve(t *testing.T) {
 	require.NotEqual(t, exitOK, code, "a token that is not the record's")
 	assert.Contains(t, out, "fenced")
 	code, out = cmd("resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "gave-up",
-		"--status", "201", "--pointer", "/v1/payments/pay_1", "--note", "ops (ana): charge ch_9 seen in the processor's dashboard")
+		"--applied", "--status", "201", "--pointer", "/v1/payments/pay_1", "--note", "ops (ana): charge ch_9 seen in the processor's dashboard")
 	require.Equal(t, exitOK, code, out)
 	code, out = cmd("resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "timed-out",
 		"--no-effect", "--note", "ops (ana): no charge at the processor")
