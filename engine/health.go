@@ -57,21 +57,26 @@ func (h *health) failed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.mu.errors++
-	if h.mu.err == nil {
+	first := h.mu.err == nil
+	if first {
 		h.mu.since = h.now()
-		h.logf("idemkv: store unhealthy, refusing new claims until Pebble's background work succeeds: %v", err)
 	}
 	h.mu.err = err
 	h.sick.Store(true)
+	// Logged once the state is set: whoever reads the line finds the
+	// store refusing claims already.
+	if first {
+		h.logf("idemkv: store unhealthy, refusing new claims until Pebble's background work succeeds: %v", err)
+	}
 }
 
 func (h *health) recovered() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.mu.err != nil {
-		h.logf("idemkv: store healthy again after %d background errors since %s", h.mu.errors, h.mu.since.Format(time.RFC3339))
 		h.mu.err = nil
 		h.sick.Store(false)
+		h.logf("idemkv: store healthy again after %d background errors since %s", h.mu.errors, h.mu.since.Format(time.RFC3339))
 	}
 }
 
