@@ -168,16 +168,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	ln = cl.Listener(ln)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	eo := o.EnsureDefaults()
-	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d; caches %d+%d MiB%s)\n",
-		ln.Addr(), c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice, eo.ReplayCacheSize>>20, eo.CacheSize>>20, limitNote(memLimit))
-	if c.processorURL != "" {
-		fmt.Fprintf(stdout, "idemkv: charging the card processor at %s (calls give up after %v)\n", c.processorURL, c.processorTimeout)
-	}
-	if keys == nil {
-		fmt.Fprintln(stdout, "idemkv: demo mode: any bearer token is taken as its account (give --api-keys FILE to authenticate)")
-	}
-	fmt.Fprintf(stdout, "try: curl -si -X POST http://%s/v1/payments -H 'Authorization: Bearer acct_1' -H 'Idempotency-Key: order-1' -d '{\"amount\":5000,\"currency\":\"USD\",\"card\":\"tok_123\"}'\n", ln.Addr())
+	c.banner(stdout, ln.Addr(), maxConns, o.EnsureDefaults(), limitNote(memLimit), keys == nil)
 	if c.metricsLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", svc.MetricsHandler())
@@ -193,8 +184,6 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		return err
 	}
 	defer stopReconciler()
-	fmt.Fprintf(stdout, "idemkv: reconciling uncertain payments every %v (escalated after %d unknown answers or %v; list them with idemkv pending --escalated)\n",
-		c.reconcile.Interval, c.reconcile.MaxAttempts, c.reconcile.MaxAge)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err = <-errc: // a listener failed: stop the other too
@@ -210,6 +199,22 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	}
 	stopReconciler()
 	return errors.Join(err, e.Close())
+}
+
+// banner prints what serve runs: where, with what limits and caches, the
+// processor, demo mode, a first request to try, and the reconciler.
+func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, maxConns int, eo *engine.Options, memNote string, demo bool) {
+	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d; caches %d+%d MiB%s)\n",
+		addr, c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice, eo.ReplayCacheSize>>20, eo.CacheSize>>20, memNote)
+	if c.processorURL != "" {
+		fmt.Fprintf(stdout, "idemkv: charging the card processor at %s (calls give up after %v)\n", c.processorURL, c.processorTimeout)
+	}
+	if demo {
+		fmt.Fprintln(stdout, "idemkv: demo mode: any bearer token is taken as its account (give --api-keys FILE to authenticate)")
+	}
+	fmt.Fprintf(stdout, "try: curl -si -X POST http://%s/v1/payments -H 'Authorization: Bearer acct_1' -H 'Idempotency-Key: order-1' -d '{\"amount\":5000,\"currency\":\"USD\",\"card\":\"tok_123\"}'\n", addr)
+	fmt.Fprintf(stdout, "idemkv: reconciling uncertain payments every %v (escalated after %d unknown answers or %v; list them with idemkv pending --escalated)\n",
+		c.reconcile.Interval, c.reconcile.MaxAttempts, c.reconcile.MaxAge)
 }
 
 // startReconciler runs a reconcile.Worker that settles the service's

@@ -161,31 +161,9 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 // Its ID is left empty.
 func Decode(b []byte) (idemkv.Record, error) {
 	d := decoder{b: b}
-	var r idemkv.Record
-	ext, err := d.version()
+	r, ext, head, err := d.head()
 	if err != nil {
-		return r, err
-	}
-	head := d.byte()
-	if d.err != nil {
-		return idemkv.Record{}, d.err
-	}
-	r.State = idemkv.State(head & stateMask)
-	if r.State < idemkv.StateInProgress || r.State > idemkv.StateCompleted {
-		return idemkv.Record{}, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
-	}
-	switch {
-	case ext&extEscalated != 0 && r.State != idemkv.StateUncertain:
-		return idemkv.Record{}, fmt.Errorf("%w: escalated %s record", ErrCorrupt, r.State)
-	case ext&extNote != 0 && r.State != idemkv.StateCompleted:
-		return idemkv.Record{}, fmt.Errorf("%w: audit note on a %s record", ErrCorrupt, r.State)
-	}
-	r.Escalated = ext&extEscalated != 0
-	if head&^knownHead != 0 {
-		return idemkv.Record{}, fmt.Errorf("%w: unknown head bits %#x", ErrCorrupt, head)
-	}
-	if head&(headBody|headEffects) != 0 && r.State != idemkv.StateCompleted {
-		return idemkv.Record{}, fmt.Errorf("%w: body or effects on a %s record", ErrCorrupt, r.State)
+		return idemkv.Record{}, err
 	}
 	if head&headRemote != 0 {
 		r.Mode = idemkv.ModeRemote
@@ -266,6 +244,33 @@ func Decode(b []byte) (idemkv.Record, error) {
 		return idemkv.Record{}, d.err
 	}
 	return r, nil
+}
+
+// head reads the version, the extension byte and the head byte, checks
+// them against each other, and returns the record they begin.
+func (d *decoder) head() (r idemkv.Record, ext, head byte, err error) {
+	if ext, err = d.version(); err != nil {
+		return r, 0, 0, err
+	}
+	head = d.byte()
+	if d.err != nil {
+		return r, 0, 0, d.err
+	}
+	r.State = idemkv.State(head & stateMask)
+	switch {
+	case r.State < idemkv.StateInProgress || r.State > idemkv.StateCompleted:
+		return r, 0, 0, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
+	case ext&extEscalated != 0 && r.State != idemkv.StateUncertain:
+		return r, 0, 0, fmt.Errorf("%w: escalated %s record", ErrCorrupt, r.State)
+	case ext&extNote != 0 && r.State != idemkv.StateCompleted:
+		return r, 0, 0, fmt.Errorf("%w: audit note on a %s record", ErrCorrupt, r.State)
+	case head&^knownHead != 0:
+		return r, 0, 0, fmt.Errorf("%w: unknown head bits %#x", ErrCorrupt, head)
+	case head&(headBody|headEffects) != 0 && r.State != idemkv.StateCompleted:
+		return r, 0, 0, fmt.Errorf("%w: body or effects on a %s record", ErrCorrupt, r.State)
+	}
+	r.Escalated = ext&extEscalated != 0
+	return r, ext, head, nil
 }
 
 // Peek returns the state and expiry of an encoded record without decoding
