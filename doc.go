@@ -56,6 +56,19 @@
 // request says the downstream deduplicates on the OperationID) or turns the
 // record into [StateUncertain] for reconciliation.
 //
+// # Settling what is unknown
+//
+// An uncertain record, or an abandoned one (a remote record in progress
+// whose lease has run out: its holder is presumed gone), waits for a
+// reconciler. [Store.List] pages through them, oldest first, from an index
+// the store keeps in the same commit as each record; the reconciler asks
+// the downstream about the record's [OperationID] (or a key derived from it
+// per step, [OperationID.StepKey]) and settles it with [Store.Resolve], a
+// compare-and-set on the token it listed, so a late holder or a second
+// reconciler never settles it twice. One it gives up on goes to
+// [Store.Escalate]: still uncertain, listed apart, left for an operator.
+// Package reconcile is such a reconciler, on this contract alone.
+//
 // # Caveats
 //
 // A key protects a request only for its retention class's window (chosen
