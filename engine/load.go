@@ -173,6 +173,13 @@ func (l *loader) fill(rec *idemkv.Record) error {
 		rec.Expires = e.expiresAt(l.now, class)
 	}
 	rec.Expires = record.Seconds(rec.Expires)
+	if rec.Created.After(rec.Expires) || rec.Created.Unix() < 0 {
+		// The codec keeps creation as seconds before expiry: a record
+		// created after it expires would be read back with another
+		// creation, and its pending-index entry with it.
+		return fmt.Errorf("%w: created %v, after its expiry %v or before 1970", idemkv.ErrInvalidArgument, rec.Created, rec.Expires)
+	}
+	rec.Created = rec.Created.Truncate(time.Second)
 	return nil
 }
 

@@ -129,6 +129,8 @@ func TestLoadRefuses(t *testing.T) {
 		"no state":                {ID: id("d"), Fingerprint: fpA},
 		"no fingerprint":          {ID: id("e"), State: idemkv.StateCompleted},
 		"bad result":              {ID: id("f"), State: idemkv.StateCompleted, Fingerprint: fpA, Result: idemkv.Result{Status: -1}},
+		"created after expiry": {ID: id("g"), State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: fpA,
+			Expires: t0.Add(-time.Hour)}, // Created defaults to now
 	} {
 		_, err := Load(ctx, dir, loadOpts(clock), one(r))
 		require.Error(t, err, name)

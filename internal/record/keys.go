@@ -28,7 +28,8 @@ import (
 //	             record key without its namespace byte
 //	0x05 pending an index of the records that may need settling, written
 //	             in the same batch as the record it stands for (see
-//	             AppendPendingKey); the value is empty
+//	             AppendPendingKey); the value is the record's state, one
+//	             byte
 //
 // Reserved for later capabilities: 0x06 outbox.
 //
