@@ -56,4 +56,7 @@
 //     limit; keep them small (an authorization id).
 //   - A saga is resumed only when Resume (or Start with its id) runs:
 //     call Resume periodically, as serve runs its reconciler.
+//   - Its records are kept for their retention class (Options.Retention;
+//     the store's default, 24 h, otherwise): a saga must end within it.
+//     One still open when its input expires is escalated by Resume.
 package saga

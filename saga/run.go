@@ -17,7 +17,8 @@ import (
 func (r *Runner) Start(ctx context.Context, tenant, id string, input []byte) (Status, error) {
 	// The input is stored before the saga record, so that a runner that
 	// takes the saga over always finds it.
-	c, err := r.store.Claim(ctx, idemkv.ClaimRequest{ID: r.id(tenant, id, "input"), Fingerprint: fingerprint(input), Mode: idemkv.ModeLocal})
+	c, err := r.store.Claim(ctx, idemkv.ClaimRequest{ID: r.id(tenant, id, "input"), Fingerprint: fingerprint(input),
+		Mode: idemkv.ModeLocal, Retention: r.o.Retention})
 	if err != nil {
 		return Status{}, err
 	}
@@ -36,10 +37,13 @@ func (r *Runner) Start(ctx context.Context, tenant, id string, input []byte) (St
 
 // Resume takes over the sagas of this definition whose runner went away
 // (their lease ran out), and runs each as Start does. It returns how many
-// it took over.
+// it took over, and the errors of those it could not, after trying every
+// one. A saga whose input its store no longer holds (it stayed open past
+// its records' retention) is escalated, for an operator.
 func (r *Runner) Resume(ctx context.Context) (int, error) {
 	req := idemkv.ListRequest{Limit: 1000}
 	n := 0
+	var errs error
 	for {
 		page, err := r.store.List(ctx, req)
 		if err != nil {
@@ -49,26 +53,43 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 			if !r.Owns(rec) || rec.State != idemkv.StateInProgress {
 				continue
 			}
-			in, err := r.store.Get(ctx, r.id(rec.ID.Tenant, rec.ID.Key, "input"))
-			if err != nil {
-				return n, fmt.Errorf("saga: input of %q: %w", rec.ID.Key, err)
-			}
-			if _, err := r.run(ctx, rec.ID.Tenant, rec.ID.Key, in.Result.Body); err != nil {
-				return n, err
+			if err := r.resume(ctx, rec); err != nil {
+				if ctx.Err() != nil {
+					return n, errors.Join(errs, err)
+				}
+				errs = errors.Join(errs, err) // the others go on
+				continue
 			}
 			n++
 		}
 		if page.Next == "" {
-			return n, nil
+			return n, errs
 		}
 		req.After = page.Next
 	}
 }
 
+// resume takes over the abandoned saga record rec.
+func (r *Runner) resume(ctx context.Context, rec idemkv.Record) error {
+	in, err := r.store.Get(ctx, r.id(rec.ID.Tenant, rec.ID.Key, "input"))
+	if errors.Is(err, idemkv.ErrNotFound) {
+		note := "saga " + r.def.Name + ": its input has expired (the saga stayed open past its records' retention); settle it by hand"
+		if err := r.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note}); err != nil {
+			return fmt.Errorf("saga: %q: its input has expired, and escalating it failed: %w", rec.ID.Key, err)
+		}
+		return fmt.Errorf("saga: %q escalated: its input has expired", rec.ID.Key)
+	}
+	if err != nil {
+		return fmt.Errorf("saga: input of %q: %w", rec.ID.Key, err)
+	}
+	_, err = r.run(ctx, rec.ID.Tenant, rec.ID.Key, in.Result.Body)
+	return err
+}
+
 // run claims the saga record and drives the saga.
 func (r *Runner) run(ctx context.Context, tenant, id string, input []byte) (Status, error) {
 	c, err := r.store.Claim(ctx, idemkv.ClaimRequest{ID: r.id(tenant, id, ""), Fingerprint: fingerprint(input),
-		Mode: idemkv.ModeRemote, Resumable: true, Lease: r.o.Lease})
+		Mode: idemkv.ModeRemote, Resumable: true, Lease: r.o.Lease, Retention: r.o.Retention})
 	if err != nil {
 		return Status{}, err
 	}
@@ -177,13 +198,16 @@ func (d *driver) action(ctx context.Context, kind string, s Step) ([]byte, actio
 		mode = idemkv.ModeRemote
 	}
 	c, err := d.r.store.Claim(ctx, idemkv.ClaimRequest{ID: d.r.id(d.tenant, d.id, name), Fingerprint: stepFP,
-		Mode: mode, Resumable: true, Lease: d.r.o.Lease})
+		Mode: mode, Resumable: true, Lease: d.r.o.Lease, Retention: d.r.o.Retention})
 	if err != nil {
 		return nil, 0, err
 	}
 	switch c.Outcome {
 	case idemkv.Replay:
-		if c.Record.Result.Status == statusFailed {
+		// A failed status marks a Do that failed for good. Any other
+		// outcome, and any outcome of an Undo (an operator may settle an
+		// escalated one with another status), is done.
+		if kind == "do" && c.Record.Result.Status == statusFailed {
 			return c.Record.Result.Body, actionFailed, nil
 		}
 		return c.Record.Result.Body, actionDone, nil
@@ -223,6 +247,13 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 			return nil, actionWaiting, store.MarkUncertain(bg, l, clip(fmt.Sprintf("saga %s: %s: %v", d.r.def.Name, kind+" "+s.Name, err)))
 		case ctx.Err() != nil:
 			return nil, 0, errors.Join(ctx.Err(), store.Release(bg, l)) // a local action: nothing was written
+		case kind == "do" && s.Remote && l.Takeover() && !errors.Is(err, ErrPermanent) && attempt >= d.r.o.MaxAttempts:
+			// The runner before this one may have sent the step and
+			// crashed: its call may have landed. Failing the step would
+			// leave that effect undone; only the downstream can say.
+			note := clip(fmt.Sprintf("saga %s: %s taken over from attempt %d, then %d failed tries, the last: %v",
+				d.r.def.Name, s.Name, l.Attempt-1, attempt, err))
+			return nil, actionWaiting, store.MarkUncertain(bg, l, note)
 		case kind == "do" && (errors.Is(err, ErrPermanent) || attempt >= d.r.o.MaxAttempts):
 			why := err.Error()
 			if !errors.Is(err, ErrPermanent) {

@@ -89,6 +89,11 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// After waits between tries. Default: time.After. Tests inject it.
 	After func(time.Duration) <-chan time.Time
+	// Retention names the retention class of every record of a saga (its
+	// input, its recovery points, its outcome); "" is the store's default.
+	// A saga must end within it: a saga still waiting (on a reconciler,
+	// an operator) when its input expires is escalated by Resume.
+	Retention string
 }
 
 // Phase is where a saga stands.

@@ -362,7 +362,7 @@ func TestFailingUndoIsEscalated(t *testing.T) {
 	assert.Equal(t, "saga/order/undo/authorize", undo.ID.Endpoint)
 	assert.Contains(t, undo.Note, "processor down")
 
-	require.NoError(t, s.e.Resolve(ctx, idemkv.ResolveRequest{ID: undo.ID, Token: undo.Token, Result: saga.Done(nil),
+	require.NoError(t, s.e.Resolve(ctx, idemkv.ResolveRequest{ID: undo.ID, Token: undo.Token, Result: idemkv.Result{Status: 422}, // any status settles an undo
 		Note: "ops: voided by hand at the processor"}))
 	s.clock.Advance(lease)
 	n, err := r.Resume(ctx)
@@ -390,4 +390,61 @@ func TestBadDefinitions(t *testing.T) {
 	}
 	_, err := s.runner().Status(ctx, "acct_1", "never")
 	assert.ErrorIs(t, err, saga.ErrNotFound)
+}
+
+// TestTakenOverRemoteStepIsNeverFailedBlind: a runner that took a remote
+// step over from a crashed one, and then fails it transiently every time,
+// does not fail the step (the first runner's call may have landed): the
+// step waits for the reconciler.
+func TestTakenOverRemoteStepIsNeverFailedBlind(t *testing.T) {
+	s := newShop(t)
+	a, b := s.runner(), s.runner()
+	stuck := make(chan func())
+	s.block["authorize"] = stuck
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Start(ctx, "acct_1", "o9", nil)
+		done <- err
+	}()
+	busy := errors.New("processor busy")
+	stuck <- func() { // a is inside authorize, and stalls past its lease
+		s.mu.Lock()
+		delete(s.block, "authorize")
+		s.faults["authorize"] = []error{busy, busy, busy}
+		s.mu.Unlock()
+		s.clock.Advance(lease)
+		n, err := b.Resume(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		st, err := b.Status(ctx, "acct_1", "o9")
+		require.NoError(t, err)
+		assert.Equal(t, saga.Waiting, st.Phase, "out of tries after a takeover: unknown, not failed")
+		assert.Equal(t, "authorize", st.Step)
+		assert.Zero(t, s.count("unreserve"), "nothing is compensated on a guess")
+	}
+	<-done
+}
+
+// TestSagaOutlivingItsRecordsIsEscalated: a saga still waiting when its
+// input has expired is escalated by Resume, not re-run from nothing.
+func TestSagaOutlivingItsRecordsIsEscalated(t *testing.T) {
+	s := newShop(t)
+	s.faults["authorize"] = []error{saga.ErrUnknown}
+	r := s.runner()
+	st, err := r.Start(ctx, "acct_1", "o10", []byte("input"))
+	require.NoError(t, err)
+	require.Equal(t, saga.Waiting, st.Phase)
+	s.clock.Advance(25 * time.Hour)
+	n, err := r.Resume(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "escalated")
+	assert.Zero(t, n)
+	page, err := s.e.List(ctx, idemkv.ListRequest{Escalated: true})
+	require.NoError(t, err)
+	require.Len(t, page.Records, 1)
+	assert.Equal(t, "saga/order", page.Records[0].ID.Endpoint)
+	assert.Equal(t, 1, s.count("reserve"), "nothing ran again")
+	n, err = r.Resume(ctx)
+	require.NoError(t, err, "an escalated saga is left alone")
+	assert.Zero(t, n)
 }
