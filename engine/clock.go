@@ -158,6 +158,13 @@ func steadyReader(c idemkv.Clock) func() (time.Time, time.Duration) {
 	return func() (time.Time, time.Duration) { return c.Now(), time.Since(start) }
 }
 
+// Now returns engine time: the time leases, expiry and record timestamps
+// are read from (Options.Clock, checked against a steady clock; see
+// Options.ClockTolerance). A worker beside the engine that compares times
+// with its records (package reconcile) should read this clock: *Engine is
+// an idemkv.Clock.
+func (e *Engine) Now() time.Time { return e.clock.Now() }
+
 // Now returns engine time.
 func (c *engineClock) Now() time.Time {
 	if c.tolerance < 0 {

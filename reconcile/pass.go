@@ -16,7 +16,7 @@ import (
 // due: a record older than MaxAge is escalated; any other is asked about,
 // and resolved (Applied, NotApplied) or put back with backoff (Unknown),
 // or escalated after MaxAttempts. A remote record in progress is due only
-// Grace past its lease. Every write is a compare-and-set on the token the
+// Grace past its lease, an uncertain one Grace past its creation. Every write is a compare-and-set on the token the
 // listing read, so a record settled meanwhile (by its holder, another
 // worker or an operator) is left as it is. Pass returns an error if the
 // listing fails or ctx ends; the failures of single records are counted
@@ -85,9 +85,13 @@ func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error
 	}
 }
 
-// isDue reports whether rec is due at now.
+// isDue reports whether rec is due at now: an abandoned record Grace
+// past its lease, an uncertain one Grace past its creation (a downstream
+// call can still be on its way for that long), and neither in backoff.
 func (w *Worker) isDue(rec *idemkv.Record, now time.Time) bool {
-	if rec.State == idemkv.StateInProgress && now.Before(rec.LeaseExpires.Add(w.o.Grace)) {
+	switch {
+	case rec.State == idemkv.StateInProgress && now.Before(rec.LeaseExpires.Add(w.o.Grace)),
+		now.Before(rec.Created.Add(w.o.Grace)):
 		return false
 	}
 	w.mu.Lock()

@@ -77,15 +77,21 @@ func (f ReconcilerFunc) Reconcile(ctx context.Context, rec idemkv.Record) (Answe
 // Options configure a Worker. The zero value is usable with the defaults
 // below.
 type Options struct {
-	// Clock tells the time of backoff, grace and age. Default: time.Now.
-	// It should be the store's own clock.
+	// Clock tells the time of backoff, grace and age, compared with the
+	// records' times. Default: time.Now. It should be the store's own
+	// clock (an *engine.Engine is one), so that a step of the wall clock
+	// neither holds records back nor asks about them early.
 	Clock idemkv.Clock
 	// Interval is how often Run starts a pass. Default: 1 s.
 	Interval time.Duration
 	// Grace is how long past its lease a remote record in progress is left
-	// to its holder before the worker asks about it: a holder that is
+	// to its holder before the worker asks about it (a holder that is
 	// slow, not gone, finishes on its own, and a call it sent just before
-	// its lease ran out has landed by then. Default: 10 s.
+	// its lease ran out has landed by then), and how old an uncertain
+	// record must be before it is asked about (the call that timed out may
+	// still be on its way). Keep it above the downstream call's timeout: a
+	// NotApplied answered while the call is still in flight would let a
+	// retry run it again. Default: 10 s.
 	Grace time.Duration
 	// MinBackoff and MaxBackoff bound the wait before a record that got
 	// Unknown is asked about again: MinBackoff doubled per attempt, capped

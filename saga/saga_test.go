@@ -247,12 +247,13 @@ func TestUnknownAuthorizationIsReconciledToSuccess(t *testing.T) {
 			return reconcile.Answer{Verdict: reconcile.NotApplied}, nil
 		}
 		return reconcile.Answer{Verdict: reconcile.Applied, Result: saga.Done([]byte("auth_" + a.Key[:8]))}, nil
-	}), &reconcile.Options{Clock: s.clock, Handles: func(rec idemkv.Record) bool { return !r.Owns(rec) }})
+	}), &reconcile.Options{Clock: s.clock, Grace: time.Second, Handles: func(rec idemkv.Record) bool { return !r.Owns(rec) }})
 	require.NoError(t, err)
+	s.clock.Advance(time.Second) // the grace: the call that timed out has ended
 	require.NoError(t, w.Pass(ctx))
 	require.Equal(t, int64(1), w.Stats().Applied, "the step, not the saga record")
 
-	s.clock.Advance(lease) // the runner that stopped to wait let its lease run out
+	s.clock.Advance(lease - time.Second) // the runner that stopped to wait let its lease run out
 	n, err := r.Resume(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)

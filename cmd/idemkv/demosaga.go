@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/examples/payments"
@@ -43,6 +44,10 @@ func (d *demo) orderRunner() (*saga.Runner, error) {
 	}}, &saga.Options{Lease: demoLease})
 }
 
+// demoGrace is the reconciler's grace in the demo: how old an uncertain
+// record must be before it is asked about.
+const demoGrace = time.Second
+
 // reconciler is the demo's: the order saga's authorizations, and the
 // payments, each asked about at the processor.
 func (d *demo) reconciler(r *saga.Runner) (*reconcile.Worker, error) {
@@ -63,7 +68,7 @@ func (d *demo) reconciler(r *saga.Runner) (*reconcile.Worker, error) {
 			return reconcile.Answer{Verdict: reconcile.NotApplied}, nil
 		}
 		return reconcile.Answer{Verdict: reconcile.Applied, Result: saga.Done([]byte(ch.ID))}, nil
-	}), &reconcile.Options{Clock: d.clock, Handles: func(rec idemkv.Record) bool { return !r.Owns(rec) }})
+	}), &reconcile.Options{Clock: d.e, Grace: demoGrace, Handles: func(rec idemkv.Record) bool { return !r.Owns(rec) }})
 }
 
 func (d *demo) order(id string) string {
@@ -97,11 +102,13 @@ func (d *demo) sagaTimeout(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.clock.Advance(demoGrace)
 	if err := w.Pass(ctx); err != nil {
 		return err
 	}
-	d.say("reconciler", "asks the processor under the step's key: authorized; the step is settled")
-	d.clock.Advance(demoLease)
+	d.say("reconciler", "%v later (its grace: the call that timed out has ended), asks the processor under the", demoGrace)
+	d.say("", "step's key: authorized; the step is settled")
+	d.clock.Advance(demoLease - demoGrace)
 	n, err := r.Resume(ctx)
 	if err != nil {
 		return err

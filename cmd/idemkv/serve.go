@@ -67,7 +67,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.processorURL, "processor", "", "charge the card processor at `URL` (an idemkv processor) over HTTP instead of the simulated one in this process; the --provider flags then do not apply")
 	fs.DurationVar(&c.processorTimeout, "processor-timeout", 5*time.Second, "give up on a call to --processor after `D`: the payment is then uncertain until reconciled")
 	fs.DurationVar(&c.reconcile.Interval, "reconcile-interval", time.Second, "how often the reconciler looks for uncertain and abandoned payments and asks the processor about them")
-	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long past its lease a payment whose holder vanished is left before the reconciler asks about it")
+	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long past its lease a payment whose holder vanished is left, and how old an uncertain payment must be, before the reconciler asks about it; keep it above --processor-timeout")
 	fs.IntVar(&c.reconcile.MaxAttempts, "reconcile-max-attempts", 20, "escalate a payment to an operator after `N` answers of \"unknown\" in a row")
 	fs.DurationVar(&c.reconcile.MaxAge, "reconcile-max-age", 24*time.Hour, "escalate a payment still unsettled this long after it was first tried")
 	c.bg.register(fs, true)
@@ -222,6 +222,7 @@ func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, maxConns int, eo *
 // processor, and resumes the orders a crash left, at the worker's
 // interval; the function it returns stops both and waits for them.
 func startReconciler(e *engine.Engine, svc *payments.Service, o reconcile.Options, log *slog.Logger, reg prometheus.Registerer) (func(), error) {
+	o.Clock = e // engine time, which the records' times are in
 	o.Logf = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
 	o.OnEscalate = func(rec idemkv.Record, note string) {
 		log.Error("payment escalated: settle it with idemkv resolve", "tenant", rec.ID.Tenant, "key", rec.ID.Key, "note", note)

@@ -226,7 +226,7 @@ func TestServeReconcilesATimedOutPayment(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	cfg := serveConfig{dir: dir, provider: payments.ProviderOptions{TimeoutRate: 1},
-		reconcile: reconcile.Options{Interval: 20 * time.Millisecond}}
+		reconcile: reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}}
 	go func() { done <- serve(ctx, ln, cfg, &out) }()
 	url := "http://" + ln.Addr().String()
 
@@ -277,7 +277,7 @@ func TestServeWithAnHTTPProcessor(t *testing.T) {
 	require.NoError(t, err)
 	sdone := make(chan error, 1)
 	cfg := serveConfig{dir: t.TempDir(), processorURL: purl, processorTimeout: 100 * time.Millisecond,
-		reconcile: reconcile.Options{Interval: 20 * time.Millisecond}}
+		reconcile: reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}}
 	go func() { sdone <- serve(ctx, ln, cfg, &sout) }()
 
 	c := client.New(nil, &client.Options{MaxAttempts: 100, MaxInterval: 50 * time.Millisecond})

@@ -107,7 +107,8 @@ func TestOrderAuthorizationTimeoutIsVisibleThenReconciled(t *testing.T) {
 	got := f.get(o.ID)
 	assert.Equal(t, "authorizing", got.Status)
 
-	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Clock: f.clock,
+	f.clock.Advance(time.Second) // the reconciler's grace: the call that timed out has ended
+	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Clock: f.clock, Grace: time.Second,
 		Handles: func(rec idemkv.Record) bool { return !f.svc.Orders().Owns(rec) }})
 	require.NoError(t, err)
 	require.NoError(t, w.Pass(context.Background()))
@@ -116,7 +117,7 @@ func TestOrderAuthorizationTimeoutIsVisibleThenReconciled(t *testing.T) {
 	assert.Equal(t, "confirming", got.Status, "authorized; confirmed at the next resume")
 	assert.False(t, got.Reconciling)
 
-	f.clock.Advance(31 * time.Second)
+	f.clock.Advance(30 * time.Second)
 	n, err := f.svc.Orders().Resume(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)

@@ -93,9 +93,12 @@ type Provider struct {
 	rnd     *rand.Rand
 	charges map[string]Charge // by downstream key
 	order   []string          // the keys of charges, oldest first
-	made    int               // charges made, forgotten ones included
-	calls   int
-	dedups  int
+	// inflight counts the calls under way under each key: a lookup
+	// cannot say "no charge" while one may still make it.
+	inflight map[string]int
+	made     int // charges made, forgotten ones included
+	calls    int
+	dedups   int
 }
 
 // Charge is one charge a processor made.
@@ -118,7 +121,7 @@ func NewProvider(opts ProviderOptions) *Provider {
 	if opts.Remember <= 0 {
 		opts.Remember = 200_000
 	}
-	return &Provider{opts: opts, rnd: r, charges: make(map[string]Charge)}
+	return &Provider{opts: opts, rnd: r, charges: make(map[string]Charge), inflight: make(map[string]int)}
 }
 
 // Charge implements Processor: it charges req.Amount under req.Key, or
@@ -128,6 +131,16 @@ func NewProvider(opts ProviderOptions) *Provider {
 // ProviderOptions.Fault (nothing charged).
 func (p *Provider) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
 	key := req.Key
+	p.mu.Lock()
+	p.inflight[key]++
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		if p.inflight[key]--; p.inflight[key] == 0 {
+			delete(p.inflight, key)
+		}
+		p.mu.Unlock()
+	}()
 	if p.opts.Latency > 0 {
 		t := time.NewTimer(p.opts.Latency)
 		select {
@@ -179,13 +192,21 @@ func (p *Provider) rememberLocked(key string, c Charge) {
 
 // Lookup implements Processor: the status query a reconciler asks. A
 // key the ledger has forgotten (ProviderOptions.Remember) reads as never
-// charged, as with a real processor past its key retention.
+// charged, as with a real processor past its key retention; a key a call
+// is still under way for is ErrChargeInFlight, not "never charged".
 func (p *Provider) Lookup(_ context.Context, key string) (Charge, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.charges[key]
+	if !ok && p.inflight[key] > 0 {
+		return Charge{}, false, ErrChargeInFlight
+	}
 	return c, ok, nil
 }
+
+// ErrChargeInFlight is Provider.Lookup's answer while a call under the key
+// is still under way: whether it charges is not known yet.
+var ErrChargeInFlight = errors.New("payments: a charge under this key is in flight")
 
 // Charges returns every charge the ledger holds, oldest first.
 func (p *Provider) Charges() []Charge {

@@ -140,3 +140,30 @@ func TestDeclinedCardIsAFinalAnswer(t *testing.T) {
 	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
 	assert.Zero(t, f.p.Stats().Charges)
 }
+
+// TestLookupOfAChargeInFlight: while a call under a key is on its way to
+// the simulated processor, a lookup is an error (unknown), never "never
+// charged": the reconciler must not release a payment that is about to
+// be charged.
+func TestLookupOfAChargeInFlight(t *testing.T) {
+	inside, release := make(chan struct{}), make(chan struct{})
+	p := NewProvider(ProviderOptions{Fault: func(context.Context, string) error {
+		close(inside)
+		<-release
+		return nil
+	}})
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Charge(context.Background(), ChargeRequest{Key: "k", Amount: 100, Currency: "USD"})
+		done <- err
+	}()
+	<-inside
+	_, found, err := p.Lookup(context.Background(), "k")
+	assert.ErrorIs(t, err, ErrChargeInFlight)
+	assert.False(t, found)
+	close(release)
+	require.NoError(t, <-done)
+	_, found, err = p.Lookup(context.Background(), "k")
+	require.NoError(t, err)
+	assert.True(t, found)
+}

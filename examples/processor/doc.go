@@ -6,7 +6,7 @@
 // # Basics
 //
 //	POST /v1/charges        Idempotency-Key: K   {"amount":5000,"currency":"USD","description":"..."}
-//	GET  /v1/charges/{K}    the charge made under K, or 404
+//	GET  /v1/charges/{K}    the charge made under K; 409 while a request under K is being processed; 404 if none
 //	GET  /v1/charges        every charge the store holds
 //
 // A charge is deduplicated on its Idempotency-Key: a retry gets the first

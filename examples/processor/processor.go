@@ -119,7 +119,7 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/charges", s.faults(charge))
+	mux.Handle(chargeEndpoint, s.faults(charge))
 	mux.HandleFunc("GET /v1/charges/{key}", s.lookup)
 	mux.HandleFunc("GET /v1/charges", s.list)
 	s.handler = mux
@@ -141,6 +141,9 @@ func (s *Server) count(fn func(*Stats)) {
 	defer s.mu.Unlock()
 	fn(&s.stats)
 }
+
+// chargeEndpoint is the endpoint of the charge route's idempotency keys.
+const chargeEndpoint = "POST /v1/charges"
 
 // chargeKey is the data key of the charge made under an idempotency key.
 func chargeKey(key string) []byte { return []byte("charge/" + key) }
@@ -188,6 +191,19 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	row, err := s.o.Store.GetData(chargeKey(key))
+	if errors.Is(err, idemkv.ErrNotFound) {
+		// No charge yet; but a request under the key may be charging
+		// now, and "no charge" would then be wrong a moment later.
+		rec, gerr := s.o.Store.Get(r.Context(), idemkv.ID{Tenant: merchant, Endpoint: chargeEndpoint, Key: key})
+		switch {
+		case gerr == nil && rec.State != idemkv.StateCompleted:
+			httpidem.WriteProblem(w, httpidem.ProblemInProgress, http.StatusConflict,
+				"a charge request under this key is being processed; ask again", time.Second)
+			return
+		case gerr != nil && !errors.Is(gerr, idemkv.ErrNotFound):
+			err = gerr
+		}
+	}
 	switch {
 	case errors.Is(err, idemkv.ErrNotFound):
 		httpidem.WriteProblem(w, "no-charge", http.StatusNotFound, "no charge was made under this key", 0)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 )
 
@@ -155,4 +156,19 @@ func TestBadOptionsAndInput(t *testing.T) {
 	status, _, _ := f.do("GET", "/v1/charges/%01", "", "")
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Zero(t, f.s.Stats().Charges)
+}
+
+// TestLookupWhileCharging: while a charge request under a key is being
+// processed (its key claimed, its charge not yet committed), a lookup of
+// the key answers 409, never "no charge".
+func TestLookupWhileCharging(t *testing.T) {
+	f := newFixture(t, Options{})
+	id := idemkv.ID{Tenant: merchant, Endpoint: chargeEndpoint, Key: "k1"}
+	c, err := f.e.Claim(context.Background(), idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}, Mode: idemkv.ModeLocal})
+	require.NoError(t, err)
+	status, _, _ := f.do("GET", "/v1/charges/k1", "", "")
+	assert.Equal(t, http.StatusConflict, status, "a charge request holds the key")
+	require.NoError(t, f.e.Release(context.Background(), c.Lease))
+	status, _, _ = f.do("GET", "/v1/charges/k1", "", "")
+	assert.Equal(t, http.StatusNotFound, status)
 }
