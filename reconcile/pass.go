@@ -49,14 +49,19 @@ func (w *Worker) Pass(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// due pages through the listing and returns the records due at now. When
-// it has read the whole listing, it forgets the backoff of records no
-// longer in it.
+// due pages through the listing, from where the last pass stopped, and
+// returns the records due at now: at most PerPass records are read a
+// pass, and the next pass goes on after them, so that every record is
+// reached however many before it are skipped or backing off. A pass that
+// reads the whole listing forgets the backoff of records no longer in it.
 func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error) {
+	w.mu.Lock()
+	start := w.cursor
+	w.mu.Unlock()
 	var (
 		out  []idemkv.Record
 		seen = make(map[idemkv.ID]bool)
-		req  = idemkv.ListRequest{Tenant: w.o.Tenant, Limit: min(w.o.PerPass, 1000)}
+		req  = idemkv.ListRequest{Tenant: w.o.Tenant, Limit: min(w.o.PerPass, 1000), After: start}
 		read int
 	)
 	for {
@@ -74,14 +79,17 @@ func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error
 				out = append(out, rec)
 			}
 		}
-		if page.Next == "" {
-			w.forgetAllBut(seen)
+		next := page.Next
+		if next == "" || read >= w.o.PerPass {
+			w.mu.Lock()
+			w.cursor = next // "" after the last page: the next pass starts over
+			w.mu.Unlock()
+			if next == "" && start == "" {
+				w.forgetAllBut(seen)
+			}
 			return out, nil
 		}
-		if read >= w.o.PerPass {
-			return out, nil
-		}
-		req.After = page.Next
+		req.After = next
 	}
 }
 

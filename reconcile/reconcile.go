@@ -111,7 +111,8 @@ type Options struct {
 	// Concurrency is how many Reconcile calls a pass makes at once.
 	// Default: 4.
 	Concurrency int
-	// PerPass caps the records one pass reads from the listing. Default:
+	// PerPass caps the records one pass reads from the listing; the next
+	// pass goes on where it stopped, so every record is reached. Default:
 	// 1000.
 	PerPass int
 	// Tenant, if set, limits the worker to that tenant's records.
@@ -183,6 +184,7 @@ type Worker struct {
 
 	mu      sync.Mutex
 	backoff map[idemkv.ID]retry // records that got Unknown, by ID
+	cursor  string              // where the next pass's listing starts
 	stats   Stats
 }
 
@@ -202,8 +204,13 @@ func New(store idemkv.Store, r Reconciler, opts *Options) (*Worker, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.MinBackoff < 0 || o.MaxBackoff < 0 || o.Grace < 0 || o.MaxAttempts < 0 || o.Concurrency < 0 || o.PerPass < 0 {
-		return nil, fmt.Errorf("%w: negative reconcile option", idemkv.ErrInvalidArgument)
+	for name, v := range map[string]int64{"Interval": int64(o.Interval), "Grace": int64(o.Grace),
+		"MinBackoff": int64(o.MinBackoff), "MaxBackoff": int64(o.MaxBackoff), "MaxAge": int64(o.MaxAge),
+		"Timeout": int64(o.Timeout), "MaxAttempts": int64(o.MaxAttempts), "Concurrency": int64(o.Concurrency),
+		"PerPass": int64(o.PerPass)} {
+		if v < 0 {
+			return nil, fmt.Errorf("%w: reconcile.Options.%s is negative", idemkv.ErrInvalidArgument, name)
+		}
 	}
 	o = o.withDefaults()
 	if o.MinBackoff > o.MaxBackoff {

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/reconcile"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -333,4 +335,36 @@ func TestWorkersNeverBothSettle(t *testing.T) {
 		require.Equal(t, idemkv.StateCompleted, rec.State, key)
 	}
 	v.requireSound()
+}
+
+func TestBadOptions(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	for _, o := range []reconcile.Options{{Interval: -1}, {MaxAge: -1}, {Timeout: -1}, {Grace: -1},
+		{MinBackoff: 2 * time.Second, MaxBackoff: time.Second}} {
+		_, err := reconcile.New(v.e, d, &o)
+		require.ErrorIs(t, err, idemkv.ErrInvalidArgument, "%+v", o)
+	}
+	_, err := reconcile.New(nil, d, nil)
+	require.Error(t, err)
+}
+
+// TestEveryRecordIsReached: with more records ahead of it than a pass
+// reads, all of them skipped, a record is still reached by a later pass.
+func TestEveryRecordIsReached(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	for i := range 5 {
+		v.uncertain(fmt.Sprintf("skipped-%d", i))
+	}
+	v.clock.Advance(time.Second)
+	v.uncertain("wanted")
+	d.set("wanted", reconcile.Applied)
+	w := v.worker(d, reconcile.Options{PerPass: 2, Handles: func(rec idemkv.Record) bool { return rec.ID.Key == "wanted" }})
+	for range 3 {
+		require.NoError(t, w.Pass(ctx))
+	}
+	rec, ok := v.state("wanted")
+	require.True(t, ok)
+	assert.Equal(t, idemkv.StateCompleted, rec.State)
 }

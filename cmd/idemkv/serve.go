@@ -82,8 +82,10 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 				return usageError{err}
 			}
 		}
-		if c.provider.Latency < 0 || c.wait < 0 || c.lease < 0 || c.processorTimeout < 0 {
-			return usageError{errors.New("durations may not be negative")}
+		r := c.reconcile
+		if c.provider.Latency < 0 || c.wait < 0 || c.lease < 0 || c.processorTimeout < 0 ||
+			r.Interval <= 0 || r.Grace < 0 || r.MaxAttempts < 1 || r.MaxAge <= 0 {
+			return usageError{errors.New("durations may not be negative; --reconcile-interval, --reconcile-max-attempts and --reconcile-max-age must be positive")}
 		}
 		if err := c.bg.validate(); err != nil {
 			return usageError{err}

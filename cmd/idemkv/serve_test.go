@@ -96,6 +96,9 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--addr", "0.0.0.0:0"}, // not loopback, and no --api-keys
 		{"serve", "--addr", ":0"},
 		{"serve", "--processor", "localhost:8081"}, // no scheme
+		{"serve", "--reconcile-interval", "-1s"},
+		{"serve", "--reconcile-max-age", "-1h"},
+		{"serve", "--reconcile-max-attempts", "0"},
 		{"processor", "--addr", "0.0.0.0:0"},
 		{"processor", "--fail-rate", "0.7", "--timeout-rate", "0.7"},
 	} {
