@@ -31,7 +31,7 @@ func init() {
 	})
 	register(&command{
 		name:    "resolve",
-		args:    "--data DIR --tenant T --endpoint E --key K (--applied [--status N] [--pointer P] [--body-file F] [--content-type T] | --no-effect) --note TEXT [--token N]",
+		args:    "--data DIR --tenant T --endpoint E --key K (--applied [--status N] [--pointer P] [--body-file F] [--content-type T] [--raw] | --no-effect) --note TEXT [--token N]",
 		summary: "settle an uncertain, abandoned or escalated record by hand, in a store no process has open; the note is kept on the record and in DIR/audit.log",
 		flags:   resolveFlags,
 	})
@@ -139,6 +139,7 @@ type resolveConfig struct {
 	bodyFile         string
 	contentType      string
 	applied          bool
+	raw              bool
 	noEffect         bool
 	note             string
 	expectTokenValue uint64
@@ -155,6 +156,7 @@ func resolveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.pointer, "pointer", "", "with --status: the object the operation created, for example /v1/payments/pay_42")
 	fs.StringVar(&c.bodyFile, "body-file", "", "with --status: replay the contents of `FILE` as the response body")
 	fs.StringVar(&c.contentType, "content-type", "application/json", "with --body-file: the body's Content-Type")
+	fs.BoolVar(&c.raw, "raw", false, "store --status, --pointer and the bytes of --body-file as they are, not as an HTTP response: for records no HTTP route wrote (a saga step's, whose output is the body)")
 	fs.BoolVar(&c.noEffect, "no-effect", false, "the operation provably did not happen: remove the record, so that a retry runs anew")
 	fs.StringVar(&c.note, "note", "", "who settles it and why (required; kept on the record and in DIR/audit.log)")
 	fs.Uint64Var(&c.expectTokenValue, "token", 0, "settle only if the record's token is still `N` (as pending printed it)")
@@ -187,8 +189,8 @@ func (c *resolveConfig) validate() error {
 		return errors.New("give exactly one of --applied (it happened; --status N, default 200) and --no-effect (it did not)")
 	case c.status != 0 && (c.status < 100 || c.status > 599):
 		return fmt.Errorf("--status %d: not an HTTP status", c.status)
-	case c.noEffect && (c.pointer != "" || c.bodyFile != ""):
-		return errors.New("--pointer and --body-file go with --applied, not --no-effect")
+	case c.noEffect && (c.pointer != "" || c.bodyFile != "" || c.raw):
+		return errors.New("--pointer, --body-file and --raw go with --applied, not --no-effect")
 	case strings.TrimSpace(c.note) == "":
 		return errors.New("--note is required: say who settles the record and why")
 	case len(c.note) > idemkv.MaxNoteLen:
@@ -216,7 +218,11 @@ func (c *resolveConfig) resolve(ctx context.Context, e *engine.Engine, stdout io
 			}
 			h = http.Header{"Content-Type": {c.contentType}}
 		}
-		req.Result = httpidem.Outcome(c.status, c.pointer, h, body)
+		if c.raw {
+			req.Result = idemkv.Result{Status: c.status, Pointer: c.pointer, Body: body}
+		} else {
+			req.Result = httpidem.Outcome(c.status, c.pointer, h, body)
+		}
 	}
 	if err := e.Resolve(ctx, req); err != nil {
 		return err

@@ -96,3 +96,29 @@ func TestPendingAndResolve(t *testing.T) {
 	code, out = cmd("check", "--data", dir)
 	assert.Equal(t, exitOK, code, out)
 }
+
+// TestResolveRaw: --raw stores the body as it is (a saga step's output),
+// not as an HTTP response.
+func TestResolveRaw(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	e, err := engine.Open(dir, nil)
+	require.NoError(t, err)
+	id := idemkv.ID{Tenant: "acct_1", Endpoint: "saga/order/do/authorize", Key: "ord_1"}
+	c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}, Mode: idemkv.ModeRemote})
+	require.NoError(t, err)
+	require.NoError(t, e.MarkUncertain(ctx, c.Lease, "timeout"))
+	require.NoError(t, e.Close())
+	body := filepath.Join(t.TempDir(), "out")
+	require.NoError(t, os.WriteFile(body, []byte("ch_42"), 0o600))
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"resolve", "--data", dir, "--tenant", "acct_1", "--endpoint", "saga/order/do/authorize",
+		"--key", "ord_1", "--applied", "--raw", "--body-file", body, "--note", "ops: seen at the processor"}, &out, &errOut)
+	require.Equal(t, exitOK, code, "%s%s", out.String(), errOut.String())
+	e, err = engine.Open(dir, &engine.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer e.Close()
+	rec, err := e.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, idemkv.Result{Status: 200, Body: []byte("ch_42")}, rec.Result)
+}
