@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -58,41 +56,17 @@ func TestServeProcessorKillLoop(t *testing.T) {
 
 	dir := t.TempDir()
 	keys := 60 * cycles
-	q := &keyQueue{acked: map[job]string{}}
-	for i := range keys {
-		q.todo = append(q.todo, job{tenant: fmt.Sprintf("acct_kill_%d", i/500), key: fmt.Sprintf("order-%05d", i)})
-	}
+	q := newKeyQueue(keys)
 	hc := retryingClient()
-	var cut atomic.Int64
-	for cycle := range cycles {
-		srv := startServe(t, dir, flags...)
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() { q.drive(ctx, t, hc, srv.url, &cut) })
-		}
-		timer := time.NewTimer(time.Duration(100+rng.IntN(400)) * time.Millisecond)
-		<-timer.C
-		require.NoError(t, srv.cmd.Process.Kill(), "cycle %d", cycle)
-		_ = srv.cmd.Wait()
-		cancel()
-		wg.Wait()
-		requireCheckClean(t, dir, fmt.Sprintf("cycle %d", cycle))
-	}
+	cut := killCycles(t, dir, q, hc, cycles, func() time.Duration {
+		return time.Duration(100+rng.IntN(400)) * time.Millisecond
+	}, flags...)
 
 	// Recovery: the reconciler settles what the kills and the timeouts
 	// left; every key is retried until it is answered.
 	start := time.Now()
-	srv := startServe(t, dir, flags...)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() { q.drive(ctx, t, hc, srv.url, nil) })
-	}
-	wg.Wait()
-	cancel()
+	srv := recoverKeys(t, dir, q, hc, flags...)
 	settle := time.Since(start)
-	require.Empty(t, q.todo, "keys never answered after recovery")
 	lost, doubled := countPayments(t, hc, srv.url, q, keys)
 
 	// The processor: one charge per key, named by the payment's
@@ -122,5 +96,5 @@ func TestServeProcessorKillLoop(t *testing.T) {
 	}
 	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill; "+
 		"processor: %d charges for %d keys; recovery settled everything in %v",
-		cycles, q.sent.Load(), len(q.acked), lost, doubled, cut.Load(), len(all.Charges), keys, settle.Round(time.Millisecond))
+		cycles, q.sent.Load(), len(q.acked), lost, doubled, cut, len(all.Charges), keys, settle.Round(time.Millisecond))
 }

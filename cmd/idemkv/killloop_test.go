@@ -49,24 +49,47 @@ func TestServeKillLoop(t *testing.T) {
 	// 120 new keys a cycle, 500 to an account (the listing's page is
 	// 1,000).
 	keys := 120 * cycles
+	q := newKeyQueue(keys)
+	hc := retryingClient()
+	inFlightAtKill := killCycles(t, dir, q, hc, cycles, func() time.Duration {
+		return time.Duration(50+rng.IntN(250)) * time.Millisecond
+	})
+
+	// Recovery: retry everything not yet answered until it is.
+	srv := recoverKeys(t, dir, q, hc)
+	lost, doubled := countPayments(t, hc, srv.url, q, keys)
+
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
+	requireCheckClean(t, dir, "at the end")
+	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill (each retried to one payment)",
+		cycles, q.sent.Load(), len(q.acked), lost, doubled, inFlightAtKill)
+}
+
+// newKeyQueue holds keys new keys, 500 to an account.
+func newKeyQueue(keys int) *keyQueue {
 	q := &keyQueue{acked: map[job]string{}}
 	for i := range keys {
 		q.todo = append(q.todo, job{tenant: fmt.Sprintf("acct_kill_%d", i/500), key: fmt.Sprintf("order-%05d", i)})
 	}
-	hc := retryingClient()
-	var inFlightAtKill atomic.Int64
+	return q
+}
 
+// killCycles runs cycles kill cycles over dir: it starts serve with
+// flags, lets eight clients drive q's keys through hc for window(), kills
+// serve with SIGKILL, and checks the store as the kill left it. It returns
+// how many requests a kill cut off.
+func killCycles(t *testing.T, dir string, q *keyQueue, hc *http.Client, cycles int, window func() time.Duration, flags ...string) int64 {
+	var cut atomic.Int64
 	for cycle := range cycles {
-		srv := startServe(t, dir)
+		srv := startServe(t, dir, flags...)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for range 8 {
-			wg.Go(func() { q.drive(ctx, t, hc, srv.url, &inFlightAtKill) })
+			wg.Go(func() { q.drive(ctx, t, hc, srv.url, &cut) })
 		}
 		// Let the clients work for a random moment, then pull the plug.
-		window := time.Duration(50+rng.IntN(250)) * time.Millisecond
-		timer := time.NewTimer(window)
-		<-timer.C
+		<-time.NewTimer(window()).C
 		require.NoError(t, srv.cmd.Process.Kill(), "cycle %d", cycle)
 		_ = srv.cmd.Wait()
 		cancel()
@@ -74,24 +97,23 @@ func TestServeKillLoop(t *testing.T) {
 		// The oracle, on the store exactly as the kill left it.
 		requireCheckClean(t, dir, fmt.Sprintf("cycle %d", cycle))
 	}
+	return cut.Load()
+}
 
-	// Recovery: retry everything not yet answered until it is.
-	srv := startServe(t, dir)
+// recoverKeys starts serve with flags over dir and retries every key not
+// yet answered until it is (for at most two minutes); it returns the
+// running serve.
+func recoverKeys(t *testing.T, dir string, q *keyQueue, hc *http.Client, flags ...string) served {
+	srv := startServe(t, dir, flags...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() { q.drive(ctx, t, hc, srv.url, nil) })
 	}
 	wg.Wait()
-	cancel()
 	require.Empty(t, q.todo, "keys never answered after recovery")
-	lost, doubled := countPayments(t, hc, srv.url, q, keys)
-
-	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
-	requireCheckClean(t, dir, "at the end")
-	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill (each retried to one payment)",
-		cycles, q.sent.Load(), len(q.acked), lost, doubled, inFlightAtKill.Load())
+	return srv
 }
 
 // retryingClient is the kill loops' client: package client's Transport,
