@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/idemkv/idemkv"
 	"pgregory.net/rapid"
@@ -136,21 +137,11 @@ func (m *machine) list(t *rapid.T) {
 		}
 	}
 	key := func(a, b idemkv.ID) int {
-		return cmpStrings(a.Tenant+"\x00"+a.Endpoint+"\x00"+a.Key, b.Tenant+"\x00"+b.Endpoint+"\x00"+b.Key)
+		return strings.Compare(a.Tenant+"\x00"+a.Endpoint+"\x00"+a.Key, b.Tenant+"\x00"+b.Endpoint+"\x00"+b.Key)
 	}
 	slices.SortFunc(ids, key)
 	slices.SortFunc(want, key)
 	if !slices.Equal(ids, want) {
 		t.Fatalf("list (escalated %v, tenant %q): %v, model %v", escalated, tenant, ids, want)
 	}
-}
-
-func cmpStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
