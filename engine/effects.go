@@ -230,3 +230,11 @@ func prefixEnd(p []byte) []byte {
 	}
 	return nil
 }
+
+func (w *effectBuf) Get(key []byte) ([]byte, error) {
+	return nil, fmt.Errorf("%w: not yet", idemkv.ErrInvalidArgument)
+}
+
+func (w *effectBuf) Emit(ev idemkv.Event) error {
+	return fmt.Errorf("%w: not yet", idemkv.ErrInvalidArgument)
+}

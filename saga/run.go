@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -305,13 +306,37 @@ func clip(s string) string {
 	return s
 }
 
-// effectsBuffer keeps a local action's writes until its outcome is known,
-// and then commits them with it.
-type effectsBuffer struct{ ops []effectOp }
+// effectsBuffer keeps a local action's writes and events until its
+// outcome is known, and then commits them with it. It reads only its own
+// writes: a step's Do runs before its outcome's commit, outside it, so a
+// read could not be checked at that commit.
+type effectsBuffer struct {
+	ops    []effectOp
+	events []idemkv.Event
+}
 
 type effectOp struct {
 	del        bool
 	key, value []byte
+}
+
+func (b *effectsBuffer) Get(key []byte) ([]byte, error) {
+	for i := len(b.ops) - 1; i >= 0; i-- {
+		if op := b.ops[i]; string(op.key) == string(key) {
+			if op.del {
+				return nil, fmt.Errorf("%w: %q deleted by this step", idemkv.ErrNotFound, key)
+			}
+			return append([]byte(nil), op.value...), nil
+		}
+	}
+	return nil, fmt.Errorf("%w: a saga step reads only its own writes, not %q", idemkv.ErrInvalidArgument, key)
+}
+
+func (b *effectsBuffer) Emit(ev idemkv.Event) error {
+	ev.Payload = append([]byte(nil), ev.Payload...)
+	ev.Headers = maps.Clone(ev.Headers)
+	b.events = append(b.events, ev)
+	return nil
 }
 
 func (b *effectsBuffer) Set(key, value []byte) error {
@@ -333,6 +358,11 @@ func (b *effectsBuffer) apply(fx idemkv.Effects) error {
 			err = fx.Set(op.key, op.value)
 		}
 		if err != nil {
+			return err
+		}
+	}
+	for _, ev := range b.events {
+		if err := fx.Emit(ev); err != nil {
 			return err
 		}
 	}

@@ -532,6 +532,16 @@ func (w *effects) Set(key, value []byte) error {
 	return w.b.Set(dataKey(key), value, nil)
 }
 
+// Get is not offered: the baseline measures blind writes only.
+func (w *effects) Get(key []byte) ([]byte, error) {
+	return nil, fmt.Errorf("%w: the baseline store does not read in effects", idemkv.ErrInvalidArgument)
+}
+
+// Emit is not offered: the baseline has no outbox.
+func (w *effects) Emit(idemkv.Event) error {
+	return fmt.Errorf("%w: the baseline store has no outbox", idemkv.ErrInvalidArgument)
+}
+
 func (w *effects) Delete(key []byte) error {
 	if err := validateEffectKey(key); err != nil {
 		return err
