@@ -46,13 +46,20 @@ type CheckReport struct {
 	// Effects counts the values written through Effects. EffectsPaired
 	// counts those whose outcome is still stored and counts them;
 	// EffectsExpired those whose outcome has expired (and may have been
-	// swept). Every other value is a problem.
-	Effects        int `json:"effects"`
-	EffectsPaired  int `json:"effects_paired"`
-	EffectsExpired int `json:"effects_expired"`
+	// swept); EffectsStandalone those written by Engine.Update, outside
+	// any outcome. Every other value is a problem.
+	Effects           int `json:"effects"`
+	EffectsPaired     int `json:"effects_paired"`
+	EffectsExpired    int `json:"effects_expired"`
+	EffectsStandalone int `json:"effects_standalone"`
 	// Pending counts the entries of the pending index (records that may
 	// need settling; List reads it).
 	Pending int `json:"pending"`
+	// Events counts the outbox's events not yet acknowledged, and
+	// OutboxAcked is its cursor: the sequence of the last event a relay
+	// acknowledged.
+	Events      int    `json:"events"`
+	OutboxAcked uint64 `json:"outbox_acked"`
 	// Superseded counts completed records some of whose effects are no
 	// longer stored under their stamp: a later operation overwrote or
 	// deleted them. Check cannot tell those from effects that were lost;
@@ -225,6 +232,8 @@ type pairCheck struct {
 	// pending is the pending-index entries the unsettled records call for,
 	// by key, with the state byte each must hold (check_pending.go).
 	pending map[string]byte
+	// outbox follows the outbox's keys through the scan (check_outbox.go).
+	outbox outboxCheck
 }
 
 // pairing is what Check knows of a record that effects may name by its
@@ -442,7 +451,7 @@ func (e *Engine) checkSpan(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 				if err != nil {
 					return fmt.Errorf("engine: check: %w", err)
 				}
-				if tok, exp, _, err := record.SplitStamp(v); err == nil {
+				if tok, exp, _, err := record.SplitStamp(v); err == nil && !exp.IsZero() {
 					pc.addEffect(k, tok, exp)
 				}
 			}
@@ -464,6 +473,8 @@ func (e *Engine) checkSpan(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 			checkEffect(pc, k, val)
 		case k[0] == nsPending:
 			pc.checkPending(k, val)
+		case k[0] == record.NSOutbox:
+			pc.checkOutbox(k, val)
 		default:
 			r.add(hex.EncodeToString(k), "key in unknown namespace %#x", k[0])
 		}
@@ -503,6 +514,10 @@ func checkEffect(pc *pairCheck, k, v []byte) {
 	tok, exp, _, err := record.SplitStamp(v)
 	if err != nil {
 		pc.r.add(effectName(k), "%v", err)
+		return
+	}
+	if exp.IsZero() {
+		pc.r.EffectsStandalone++
 		return
 	}
 	pc.addEffect(k, tok, exp)

@@ -46,7 +46,15 @@ type committer struct {
 		open []*commitGroup
 		// running is the number of groups being committed.
 		running int
+		// pending holds the data and outbox keys that groups not yet
+		// committed write, with the versions they write (txn.go).
+		pending map[string]pendingWrite
+		// outboxSeq is the sequence of the last event enqueued, and
+		// outboxCommitted of the last committed.
+		outboxSeq, outboxCommitted uint64
 	}
+	// outboxReady receives a value after a group with events commits.
+	outboxReady chan struct{}
 	// groups and writes count commits and the batches they carried.
 	groups, writes atomic.Int64
 	// busy and syncWait sum, in nanoseconds, the time groups spent being
@@ -67,15 +75,26 @@ type commitGroup struct {
 	lead chan struct{} // closed when the group's first writer must commit it
 	done chan struct{} // closed when the commit has ended; err is then set
 	err  error
+	// keys are the pending keys the group writes; events counts its
+	// outbox events (txn.go).
+	keys   []string
+	events int
+	// lastEvent is the sequence of its last event.
+	lastEvent uint64
 }
 
 func newCommitter(db *pebble.DB) *committer {
-	return &committer{db: db}
+	return &committer{db: db, outboxReady: make(chan struct{}, 1)}
 }
 
 // commit makes b's writes durable, together with other writers' batches.
-func (c *committer) commit(b *pebble.Batch) error {
-	g, first, err := c.enqueue(b, true)
+func (c *committer) commit(b *pebble.Batch) error { return c.commitTxn(b, nil) }
+
+// commitTxn is commit for a batch whose reads t (if not nil) must still
+// hold, and whose events t numbers; errConflict if they do not hold,
+// and then nothing is written.
+func (c *committer) commitTxn(b *pebble.Batch, t *txn) error {
+	g, first, err := c.enqueue(b, true, t)
 	if err != nil && !first {
 		return err
 	}
@@ -91,10 +110,16 @@ func (c *committer) commit(b *pebble.Batch) error {
 // write enqueued after. sync says whether they must be synced before wait
 // returns; without it they commit with the group, synced if any other
 // member needs it. If first, the caller must call wait(g, first), even
-// on error, so that the turn passes on.
-func (c *committer) enqueue(b *pebble.Batch, sync bool) (g *commitGroup, first bool, err error) {
+// on error, so that the turn passes on. If t's reads no longer hold, it
+// fails with errConflict before joining any group (g nil).
+func (c *committer) enqueue(b *pebble.Batch, sync bool, t *txn) (g *commitGroup, first bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if t != nil {
+		if err := c.checkReadsLocked(t); err != nil {
+			return nil, false, err
+		}
+	}
 	if n := len(c.mu.open); n > 0 && int(c.mu.open[n-1].b.Len())+len(b.Repr()) <= maxGroupBytes {
 		g = c.mu.open[n-1]
 	}
@@ -108,7 +133,10 @@ func (c *committer) enqueue(b *pebble.Batch, sync bool) (g *commitGroup, first b
 	// committed, empty of its writes, and the turn passes on.
 	g.n++
 	g.sync = g.sync || sync
-	return g, first, g.b.Apply(b, nil)
+	if err := g.b.Apply(b, nil); err != nil || t == nil {
+		return g, first, err
+	}
+	return g, first, c.addLocked(g, t)
 }
 
 // wait waits for the commit of g, leading it if first, and returns its
@@ -151,6 +179,7 @@ func (c *committer) lead(g *commitGroup) {
 		}
 		close(g.done)
 		c.mu.Lock()
+		c.committedLocked(g)
 		c.mu.running--
 		c.startLocked()
 		c.mu.Unlock()

@@ -108,7 +108,7 @@ func TestCommitterUnsyncedRidesAlong(t *testing.T) {
 
 	// Idle: the unsynced batch commits alone, without an fsync.
 	before := syncs.Load()
-	g, first, err := c.enqueue(batch(false, "idle"), false)
+	g, first, err := c.enqueue(batch(false, "idle"), false, nil)
 	require.NoError(t, err)
 	require.True(t, first)
 	require.NoError(t, c.wait(g, first))
@@ -134,10 +134,10 @@ func TestCommitterUnsyncedRidesAlong(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	g, first, err = c.enqueue(batch(true, "k"), false)
+	g, first, err = c.enqueue(batch(true, "k"), false, nil)
 	require.NoError(t, err)
 	require.False(t, first, "the delete joins the writer's group")
-	g2, first2, err := c.enqueue(batch(false, "k"), true)
+	g2, first2, err := c.enqueue(batch(false, "k"), true, nil)
 	require.NoError(t, err)
 	require.False(t, first2)
 	require.Same(t, g, g2)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -63,10 +64,21 @@ func (e *Engine) GetData(key []byte) ([]byte, error) {
 // expiry of the outcome they pair with, which every value is stamped with
 // (record.AppendStamp).
 type effectBuf struct {
-	// limit bounds the arena: Options.MaxEffectsSize.
+	// limit bounds the arena and the events: Options.MaxEffectsSize.
 	limit int
 	ops   []effectOp
 	arena []byte
+	// e reads committed data for Get; nil: Get reads only the writes
+	// made here.
+	e *Engine
+	// snap is the state Get reads, taken at its first read, so that an
+	// apply function sees one consistent state; reads are the keys it
+	// read there and the versions it saw, checked at commit (txn.go).
+	snap  *pebble.Snapshot
+	reads []readVersion
+	// events are the events emitted, in order; eventBytes their size.
+	events     []idemkv.Event
+	eventBytes int
 	// Inline room for the common apply (a few small writes), so that
 	// collecting them allocates nothing beyond the buffer itself.
 	opsInline   [4]effectOp
@@ -84,11 +96,104 @@ func (w *effectBuf) init() {
 
 // fits reports whether n more bytes keep the writes within their limit.
 func (w *effectBuf) fits(n int) error {
-	if len(w.arena)+n > w.limit {
+	if len(w.arena)+w.eventBytes+n > w.limit {
 		return fmt.Errorf("%w: effects of one operation would be %d bytes, limit %d (Options.MaxEffectsSize)",
-			idemkv.ErrInvalidArgument, len(w.arena)+n, w.limit)
+			idemkv.ErrInvalidArgument, len(w.arena)+w.eventBytes+n, w.limit)
 	}
 	return nil
+}
+
+// newEffects returns an effect buffer whose Get reads e's data.
+func (e *Engine) newEffects() *effectBuf {
+	return &effectBuf{limit: e.opts.MaxEffectsSize, e: e}
+}
+
+// Get returns key's value as the apply function sees it: its last write
+// to key, else the committed value as of its first read, which it
+// remembers to check at commit.
+func (w *effectBuf) Get(key []byte) ([]byte, error) {
+	if err := validateEffectKey(key); err != nil {
+		return nil, err
+	}
+	for i := len(w.ops) - 1; i >= 0; i-- {
+		op := w.ops[i]
+		if !bytes.Equal(w.arena[op.key:op.keyEnd], key) {
+			continue
+		}
+		if op.val < 0 {
+			return nil, fmt.Errorf("%w: data key %q (deleted by this operation)", idemkv.ErrNotFound, key)
+		}
+		return bytes.Clone(w.arena[op.val:op.valEnd]), nil
+	}
+	if w.e == nil {
+		return nil, fmt.Errorf("%w: these effects read only their own writes", idemkv.ErrInvalidArgument)
+	}
+	if w.snap == nil {
+		w.snap = w.e.db.NewSnapshot()
+	}
+	dk := dataKey(key)
+	token, val, err := readStamped(w.snap, dk)
+	if err != nil {
+		return nil, err
+	}
+	w.noteRead(dk, token)
+	if token == 0 {
+		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
+	}
+	return val, nil
+}
+
+// noteRead remembers that the apply function saw version token of the
+// data key dk (0: absent).
+func (w *effectBuf) noteRead(dk []byte, token uint64) {
+	for _, r := range w.reads {
+		if bytes.Equal(r.key, dk) {
+			return
+		}
+	}
+	w.reads = append(w.reads, readVersion{key: dk, token: token})
+}
+
+// readStamped reads the data key dk: the token its value is stamped with
+// and a copy of the value; token 0 if dk is absent.
+func readStamped(r pebble.Reader, dk []byte) (uint64, []byte, error) {
+	v, closer, err := r.Get(dk)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("engine: read data: %w", err)
+	}
+	defer closer.Close()
+	token, _, val, err := record.SplitStamp(v)
+	if err != nil {
+		return 0, nil, fmt.Errorf("engine: read data %q: %w", dk[1:], err)
+	}
+	return token, bytes.Clone(val), nil
+}
+
+// Emit buffers ev for the outbox; the committer numbers it (outbox.go).
+func (w *effectBuf) Emit(ev idemkv.Event) error {
+	if err := validateEvent(&ev, w.e); err != nil {
+		return err
+	}
+	n := record.EventSize(&ev)
+	if err := w.fits(n); err != nil {
+		return err
+	}
+	ev.Payload = bytes.Clone(ev.Payload)
+	ev.Headers = maps.Clone(ev.Headers)
+	w.events = append(w.events, ev)
+	w.eventBytes += n
+	return nil
+}
+
+// close releases the snapshot Get read from.
+func (w *effectBuf) close() {
+	if w.snap != nil {
+		_ = w.snap.Close()
+		w.snap = nil
+	}
 }
 
 func (w *effectBuf) Set(key, value []byte) error {
@@ -229,12 +334,4 @@ func prefixEnd(p []byte) []byte {
 		}
 	}
 	return nil
-}
-
-func (w *effectBuf) Get(key []byte) ([]byte, error) {
-	return nil, fmt.Errorf("%w: not yet", idemkv.ErrInvalidArgument)
-}
-
-func (w *effectBuf) Emit(ev idemkv.Event) error {
-	return fmt.Errorf("%w: not yet", idemkv.ErrInvalidArgument)
 }

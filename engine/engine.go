@@ -52,6 +52,8 @@ type Engine struct {
 	counters counters
 	// pending counts the pending index by kind (pending.go).
 	pending pendingCounts
+	// outbox is the outbox's acknowledged cursor (outbox.go).
+	outbox outboxState
 
 	// testHookWait, if set, is called when an operation starts waiting for
 	// a write in flight (tests use it to order events without sleeping).
@@ -115,6 +117,10 @@ func Open(dir string, opts *Options) (*Engine, error) {
 	if err := e.loadBuckets(); err != nil {
 		closeDB()
 		return nil, err
+	}
+	if err := e.loadOutbox(); err != nil {
+		closeDB()
+		return nil, fmt.Errorf("engine: read outbox: %w", err)
 	}
 	if err := e.countPending(); err != nil {
 		closeDB()

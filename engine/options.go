@@ -109,6 +109,13 @@ type Options struct {
 	// is held or written, so that no batch can outgrow what Pebble commits.
 	MaxEffectsSize int
 
+	// MaxEventSize bounds one event emitted through Effects.Emit, encoded
+	// (payload, topic, key, headers and about 50 bytes). Default: 512 KiB,
+	// under NATS's default message limit of 1 MiB: an event the broker
+	// would refuse must be refused at Emit, because the relay never drops
+	// an event. Events count towards MaxEffectsSize too.
+	MaxEventSize int
+
 	// CacheSize is the Pebble block cache, in bytes. Default: 64 MiB. Claim
 	// misses and replays that miss the replay cache read from it.
 	CacheSize int64
@@ -227,6 +234,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if c.MaxEffectsSize == 0 {
 		c.MaxEffectsSize = 1 << 20
 	}
+	if c.MaxEventSize == 0 {
+		c.MaxEventSize = defaultMaxEventSize
+	}
 	if c.CacheSize == 0 {
 		c.CacheSize = 64 << 20
 	}
@@ -311,6 +321,9 @@ func (o *Options) Validate() error {
 	if o.MaxEffectsSize < 0 || o.MaxEffectsSize > 256<<20 {
 		errs = append(errs, fmt.Errorf("MaxEffectsSize %d outside 0..256 MiB", o.MaxEffectsSize))
 	}
+	if o.MaxEventSize < 0 || o.MaxEventSize > 64<<20 {
+		errs = append(errs, fmt.Errorf("MaxEventSize %d outside 0..64 MiB", o.MaxEventSize))
+	}
 	if o.CacheSize < 0 {
 		errs = append(errs, fmt.Errorf("CacheSize %d is negative", o.CacheSize))
 	}
@@ -337,6 +350,9 @@ func (o *Options) Validate() error {
 	}
 	return nil
 }
+
+// defaultMaxEventSize is Options.MaxEventSize's default.
+const defaultMaxEventSize = 512 << 10
 
 // PebbleOptions returns the Pebble options the engine opens its store
 // with, for o with defaults applied: the format version, memtable size,

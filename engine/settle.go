@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,9 +43,34 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 		return err
 	}
 	defer e.gate.exit()
-	fx := effectBuf{limit: e.opts.MaxEffectsSize}
+	return e.runConflicts(func() error { return e.complete(ctx, l, &r, apply) })
+}
+
+// runConflicts runs one attempt of a write whose apply function reads,
+// and again while its reads conflict, up to maxConflictRuns times.
+func (e *Engine) runConflicts(attempt func() error) error {
+	for run := 1; ; run++ {
+		err := attempt()
+		if !errors.Is(err, errConflict) {
+			return err
+		}
+		e.counters.conflicts.Add(1)
+		if run == maxConflictRuns {
+			return fmt.Errorf("%w: the data it read changed %d times in a row", idemkv.ErrConflict, run)
+		}
+		var pending conflictError
+		if errors.As(err, &pending) {
+			<-pending.committed // a group's commit always ends, if only by failing
+		}
+	}
+}
+
+// complete is one attempt of Complete.
+func (e *Engine) complete(ctx context.Context, l idemkv.Lease, r *idemkv.Result, apply func(idemkv.Effects) error) (err error) {
+	fx := e.newEffects()
+	defer fx.close()
 	if apply != nil {
-		if err := apply(&fx); err != nil {
+		if err := apply(fx); err != nil {
 			return err
 		}
 	}
@@ -61,7 +87,7 @@ func (e *Engine) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, 
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	b := e.db.NewBatch()
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	if err := e.commitRecord(h.st, h.k, h.s, h.prev(), &done, b); err != nil {
+	if err := e.commitRecordTxn(h.st, h.k, h.s, h.prev(), &done, b, fx.txn(done.Token, now)); err != nil {
 		return err
 	}
 	e.counters.completed.Add(1)
@@ -196,9 +222,15 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err er
 		return err
 	}
 	defer e.gate.exit()
-	fx := effectBuf{limit: e.opts.MaxEffectsSize}
+	return e.runConflicts(func() error { return e.resolve(ctx, &req) })
+}
+
+// resolve is one attempt of Resolve.
+func (e *Engine) resolve(ctx context.Context, req *idemkv.ResolveRequest) (err error) {
+	fx := e.newEffects()
+	defer fx.close()
 	if req.Apply != nil {
-		if err := req.Apply(&fx); err != nil {
+		if err := req.Apply(fx); err != nil {
 			return err
 		}
 	}
@@ -208,24 +240,28 @@ func (e *Engine) Resolve(ctx context.Context, req idemkv.ResolveRequest) (err er
 	}
 	cur, now := w.cur, w.now
 	defer e.abandonOnPanic(w.s, &err)
-	e.counters.resolved.Add(1)
 	b := e.db.NewBatch()
 	if req.NoEffect {
 		// The record goes; effects committed with its removal are stamped
 		// as ending now, rounded down so that the stamp is already past
 		// (AppendStamp rounds up).
 		fx.writeTo(b, cur.Token, time.Unix(now.Unix(), 0))
-		return e.commitRecord(w.st, w.k, w.s, &cur, nil, b)
+		err = e.commitRecordTxn(w.st, w.k, w.s, &cur, nil, b, fx.txn(cur.Token, now))
+	} else {
+		done := cur
+		done.State = idemkv.StateCompleted
+		done.Escalated = false
+		done.LeaseExpires = time.Time{}
+		done.Note = req.Note
+		done.Expires = e.expiresAt(now, done.Class)
+		done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
+		done.Effects = fx.writeTo(b, done.Token, done.Expires)
+		err = e.commitRecordTxn(w.st, w.k, w.s, &cur, &done, b, fx.txn(done.Token, now))
 	}
-	done := cur
-	done.State = idemkv.StateCompleted
-	done.Escalated = false
-	done.LeaseExpires = time.Time{}
-	done.Note = req.Note
-	done.Expires = e.expiresAt(now, done.Class)
-	done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
-	done.Effects = fx.writeTo(b, done.Token, done.Expires)
-	return e.commitRecord(w.st, w.k, w.s, &cur, &done, b)
+	if err == nil {
+		e.counters.resolved.Add(1)
+	}
+	return err
 }
 
 // Escalate implements idemkv.Store.
@@ -415,6 +451,14 @@ func (e *Engine) settleableLocked(ctx context.Context, st *stripe, k []byte, id 
 // its record key, else nil. On failure the engine is poisoned and s stays
 // busy: nothing may answer for k any more.
 func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, prev, next *idemkv.Record, b *pebble.Batch) (err error) {
+	return e.commitRecordTxn(st, k, s, prev, next, b, nil)
+}
+
+// commitRecordTxn is commitRecord for a batch with reads to check and
+// events to number (t, if not nil). If t's reads have changed, nothing is
+// written, s is no longer busy (its record unchanged), and it returns
+// errConflict.
+func (e *Engine) commitRecordTxn(st *stripe, k []byte, s *slot, prev, next *idemkv.Record, b *pebble.Batch, t *txn) (err error) {
 	defer e.abandonOnPanic(s, &err)
 	if e.testHookWrite != nil {
 		e.testHookWrite()
@@ -423,8 +467,14 @@ func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, prev, next *idemkv.
 		b = e.db.NewBatch()
 	}
 	e.putRecord(b, k, prev, next)
-	err = e.commits.commit(b)
+	err = e.commits.commitTxn(b, t)
 	_ = b.Close()
+	if errors.Is(err, errConflict) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		s.clearBusy()
+		return err
+	}
 	if err != nil {
 		err = e.fail(fmt.Errorf("engine: commit: %w", err))
 		s.abandonWrite()

@@ -15,6 +15,7 @@ import (
 type counters struct {
 	claims, acquired, takeovers, replays, inProgress, mismatches, reconciling atomic.Int64
 	completed, released, uncertain, renewed, resolved, escalated, fenced      atomic.Int64
+	conflicts                                                                 atomic.Int64
 	cacheHits, swept                                                          atomic.Int64
 }
 
@@ -56,7 +57,10 @@ type Stats struct {
 	Renewed     int64
 	Resolved    int64
 	Escalations int64 // Escalate calls that succeeded
-	Fenced      int64 // operations refused with ErrFenced
+	// Conflicts counts runs of apply functions whose reads had changed by
+	// their commit, and that ran again (or failed with ErrConflict).
+	Conflicts int64
+	Fenced    int64 // operations refused with ErrFenced
 	// ReplayCacheHits counts lookups answered from the replay cache;
 	// ReplayCached is how many records it holds now.
 	ReplayCacheHits int64
@@ -174,6 +178,7 @@ func (e *Engine) Stats() (Stats, error) {
 	st.Uncertain, st.Renewed, st.Resolved, st.Fenced = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load(), c.fenced.Load()
 	st.ReplayCacheHits = c.cacheHits.Load()
 	st.Escalations = c.escalated.Load()
+	st.Conflicts = c.conflicts.Load()
 	st.UncertainRecords, st.EscalatedRecords = e.pending.uncertain.Load(), e.pending.escalated.Load()
 	st.RemoteRecords = e.pending.remote.Load()
 	oldest, err := e.oldestAwaiting(e.clock.Now())

@@ -167,7 +167,7 @@ func (t sweepTarget) SweepChunk(ctx context.Context, cursor []byte, n int, now t
 	// The deletes go through the committer, unsynced: while requests are
 	// committing they ride in their next group rather than taking a commit
 	// of their own.
-	g, first, err := e.commits.enqueue(b, false)
+	g, first, err := e.commits.enqueue(b, false, nil)
 	if werr := e.commits.wait(g, first); err == nil {
 		err = werr
 	}

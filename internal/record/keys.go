@@ -30,8 +30,11 @@ import (
 //	             in the same batch as the record it stands for (see
 //	             AppendPendingKey); the value is the record's state, one
 //	             byte
-//
-// Reserved for later capabilities: 0x06 outbox.
+//	0x06 outbox  events emitted by committed operations (see outbox.go in
+//	             this package): 0x06 'e' and the event's sequence
+//	             (big-endian uint64) for an event not yet acknowledged;
+//	             0x06 'n' and the entity for the last sequence of each
+//	             (topic, key); 0x06 'c' for the acknowledged cursor
 //
 // A completed record is never rewritten while it is retained, and every
 // record in a bucket has expired once the bucket has ended, so the sweeper
@@ -47,6 +50,7 @@ const (
 	NSData    byte = 0x03
 	NSExpiry  byte = 0x04
 	NSPending byte = 0x05
+	NSOutbox  byte = 0x06
 )
 
 // EpochKey holds the store's epoch (a big-endian uint64).

@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// outboxCheck follows the outbox through a check's scan, which meets the
+// cursor (0x06 'c') first, then the events in sequence (0x06 'e'), then
+// the entities' last sequences (0x06 'n').
+type outboxCheck struct {
+	// next is the sequence the next event must have: the events after
+	// the cursor are contiguous (an ack deletes a prefix).
+	next uint64
+	// entities are the highest entity sequences the events carry, by
+	// entity key; each entity's stored last sequence must reach it.
+	entities map[string]uint64
+}
+
+// checkOutbox checks one key of the outbox: the cursor is never past an
+// event still stored, events decode, are numbered without gaps, carry a
+// token, and no entity's stored last sequence is behind its events.
+func (pc *pairCheck) checkOutbox(k, v []byte) {
+	r, oc := pc.r, &pc.outbox
+	name := hex.EncodeToString(k)
+	switch {
+	case bytes.Equal(k, record.OutboxCursorKey):
+		if len(v) != 8 {
+			r.add(name, "outbox cursor is %d bytes, want 8", len(v))
+			return
+		}
+		r.OutboxAcked = binary.BigEndian.Uint64(v)
+	case bytes.HasPrefix(k, record.OutboxEventPrefix):
+		r.Events++
+		seq, err := record.OutboxEventSeq(k)
+		if err != nil {
+			r.add(name, "%v", err)
+			return
+		}
+		switch {
+		case seq <= r.OutboxAcked:
+			r.add(name, "outbox event %d is still stored, but the cursor has acknowledged through %d", seq, r.OutboxAcked)
+		case oc.next != 0 && seq != oc.next:
+			r.add(name, "outbox event %d follows event %d: events %d to %d are missing", seq, oc.next-1, oc.next, seq-1)
+		case oc.next == 0 && seq != r.OutboxAcked+1:
+			r.add(name, "the first outbox event is %d, but the cursor is at %d: events %d to %d are missing", seq, r.OutboxAcked, r.OutboxAcked+1, seq-1)
+		}
+		oc.next = seq + 1
+		ev, _, err := record.DecodeEvent(seq, v)
+		if err != nil {
+			r.add(name, "%v", err)
+			return
+		}
+		if oc.entities == nil {
+			oc.entities = make(map[string]uint64)
+		}
+		ek := string(record.OutboxEntityKey(ev.Topic, ev.Key))
+		oc.entities[ek] = max(oc.entities[ek], ev.EntitySeq)
+	case len(k) > 2 && k[1] == 'n':
+		if len(v) != 8 {
+			r.add(name, "outbox entity sequence is %d bytes, want 8", len(v))
+			return
+		}
+		if want := oc.entities[string(k)]; binary.BigEndian.Uint64(v) < want {
+			r.add(name, "outbox entity's last sequence is %d, but an event carries %d", binary.BigEndian.Uint64(v), want)
+		}
+		delete(oc.entities, string(k))
+	default:
+		r.add(name, "unknown outbox key")
+	}
+}

@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/idemkv/idemkv"
+	"github.com/stretchr/testify/require"
+)
+
+func (v *env) completeWithEvents(key string, evs ...idemkv.Event) error {
+	c := v.claim(id(key), fpA, idemkv.ModeLocal)
+	require.Equal(v.t, idemkv.Acquired, c.Outcome)
+	return v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		if err := fx.Set([]byte("payment/"+key), []byte("1")); err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if err := fx.Emit(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func created(key string) idemkv.Event {
+	return idemkv.Event{Topic: "payments.created", Key: key, Payload: []byte(`{"id":"` + key + `"}`), Headers: map[string]string{"Tenant": "acct_1"}}
+}
+
+func TestEventsCommitWithTheOutcomeInOrder(t *testing.T) {
+	v := newEnv(t)
+	select {
+	case <-v.e.OutboxNotify():
+		t.Fatal("no commit with events yet")
+	default:
+	}
+	require.NoError(t, v.completeWithEvents("p1", created("p1")))
+	<-v.e.OutboxNotify() // a commit with events signals the relay
+	require.NoError(t, v.completeWithEvents("p2", created("p2"), idemkv.Event{Topic: "payments.captured", Key: "p2"}))
+	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error {
+		return fx.Emit(idemkv.Event{Topic: "payments.created", Key: "p1", Payload: []byte("again")})
+	}))
+
+	evs, err := v.e.ReadOutbox(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, evs, 4)
+	ids := map[string]bool{}
+	for i, ev := range evs {
+		require.Equal(t, uint64(i+1), ev.Seq, "numbered in commit order, without gaps")
+		require.Len(t, ev.ID, 32)
+		ids[ev.ID] = true
+		require.Equal(t, t0, ev.Created.UTC())
+	}
+	require.Len(t, ids, 4, "ids are unique")
+	require.Equal(t, []byte(`{"id":"p1"}`), evs[0].Payload)
+	require.Equal(t, "acct_1", evs[0].Headers["Tenant"])
+	require.Equal(t, []uint64{1, 1, 1, 2}, []uint64{evs[0].EntitySeq, evs[1].EntitySeq, evs[2].EntitySeq, evs[3].EntitySeq},
+		"each (topic, key) counts its own events")
+
+	page, err := v.e.ReadOutbox(ctx, 2, 1)
+	require.NoError(t, err)
+	require.Equal(t, evs[2:3], page, "reads resume after a sequence")
+
+	acked, last, err := v.e.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [2]uint64{0, 4}, [2]uint64{acked, last})
+	require.NoError(t, v.e.AckOutbox(ctx, 2))
+	require.NoError(t, v.e.AckOutbox(ctx, 1), "an ack behind the cursor changes nothing")
+	require.ErrorIs(t, v.e.AckOutbox(ctx, 5), idemkv.ErrInvalidArgument)
+	rest, err := v.e.ReadOutbox(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, evs[2:], rest, "acknowledged events are gone")
+
+	r, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, r.Problems)
+	require.Equal(t, 2, r.Events)
+	require.Equal(t, uint64(2), r.OutboxAcked)
+
+	// Numbering and entity sequences carry on across a restart, also once
+	// the outbox is empty.
+	v.reopen()
+	require.NoError(t, v.e.AckOutbox(ctx, 4))
+	v.reopen()
+	require.NoError(t, v.completeWithEvents("p3", created("p1")))
+	evs, err = v.e.ReadOutbox(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, uint64(5), evs[0].Seq)
+	require.Equal(t, uint64(3), evs[0].EntitySeq)
+	r, err = v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, r.Problems)
+}
+
+func TestBadEventsWriteNothing(t *testing.T) {
+	v := newEnv(t)
+	big := idemkv.Event{Topic: "t", Payload: make([]byte, defaultMaxEventSize)}
+	for name, ev := range map[string]idemkv.Event{
+		"empty topic":    {Key: "k"},
+		"space in topic": {Topic: "payments created"},
+		"wildcard":       {Topic: "payments.*"},
+		"long topic":     {Topic: strings.Repeat("t", idemkv.MaxTopicLen+1)},
+		"long key":       {Topic: "t", Key: strings.Repeat("k", idemkv.MaxEventKeyLen+1)},
+		"too large":      big,
+	} {
+		err := v.completeWithEvents("bad-"+name, ev)
+		require.ErrorIs(t, err, idemkv.ErrInvalidArgument, name)
+		require.Equal(t, idemkv.InProgress, v.claim(id("bad-"+name), fpA, idemkv.ModeLocal).Outcome, "%s: nothing committed", name)
+	}
+	_, err := v.e.GetData([]byte("payment/bad-empty topic"))
+	require.ErrorIs(t, err, idemkv.ErrNotFound)
+	evs, err := v.e.ReadOutbox(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	_, err = v.e.ReadOutbox(ctx, 0, 0)
+	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
+}
+
+// An apply function that fails, or whose reads conflict, emits nothing:
+// an event exists exactly when its operation's outcome commits.
+func TestEventsOnlyWithTheirCommit(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("p1"), fpA, idemkv.ModeLocal)
+	runs := 0
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		runs++
+		n := readU64(t, fx, "n")
+		if runs == 1 {
+			require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("n"), u64(7)) }))
+		}
+		return fx.Emit(idemkv.Event{Topic: "n.read", Payload: []byte(fmt.Sprint(n))})
+	}))
+	evs, err := v.e.ReadOutbox(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, evs, 1, "the conflicting run's event was not written")
+	require.Equal(t, "7", string(evs[0].Payload))
+}

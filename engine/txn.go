@@ -1,0 +1,214 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
+)
+
+// Transactions on business data: optimistic concurrency, checked in the
+// committer. An apply function's reads remember the version (the token
+// its value is stamped with, 0 for absent) of each data key they saw.
+// When the writes are enqueued for commit, under the committer's mutex,
+// every key read must still have that version, counting the writes of
+// groups enqueued but not yet committed (committer.mu.pending); else the
+// writes are refused with errConflict, nothing is written, and the caller
+// runs the apply function again. Versions are tokens, unique for the
+// life of the store, so a key rewritten since it was read never shows the
+// version read (no ABA).
+//
+// The same mutex numbers the outbox: events get their sequence, and
+// their entity's next sequence, in the order their writes are enqueued,
+// which is the order groups commit in.
+
+// maxConflictRuns bounds how many times one call runs an apply function
+// whose reads conflict.
+const maxConflictRuns = 16
+
+// errConflict is the committer's refusal of writes whose reads are stale.
+var errConflict = errors.New("engine: data read has changed")
+
+// conflictError is errConflict when the change is a group's not yet
+// committed: a new run would read the old value again from Pebble, so it
+// must wait for that group first.
+type conflictError struct{ committed <-chan struct{} }
+
+func (conflictError) Error() string        { return errConflict.Error() }
+func (conflictError) Is(target error) bool { return target == errConflict }
+
+// readVersion is a data key an apply function read and the version it
+// saw, or a key a transaction writes and the version it writes.
+type readVersion struct {
+	key   []byte
+	token uint64
+}
+
+// txn is what the committer checks and numbers for one batch.
+type txn struct {
+	reads  []readVersion
+	writes []readVersion
+	// events are encoded events (record.AppendEvent), each with the
+	// outbox key of its entity.
+	events   [][]byte
+	entities [][]byte
+}
+
+// txn returns what the committer must check and number for the writes
+// and events of w, committed with token at now; nil if none.
+func (w *effectBuf) txn(token uint64, now time.Time) *txn {
+	if len(w.reads) == 0 && len(w.ops) == 0 && len(w.events) == 0 {
+		return nil
+	}
+	t := &txn{reads: w.reads}
+	for _, op := range w.ops {
+		v := token
+		if op.val < 0 {
+			v = 0
+		}
+		t.writes = append(t.writes, readVersion{key: dataKey(w.arena[op.key:op.keyEnd]), token: v})
+	}
+	for i := range w.events {
+		ev := &w.events[i]
+		var id [16]byte
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64())
+		t.events = append(t.events, record.AppendEvent(make([]byte, 0, record.EventSize(ev)), ev, token, now, id))
+		t.entities = append(t.entities, record.OutboxEntityKey(ev.Topic, ev.Key))
+	}
+	return t
+}
+
+// pendingWrite is the version a group not yet committed writes to a key
+// (for an outbox entity key, the entity's last sequence).
+type pendingWrite struct {
+	version uint64
+	g       *commitGroup
+}
+
+// checkReadsLocked fails with errConflict if a key t read has changed.
+// REQUIRES: c.mu held.
+func (c *committer) checkReadsLocked(t *txn) error {
+	for _, r := range t.reads {
+		v, ok := c.mu.pending[string(r.key)]
+		cur := v.version
+		if !ok {
+			var err error
+			if cur, _, err = readStamped(c.db, r.key); err != nil {
+				return err
+			}
+		}
+		switch {
+		case cur == r.token:
+		case ok:
+			return conflictError{v.g.done}
+		default:
+			return errConflict
+		}
+	}
+	return nil
+}
+
+// addLocked records t's writes as pending in g, and adds t's events to
+// g's batch, numbered. REQUIRES: c.mu held; g open.
+func (c *committer) addLocked(g *commitGroup, t *txn) error {
+	for _, w := range t.writes {
+		c.pendLocked(g, w.key, w.token)
+	}
+	for i, ev := range t.events {
+		ek := t.entities[i]
+		n, err := c.entitySeqLocked(ek)
+		if err != nil {
+			return err
+		}
+		n++
+		binary.BigEndian.PutUint64(ev[record.EventEntitySeqOffset:], n)
+		c.pendLocked(g, ek, n)
+		if err := g.b.Set(ek, binary.BigEndian.AppendUint64(nil, n), nil); err != nil {
+			return err
+		}
+		c.mu.outboxSeq++
+		if err := g.b.Set(record.OutboxEventKey(c.mu.outboxSeq), ev, nil); err != nil {
+			return err
+		}
+		g.events++
+		g.lastEvent = c.mu.outboxSeq
+	}
+	return nil
+}
+
+func (c *committer) pendLocked(g *commitGroup, k []byte, v uint64) {
+	if c.mu.pending == nil {
+		c.mu.pending = make(map[string]pendingWrite)
+	}
+	c.mu.pending[string(k)] = pendingWrite{version: v, g: g}
+	g.keys = append(g.keys, string(k))
+}
+
+// entitySeqLocked returns the last sequence of the entity whose outbox
+// key is ek. REQUIRES: c.mu held.
+func (c *committer) entitySeqLocked(ek []byte) (uint64, error) {
+	if p, ok := c.mu.pending[string(ek)]; ok {
+		return p.version, nil
+	}
+	v, closer, err := c.db.Get(ek)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("engine: read outbox entity: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("engine: outbox entity %q: %w: value of %d bytes", ek, record.ErrCorrupt, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// committedLocked forgets the pending writes of g, now committed and
+// visible to reads. REQUIRES: c.mu held.
+func (c *committer) committedLocked(g *commitGroup) {
+	for _, k := range g.keys {
+		if p := c.mu.pending[k]; p.g == g {
+			delete(c.mu.pending, k)
+		}
+	}
+	if g.events > 0 && g.err == nil {
+		c.mu.outboxCommitted = g.lastEvent
+		select {
+		case c.outboxReady <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// validateEvent checks an event against the contract's limits and the
+// engine's (e nil: the defaults).
+func validateEvent(ev *idemkv.Event, e *Engine) error {
+	limit := defaultMaxEventSize
+	if e != nil {
+		limit = e.opts.MaxEventSize
+	}
+	switch {
+	case ev.Topic == "":
+		return fmt.Errorf("%w: event has no topic", idemkv.ErrInvalidArgument)
+	case len(ev.Topic) > idemkv.MaxTopicLen:
+		return fmt.Errorf("%w: event topic is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(ev.Topic), idemkv.MaxTopicLen)
+	case len(ev.Key) > idemkv.MaxEventKeyLen:
+		return fmt.Errorf("%w: event key is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(ev.Key), idemkv.MaxEventKeyLen)
+	}
+	for i := 0; i < len(ev.Topic); i++ {
+		if c := ev.Topic[i]; c <= ' ' || c > '~' || c == '*' || c == '>' {
+			return fmt.Errorf("%w: event topic %q: byte %q is not allowed (printable ASCII, no space, no wildcard)", idemkv.ErrInvalidArgument, ev.Topic, c)
+		}
+	}
+	if n := record.EventSize(ev); n > limit {
+		return fmt.Errorf("%w: event of %d bytes, limit %d (Options.MaxEventSize)", idemkv.ErrInvalidArgument, n, limit)
+	}
+	return nil
+}

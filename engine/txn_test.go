@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/idemkv/idemkv"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// readU64 reads a counter through fx; absent is 0.
+func readU64(t testing.TB, fx idemkv.Effects, key string) uint64 {
+	v, err := fx.Get([]byte(key))
+	if errors.Is(err, idemkv.ErrNotFound) {
+		return 0
+	}
+	require.NoError(t, err)
+	return binary.BigEndian.Uint64(v)
+}
+
+func TestEffectsReadTheirOwnWritesAndCommittedData(t *testing.T) {
+	v := newEnv(t)
+	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("stock/sku1"), u64(5)) }))
+	c := v.claim(id("p1"), fpA, idemkv.ModeLocal)
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		require.Equal(t, uint64(5), readU64(t, fx, "stock/sku1"))
+		_, err := fx.Get([]byte("absent"))
+		require.ErrorIs(t, err, idemkv.ErrNotFound)
+		require.NoError(t, fx.Set([]byte("stock/sku1"), u64(4)))
+		require.Equal(t, uint64(4), readU64(t, fx, "stock/sku1"), "an operation reads its own write")
+		require.NoError(t, fx.Delete([]byte("stock/sku1")))
+		_, err = fx.Get([]byte("stock/sku1"))
+		require.ErrorIs(t, err, idemkv.ErrNotFound, "and its own delete")
+		return fx.Set([]byte("stock/sku1"), u64(3))
+	}))
+	got, err := v.e.GetData([]byte("stock/sku1"))
+	require.NoError(t, err)
+	require.Equal(t, u64(3), got)
+
+	r, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, r.Problems)
+	require.Equal(t, 1, r.EffectsPaired, "the completion's value pairs with its outcome")
+	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("seed"), []byte("x")) }))
+	r, err = v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, r.Problems)
+	require.Equal(t, 1, r.EffectsStandalone, "a value written by Update belongs to no outcome")
+}
+
+// A commit that lands between an operation's read and its commit makes
+// the operation run again on the new value, with its lease still held:
+// the check (stock >= quantity) is never evaluated on stale data.
+func TestConflictRunsTheApplyFunctionAgain(t *testing.T) {
+	v := newEnv(t)
+	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("stock"), u64(1)) }))
+	c := v.claim(id("order-a"), fpA, idemkv.ModeLocal)
+	runs := 0
+	err := v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		runs++
+		stock := readU64(t, fx, "stock")
+		if runs == 1 {
+			// Another order takes the last item after this one read it.
+			require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("stock"), u64(0)) }))
+		}
+		if stock < 1 {
+			return errOutOfStock
+		}
+		return fx.Set([]byte("stock"), u64(stock-1))
+	})
+	require.ErrorIs(t, err, errOutOfStock, "the second run sees the stock the other order left")
+	require.Equal(t, 2, runs)
+	got, err := v.e.GetData([]byte("stock"))
+	require.NoError(t, err)
+	require.Equal(t, u64(0), got, "never below zero")
+	st, err := v.e.Stats()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Conflicts)
+
+	// The lease is still held: the holder can still finish.
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 409}, nil))
+	require.Equal(t, idemkv.Replay, v.claim(id("order-a"), fpA, idemkv.ModeLocal).Outcome)
+}
+
+var errOutOfStock = errors.New("out of stock")
+
+// A unique natural key: two operations that each check a key is absent
+// and then create it cannot both succeed.
+func TestConflictOnAbsentKey(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("signup-1"), fpA, idemkv.ModeLocal)
+	runs := 0
+	err := v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		runs++
+		if _, err := fx.Get([]byte("email/a@example.com")); err == nil {
+			return errTaken
+		}
+		if runs == 1 {
+			require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error {
+				return fx.Set([]byte("email/a@example.com"), []byte("user-2"))
+			}))
+		}
+		return fx.Set([]byte("email/a@example.com"), []byte("user-1"))
+	})
+	require.ErrorIs(t, err, errTaken)
+	got, err := v.e.GetData([]byte("email/a@example.com"))
+	require.NoError(t, err)
+	require.Equal(t, "user-2", string(got))
+}
+
+var errTaken = errors.New("taken")
+
+func TestConflictsAreBounded(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("p1"), fpA, idemkv.ModeLocal)
+	runs := 0
+	err := v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		runs++
+		n := readU64(t, fx, "hot")
+		require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("hot"), u64(n+1000)) }))
+		return fx.Set([]byte("hot"), u64(n+1))
+	})
+	require.ErrorIs(t, err, idemkv.ErrConflict)
+	require.Equal(t, maxConflictRuns, runs)
+	got, err := v.e.GetData([]byte("hot"))
+	require.NoError(t, err)
+	require.Equal(t, u64(maxConflictRuns*1000), got, "none of the conflicting runs wrote")
+	require.Equal(t, idemkv.InProgress, v.claim(id("p1"), fpA, idemkv.ModeLocal).Outcome, "the lease is still held")
+
+	// Update conflicts the same way.
+	err = v.e.Update(ctx, func(fx idemkv.Effects) error {
+		n := readU64(t, fx, "hot")
+		c := v.claim(id(fmt.Sprint("bump-", n)), fpA, idemkv.ModeLocal)
+		require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 200}, func(fx idemkv.Effects) error {
+			return fx.Set([]byte("hot"), u64(n+1))
+		}))
+		return fx.Set([]byte("hot"), u64(0))
+	})
+	require.ErrorIs(t, err, idemkv.ErrConflict)
+}
+
+// Concurrent read-modify-write operations on shared keys, in random
+// mixes: the counters end equal to the number of operations that
+// committed, and the guarded balance never goes below zero, as if they
+// had run one at a time.
+func TestConcurrentTransactionsSerialize(t *testing.T) {
+	v := newEnv(t)
+	round := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		round++
+		keys := rapid.IntRange(1, 3).Draw(rt, "keys")
+		workers := rapid.IntRange(2, 8).Draw(rt, "workers")
+		start := rapid.IntRange(0, 6).Draw(rt, "balance")
+		pfx := fmt.Sprintf("r%d/", round)
+		require.NoError(rt, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte(pfx+"balance"), u64(uint64(start))) }))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var committed, refused int
+		perKey := make([]int, keys)
+		for w := range workers {
+			k := w % keys
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id(fmt.Sprintf("%s%d", pfx, w)), Fingerprint: fpA})
+				if err != nil {
+					rt.Error(err)
+					return
+				}
+				err = v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+					bal := readU64(t, fx, pfx+"balance")
+					if bal == 0 {
+						return errOutOfStock
+					}
+					if err := fx.Set([]byte(pfx+"balance"), u64(bal-1)); err != nil {
+						return err
+					}
+					n := readU64(t, fx, fmt.Sprintf("%scount/%d", pfx, k))
+					return fx.Set([]byte(fmt.Sprintf("%scount/%d", pfx, k)), u64(n+1))
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					committed++
+					perKey[k]++
+				case errors.Is(err, errOutOfStock), errors.Is(err, idemkv.ErrConflict):
+					refused++
+					if err := v.e.Release(ctx, c.Lease); err != nil {
+						rt.Error(err)
+					}
+				default:
+					rt.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(rt, min(workers, start), committed, "every operation commits while the balance lasts (%d refused)", refused)
+		bal, err := v.e.GetData([]byte(pfx + "balance"))
+		require.NoError(rt, err)
+		require.Equal(rt, uint64(start-committed), binary.BigEndian.Uint64(bal), "no lost update")
+		for k, n := range perKey {
+			got, err := v.e.GetData([]byte(fmt.Sprintf("%scount/%d", pfx, k)))
+			if n == 0 {
+				require.ErrorIs(rt, err, idemkv.ErrNotFound)
+				continue
+			}
+			require.NoError(rt, err)
+			require.Equal(rt, uint64(n), binary.BigEndian.Uint64(got), "counter %d", k)
+		}
+	})
+	r, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, r.Problems)
+}
