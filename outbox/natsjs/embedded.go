@@ -1,0 +1,85 @@
+package natsjs
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// An Embedded is a NATS server with JetStream running inside this process
+// (`idemkv serve --events embedded`): one node, listening on loopback
+// only, without authentication, its streams on disk. Other processes on
+// the machine may connect to URL; nothing off the machine can.
+type Embedded struct {
+	srv  *server.Server
+	port int
+}
+
+// embeddedReady bounds how long StartEmbedded waits for the server to
+// accept connections; recovering large streams can take a while.
+const embeddedReady = time.Minute
+
+// StartEmbedded starts an embedded server with its JetStream store in dir
+// (created if needed; a restart on the same dir recovers the streams) and
+// its client port on 127.0.0.1:port, or on a free port if port is 0.
+//
+// Every stored message is synced to disk before its PubAck (the server's
+// sync_always): the relay removes an event from the outbox once it is
+// acknowledged, so an acknowledged message must survive a crash of the
+// machine. This costs an fsync per publish. The server logs nothing.
+func StartEmbedded(dir string, port int) (*Embedded, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("natsjs: embedded server: empty store directory")
+	}
+	if port < 0 || port > 65535 {
+		return nil, fmt.Errorf("natsjs: embedded server: port %d outside 0..65535", port)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "idemkv-embedded",
+		Host:       "127.0.0.1",
+		Port:       port,
+		NoLog:      true,
+		NoSigs:     true,
+		JetStream:  true,
+		StoreDir:   dir,
+		SyncAlways: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: embedded server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(embeddedReady) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("natsjs: embedded server on port %d with store %s: not ready after %v", port, dir, embeddedReady)
+	}
+	// Addr is the listener's, so it names the port a random one became.
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("natsjs: embedded server listens on %v, not TCP", srv.Addr())
+	}
+	return &Embedded{srv: srv, port: addr.Port}, nil
+}
+
+// URL returns the client URL, nats://127.0.0.1:port.
+func (e *Embedded) URL() string {
+	return "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(e.port))
+}
+
+// Port returns the client port.
+func (e *Embedded) Port() int { return e.port }
+
+// Shutdown stops the server and waits until it has stopped: clients are
+// disconnected and the store is closed. Calling it again does nothing.
+func (e *Embedded) Shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
