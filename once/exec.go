@@ -1,0 +1,154 @@
+package once
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// Exec is what a Func is given: the lease it runs under and the writes
+// that commit with its result. It is valid only while the Func runs, and
+// not safe for concurrent use.
+//
+// In local mode (the default) the Func runs inside the store's commit of
+// its result (idemkv.Store.Complete's apply). Effects is that commit's:
+// Get reads business data, and the store checks every read at the commit,
+// running the Func again if a key it read was written by another commit
+// meanwhile; Set, Delete and Emit commit atomically with the result. So
+// the Func may run more than once, and must act only through Effects: no
+// calls to other systems, no changes to memory that a second run would
+// repeat. Its result may depend on what it read: the result stored is the
+// one of the run whose reads and writes committed (see the package doc,
+// "The local result").
+//
+// In remote mode the Func runs once, outside any commit, and acts on
+// another system, sending Lease.OperationID (or a per-step key derived
+// from it, OperationID.StepKey) as that system's idempotency key. Its
+// local writes are deferred to the commit of its result: Effects' Set,
+// Delete and Emit are recorded and made there, in call order with the
+// functions given to Apply, which may also read (checked at that commit,
+// and run again on a conflict). Effects.Get fails: nothing read before
+// the commit could be checked at it. If the Func fails, the deferred
+// writes are dropped.
+type Exec struct {
+	// Lease is the lease the Func runs under: its Token (to fence a
+	// downstream write), its Attempt (above 1 after a takeover: in remote
+	// mode, an earlier attempt's call may have landed; resume it under the
+	// same OperationID) and, in remote mode, the OperationID.
+	Lease idemkv.Lease
+	// Run counts the runs of the Func in this Do, from 1. In remote mode
+	// it is always 1; in local mode a run that another run follows was
+	// discarded, its writes with it.
+	Run int
+	// Effects takes the writes that commit with the result; see above.
+	Effects idemkv.Effects
+
+	store    idemkv.Store
+	lease    time.Duration                // Call.Lease, for Renew
+	deferred []func(idemkv.Effects) error // remote mode: what the commit applies
+	ended    bool                         // the Func has returned
+}
+
+// Apply runs f on the Effects of the commit of the Func's result. In
+// local mode it runs f at once (the Func is in that commit) and returns
+// its error. In remote mode it adds f to the commit, after the Func
+// returns successfully: f may read and write, and runs again if its reads
+// conflict; an error from f stores nothing, and the key becomes uncertain
+// (the remote call has happened). Apply fails once the Func has returned.
+func (x *Exec) Apply(f func(idemkv.Effects) error) error {
+	if x.ended {
+		return fmt.Errorf("%w: once: Exec.Apply after the function returned", idemkv.ErrInvalidArgument)
+	}
+	if x.Lease.Mode != idemkv.ModeRemote {
+		return f(x.Effects)
+	}
+	x.deferred = append(x.deferred, f)
+	return nil
+}
+
+// Renew extends a remote Func's lease by Call.Lease (zero: the store's
+// default) from now, for a downstream call that may outlast it, and
+// updates Lease. It fails with idemkv.ErrFenced if the lease was already
+// lost: another caller took the key over (the Func should stop), and with
+// idemkv.ErrInvalidArgument in local mode, where the Func runs inside its
+// commit and should be short.
+func (x *Exec) Renew(ctx context.Context) error {
+	if x.Lease.Mode != idemkv.ModeRemote {
+		return fmt.Errorf("%w: once: a local function runs inside its commit; it has no lease to renew", idemkv.ErrInvalidArgument)
+	}
+	l, err := x.store.Renew(ctx, x.Lease, x.lease)
+	if err != nil {
+		return err
+	}
+	x.Lease = l
+	return nil
+}
+
+// applyDeferred is the Complete callback of a remote Func's result.
+func (x *Exec) applyDeferred(fx idemkv.Effects) error {
+	for _, f := range x.deferred {
+		if err := f(fx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release gives up the key: nothing took effect. A lease already lost
+// (ErrFenced: taken over, or expired and dropped) needs no release.
+func (x *Exec) release(ctx context.Context) error {
+	err := x.store.Release(ctx, x.Lease)
+	if err == nil || errors.Is(err, idemkv.ErrFenced) {
+		return nil
+	}
+	return fmt.Errorf("once: %s: releasing the key (its lease bounds the wait): %w", name(x.Lease.ID), err)
+}
+
+// giveUp releases the key and returns err, with the release's error if
+// it failed.
+func (x *Exec) giveUp(ctx context.Context, err error) error {
+	if rerr := x.release(ctx); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
+}
+
+// remoteEffects is a remote Func's Effects: it defers the writes to the
+// commit of the result, through Apply.
+type remoteEffects struct{ x *Exec }
+
+func (r remoteEffects) Get(key []byte) ([]byte, error) {
+	return nil, fmt.Errorf("%w: once: a remote function reads nothing before its commit (read %q in Exec.Apply)",
+		idemkv.ErrInvalidArgument, key)
+}
+
+func (r remoteEffects) Set(key, value []byte) error {
+	k, v := bytes.Clone(key), bytes.Clone(value)
+	return r.x.Apply(func(fx idemkv.Effects) error { return fx.Set(k, v) })
+}
+
+func (r remoteEffects) Delete(key []byte) error {
+	k := bytes.Clone(key)
+	return r.x.Apply(func(fx idemkv.Effects) error { return fx.Delete(k) })
+}
+
+func (r remoteEffects) Emit(ev idemkv.Event) error {
+	ev.Payload = bytes.Clone(ev.Payload)
+	ev.Headers = maps.Clone(ev.Headers)
+	return r.x.Apply(func(fx idemkv.Effects) error { return fx.Emit(ev) })
+}
+
+// clip shortens s to at most idemkv.MaxNoteLen bytes without splitting a
+// UTF-8 sequence.
+func clip(s string) string {
+	if len(s) <= idemkv.MaxNoteLen {
+		return s
+	}
+	return strings.ToValidUTF8(s[:idemkv.MaxNoteLen], "")
+}

@@ -1,0 +1,227 @@
+package once
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// Errors of Do. Match them with errors.Is; Do wraps them with the
+// record's endpoint and key.
+var (
+	// ErrNoEffect marks an error of the function as proof that the
+	// operation had no effect (NoEffect wraps one). Do then releases the
+	// key, so that a retry runs anew, and returns the error.
+	ErrNoEffect = errors.New("once: the operation had no effect")
+	// ErrMismatch: the key was first used with another fingerprint, for
+	// another operation or other input. Nothing ran. It is the caller's
+	// bug (a key reused), never worth retrying.
+	ErrMismatch = errors.New("once: key already used with a different fingerprint")
+	// ErrReconciling: an earlier attempt's outcome is unknown (its record
+	// is uncertain) and the operation will not run again until a
+	// reconciler or an operator resolves it (idemkv.Store.Resolve).
+	// Nothing ran. Retry later.
+	ErrReconciling = errors.New("once: an earlier attempt's outcome is unknown; not run again until it is resolved")
+	// ErrInProgress: another attempt holds the key, and Do did not wait
+	// for it (Call.NoWait) or its context ended while it waited (the error
+	// then matches the context's error too). Nothing ran. Retry later.
+	ErrInProgress = errors.New("once: another attempt with this key is in progress")
+	// ErrUncertain: a remote operation may or may not have taken effect:
+	// its function failed without saying it had no effect, or its outcome
+	// could not be stored. Its record is uncertain (unless another holder
+	// took it over first), and retries get ErrReconciling until it is
+	// resolved. The error also matches the cause.
+	ErrUncertain = errors.New("once: outcome uncertain: the operation may or may not have taken effect")
+)
+
+// NoEffect marks err as proof that the operation had no effect: a
+// validation failure before anything was sent, a downstream that refused
+// the call before acting on it. Do releases the key instead of marking it
+// uncertain, and returns an error matching both ErrNoEffect and err (with
+// errors.Is and errors.As) whose message is err's. NoEffect(nil) is nil.
+// Returning ErrNoEffect itself, or an error wrapping it, has the same
+// meaning.
+func NoEffect(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &noEffect{err: err}
+}
+
+type noEffect struct{ err error }
+
+func (e *noEffect) Error() string   { return e.err.Error() }
+func (e *noEffect) Unwrap() []error { return []error{ErrNoEffect, e.err} }
+
+// DefaultPoll is the default Call.Poll.
+const DefaultPoll = time.Second
+
+// Call says which operation Do runs and how.
+type Call struct {
+	// ID names the operation's record: the caller's scope (Tenant), the
+	// operation (Endpoint) and its idempotency key (Key), for example a
+	// message id or a job id. Required.
+	ID idemkv.ID
+	// Fingerprint binds the key to the operation's input: a retry with
+	// another fingerprint gets ErrMismatch. Required (1 to
+	// idemkv.MaxFingerprintLen bytes); fingerprint.ComputePayload and
+	// fingerprint.ComputeValue make one from a payload.
+	Fingerprint []byte
+	// Mode is where the effect lives. idemkv.ModeLocal (the default): the
+	// function writes through Exec.Effects, which commit atomically with
+	// its result, and it may run more than once. idemkv.ModeRemote: the
+	// function acts on another system, once, sending Exec.Lease's
+	// OperationID as that system's idempotency key; the claim is durable
+	// before it runs.
+	Mode idemkv.Mode
+	// Resumable declares, in remote mode, that the downstream
+	// deduplicates on the OperationID, so that a key whose holder died may
+	// be taken over and its operation sent again under the same id
+	// (idemkv.ClaimRequest.Resumable). Without it such a key becomes
+	// uncertain. Default: off.
+	Resumable bool
+	// Lease bounds how long the function may run before another caller
+	// may take the key over; Exec.Renew extends it. Default (zero): the
+	// store's.
+	Lease time.Duration
+	// Retention names the store's retention class of the outcome: how
+	// long it is replayed. Default (""): the store's default class.
+	Retention string
+
+	// NoWait answers a key held by another attempt with ErrInProgress at
+	// once. Default: Do waits, claiming again every Poll (or sooner, when
+	// the store says the holder's lease ends sooner), until the holder
+	// finishes or ctx ends.
+	NoWait bool
+	// Poll is the longest wait between two claims while another attempt
+	// holds the key. Default: DefaultPoll (1 s). Each wait costs one
+	// Claim; a shorter Poll answers sooner after the holder finishes.
+	Poll time.Duration
+	// After waits between claims. Default: time.After. Tests inject it,
+	// to wait without sleeping.
+	After func(time.Duration) <-chan time.Time
+}
+
+// Outcome is what Do returns when the operation has a result.
+type Outcome struct {
+	// Result is the operation's result: the one the function returned,
+	// or, if Replayed, the one stored by an earlier run. Its Body is the
+	// caller's.
+	Result idemkv.Result
+	// Replayed says the operation had already completed: the function
+	// did not run, and Result is the stored one.
+	Replayed bool
+	// OperationID is the remote operation's downstream identity (zero in
+	// local mode): the one the function sent, or, if Replayed, the one
+	// recorded with the outcome.
+	OperationID idemkv.OperationID
+}
+
+// A Func runs the operation under a held key and returns its result.
+// ctx is Do's. What it may do depends on the mode: see Exec.
+type Func func(ctx context.Context, x *Exec) (idemkv.Result, error)
+
+// Do runs fn at most once per key: it claims c.ID and, if it acquires it,
+// runs fn and stores fn's result (with fn's local writes, in the same
+// atomic commit) for every later Do of the key to replay.
+//
+//   - The key is free: fn runs. Its result and writes are committed
+//     together; Do returns the result. If fn returns an error, Do returns
+//     it: the key is released so that a retry runs anew (local mode, or
+//     an error that NoEffect marks), or, in remote mode, marked uncertain
+//     and the error matches ErrUncertain. A panic in fn settles the key
+//     the same way (local: released, remote: uncertain) and is raised
+//     again.
+//   - The operation completed: Do returns its stored result, Replayed.
+//   - The key was used with another fingerprint: ErrMismatch.
+//   - An earlier attempt's outcome is unknown: ErrReconciling.
+//   - Another attempt holds the key: Do waits for it (see Call.NoWait),
+//     then answers as above.
+//
+// Errors of the store (a claim that fails, ErrNoSpace, ErrClosed, an
+// invalid ID or fingerprint) are returned wrapped, fn not having run. If
+// the local commit fails after fn ran, nothing was written and the key is
+// released: the error (idemkv.ErrConflict, idemkv.ErrFenced, an I/O
+// error) is returned wrapped. Once fn has started, the key is settled even
+// if ctx ends: the store writes that settle it run without ctx's
+// cancellation.
+func Do(ctx context.Context, st idemkv.Store, c Call, fn Func) (Outcome, error) {
+	switch {
+	case st == nil || fn == nil:
+		return Outcome{}, fmt.Errorf("%w: once.Do needs a store and a function", idemkv.ErrInvalidArgument)
+	case c.Poll < 0:
+		return Outcome{}, fmt.Errorf("%w: negative Poll %v", idemkv.ErrInvalidArgument, c.Poll)
+	}
+	req := idemkv.ClaimRequest{ID: c.ID, Fingerprint: c.Fingerprint, Mode: c.Mode, Lease: c.Lease,
+		Resumable: c.Resumable, Retention: c.Retention}
+	for {
+		cl, err := st.Claim(ctx, req)
+		if err != nil {
+			return Outcome{}, fmt.Errorf("once: %s: claim: %w", name(c.ID), err)
+		}
+		switch cl.Outcome {
+		case idemkv.Acquired:
+			x := &Exec{Lease: cl.Lease, store: st, lease: c.Lease}
+			if cl.Lease.Mode == idemkv.ModeRemote {
+				return x.runRemote(ctx, fn)
+			}
+			return x.runLocal(ctx, fn)
+		case idemkv.Replay:
+			return Outcome{Result: cl.Record.Result, Replayed: true, OperationID: cl.Record.OperationID}, nil
+		case idemkv.Mismatch:
+			return Outcome{}, fmt.Errorf("%w: %s", ErrMismatch, name(c.ID))
+		case idemkv.Reconciling:
+			return Outcome{}, reconciling(c.ID, &cl.Record)
+		case idemkv.InProgress:
+			if c.NoWait {
+				return Outcome{}, fmt.Errorf("%w: %s", ErrInProgress, name(c.ID))
+			}
+			if err := c.wait(ctx, cl.RetryAfter); err != nil {
+				return Outcome{}, fmt.Errorf("%w: %s: stopped waiting: %w", ErrInProgress, name(c.ID), err)
+			}
+		default:
+			return Outcome{}, fmt.Errorf("once: %s: the store answered %v", name(c.ID), cl.Outcome)
+		}
+	}
+}
+
+// wait waits before the next claim of a key held by another attempt:
+// Poll, or retryAfter (the store's estimate of when the holder's lease
+// ends) if that is sooner; or until ctx ends, whose error it returns.
+func (c *Call) wait(ctx context.Context, retryAfter time.Duration) error {
+	d := c.Poll
+	if d == 0 {
+		d = DefaultPoll
+	}
+	if retryAfter > 0 && retryAfter < d {
+		d = retryAfter
+	}
+	after := c.After
+	if after == nil {
+		after = time.After
+	}
+	select {
+	case <-after(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func reconciling(id idemkv.ID, rec *idemkv.Record) error {
+	why := rec.Note
+	if rec.Escalated {
+		why = "escalated to an operator: " + why
+	}
+	if why == "" {
+		return fmt.Errorf("%w: %s", ErrReconciling, name(id))
+	}
+	return fmt.Errorf("%w: %s: %s", ErrReconciling, name(id), why)
+}
+
+// name is how errors name a record: its endpoint and key (not its tenant,
+// which may be a principal's identifier).
+func name(id idemkv.ID) string { return fmt.Sprintf("%s %q", id.Endpoint, id.Key) }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package once_test
+
+const raceEnabled = false

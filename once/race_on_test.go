@@ -1,0 +1,7 @@
+//go:build race
+
+package once_test
+
+// raceEnabled says whether the race detector is on: the model test then
+// plays one run in three.
+const raceEnabled = true

@@ -1,0 +1,85 @@
+package once
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemkv/idemkv"
+)
+
+// runRemote runs a remote Func once, outside any commit, and settles the
+// key: its result is stored with the writes it deferred; an error it marks
+// NoEffect releases the key; any other error, a panic, or a result that
+// cannot be stored leaves the key uncertain, since the downstream may have
+// acted.
+func (x *Exec) runRemote(ctx context.Context, fn Func) (Outcome, error) {
+	bg := context.WithoutCancel(ctx) // the call may have landed: record it whatever ctx does
+	x.Run = 1
+	x.Effects = remoteEffects{x: x}
+	res, err := x.callRemote(ctx, bg, fn)
+	switch {
+	case errors.Is(err, ErrNoEffect):
+		return Outcome{}, x.giveUp(bg, err)
+	case err != nil:
+		return Outcome{}, x.uncertain(bg, "the function failed", err)
+	}
+	var apply func(idemkv.Effects) error
+	if len(x.deferred) > 0 {
+		apply = x.applyDeferred
+	}
+	err = x.store.Complete(bg, x.Lease, res, apply)
+	switch {
+	case errors.Is(err, idemkv.ErrFenced):
+		// Another caller took the key over (a resumable one, or a claim
+		// that found the lease expired and made the key uncertain).
+		return Outcome{}, fmt.Errorf("%w: %s: the lease was lost before the outcome was stored: %w",
+			ErrUncertain, name(x.Lease.ID), err)
+	case err != nil:
+		return Outcome{}, x.uncertain(bg, "its outcome could not be stored", err)
+	}
+	return Outcome{Result: res, OperationID: x.Lease.OperationID}, nil
+}
+
+// callRemote calls fn. If fn panics or exits its goroutine
+// (runtime.Goexit), it marks the key uncertain first, and raises the
+// panic again from where it was stopped, so that its trace still shows
+// where fn panicked.
+func (x *Exec) callRemote(ctx, bg context.Context, fn Func) (res idemkv.Result, err error) {
+	returned := false
+	defer func() {
+		x.ended = true
+		if returned {
+			return
+		}
+		v := recover()
+		how := "exited its goroutine (runtime.Goexit)"
+		if v != nil {
+			how = fmt.Sprintf("panicked: %v", v)
+		}
+		_ = x.uncertain(bg, "the function "+how, nil)
+		if v != nil {
+			panic(v)
+		}
+	}()
+	res, err = fn(ctx, x)
+	returned = true
+	return res, err
+}
+
+// uncertain marks the key uncertain, noting what happened and its cause,
+// and returns the ErrUncertain that says so (with the marking's own
+// error, if it failed; ErrFenced there means another caller already took
+// the key over, which leaves it no less uncertain to this one).
+func (x *Exec) uncertain(ctx context.Context, what string, cause error) error {
+	note := "once: " + what
+	err := fmt.Errorf("%w: %s: %s", ErrUncertain, name(x.Lease.ID), what)
+	if cause != nil {
+		note += ": " + cause.Error()
+		err = fmt.Errorf("%w: %s: %s: %w", ErrUncertain, name(x.Lease.ID), what, cause)
+	}
+	if merr := x.store.MarkUncertain(ctx, x.Lease, clip(note)); merr != nil && !errors.Is(merr, idemkv.ErrFenced) {
+		err = errors.Join(err, fmt.Errorf("once: %s: marking the key uncertain: %w", name(x.Lease.ID), merr))
+	}
+	return err
+}
