@@ -113,8 +113,10 @@ func (e *Engine) AckOutbox(ctx context.Context, through uint64) error {
 	if through <= e.outbox.acked {
 		return nil
 	}
-	if _, last := e.outboxSeqs(); through > last {
-		return fmt.Errorf("%w: ack through event %d, but the last committed is %d", idemkv.ErrInvalidArgument, through, last)
+	// Against the last event enqueued: a reader may see an event's
+	// commit before the committer counts it as committed.
+	if last, _ := e.outboxSeqs(); through > last {
+		return fmt.Errorf("%w: ack through event %d, but the last is %d", idemkv.ErrInvalidArgument, through, last)
 	}
 	b := e.db.NewBatch()
 	defer b.Close()

@@ -1,0 +1,242 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/outbox"
+	"github.com/stretchr/testify/require"
+)
+
+var ctx = context.Background()
+
+// broker is a Publisher that keeps one copy of each event id, as
+// JetStream's duplicate window does, and fails when told to.
+type broker struct {
+	mu       sync.Mutex
+	stream   []idemkv.StoredEvent
+	ids      map[string]bool
+	attempts int
+	fail     func(ev idemkv.StoredEvent) error
+	sent     chan idemkv.StoredEvent
+}
+
+func (b *broker) Publish(ctx context.Context, ev idemkv.StoredEvent) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.attempts++
+	if b.fail != nil {
+		if err := b.fail(ev); err != nil {
+			return err
+		}
+	}
+	if b.ids == nil {
+		b.ids = map[string]bool{}
+	}
+	if !b.ids[ev.ID] {
+		b.ids[ev.ID] = true
+		b.stream = append(b.stream, ev)
+	}
+	if b.sent != nil {
+		b.sent <- ev
+	}
+	return nil
+}
+
+func (b *broker) seqs() []uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var s []uint64
+	for _, ev := range b.stream {
+		s = append(s, ev.Seq)
+	}
+	return s
+}
+
+func openEngine(t *testing.T, dir string) *engine.Engine {
+	e, err := engine.Open(dir, &engine.Options{CacheSize: 8 << 20, MemTableSize: 4 << 20})
+	require.NoError(t, err)
+	return e
+}
+
+// emit commits n payments, each with a payments.created event.
+func emit(t *testing.T, e *engine.Engine, from, n int) {
+	for i := from; i < from+n; i++ {
+		key := fmt.Sprintf("p%d", i)
+		c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: idemkv.ID{Tenant: "t", Endpoint: "pay", Key: key}, Fingerprint: []byte{1}})
+		require.NoError(t, err)
+		require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+			return fx.Emit(idemkv.Event{Topic: "payments.created", Key: fmt.Sprint("acct", i%3), Payload: []byte(key)})
+		}))
+	}
+}
+
+func seq(from, to uint64) []uint64 {
+	var s []uint64
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+func TestDrainPublishesInOrderAndAcknowledges(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	emit(t, e, 0, 10)
+	b := &broker{}
+	r, err := outbox.New(e, b, &outbox.Options{Batch: 4})
+	require.NoError(t, err)
+	n, err := r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, n)
+	require.Equal(t, seq(1, 10), b.seqs())
+	acked, last, err := e.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [2]uint64{10, 10}, [2]uint64{acked, last})
+	left, err := e.ReadOutbox(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Empty(t, left, "acknowledged events leave the outbox")
+	st := r.Stats()
+	require.Equal(t, outbox.Stats{Published: 10, Acked: 10}, st)
+
+	// Per entity, the sequence counts up without gaps in stream order.
+	next := map[string]uint64{}
+	for _, ev := range b.stream {
+		next[ev.Key]++
+		require.Equal(t, next[ev.Key], ev.EntitySeq)
+	}
+}
+
+// A failed publish stops the relay at that event: it is never skipped,
+// what the broker already has is acknowledged, and the next pass goes on
+// from the failed event.
+func TestFailedPublishIsRetriedNeverSkipped(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	emit(t, e, 0, 6)
+	down := errors.New("broker down")
+	b := &broker{fail: func(ev idemkv.StoredEvent) error {
+		if ev.Seq == 4 {
+			return down
+		}
+		return nil
+	}}
+	r, err := outbox.New(e, b, &outbox.Options{Batch: 100})
+	require.NoError(t, err)
+	n, err := r.Drain(ctx)
+	require.ErrorIs(t, err, down)
+	require.Equal(t, 3, n)
+	acked, _, err := e.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), acked, "what the broker has is acknowledged")
+	st := r.Stats()
+	require.Equal(t, uint64(1), st.PublishErrors)
+	require.Equal(t, uint64(3), st.LagEvents)
+	require.Positive(t, st.LagSeconds+1) // defined while stuck
+
+	b.fail = nil
+	n, err = r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, seq(1, 6), b.seqs())
+}
+
+// A crash between the broker's acknowledgement and the store's: the next
+// relay publishes the same events again, with the same ids, and a broker
+// that deduplicates on the id keeps each once.
+func TestCrashBeforeAckRepublishesWithTheSameIDs(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir)
+	emit(t, e, 0, 5)
+	b := &broker{}
+	r, err := outbox.New(noAck{e}, b, nil)
+	require.NoError(t, err)
+	_, err = r.Drain(ctx)
+	require.ErrorIs(t, err, errCrashed)
+	require.NoError(t, e.Close())
+
+	e = openEngine(t, dir)
+	defer e.Close()
+	emit(t, e, 5, 2)
+	r, err = outbox.New(e, b, nil)
+	require.NoError(t, err)
+	n, err := r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 7, n, "the first five again, then the new two")
+	require.Equal(t, 12, b.attempts)
+	require.Equal(t, seq(1, 7), b.seqs(), "after dedup, each event once, in order")
+}
+
+var errCrashed = errors.New("crashed before the ack")
+
+type noAck struct{ *engine.Engine }
+
+func (noAck) AckOutbox(context.Context, uint64) error { return errCrashed }
+
+// Run is woken by the commit that adds an event, with no polling delay:
+// the test waits for the publish alone.
+func TestRunIsWokenByCommits(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	b := &broker{sent: make(chan idemkv.StoredEvent, 10)}
+	never := make(chan time.Time)
+	r, err := outbox.New(e, b, &outbox.Options{After: func(time.Duration) <-chan time.Time { return never }})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- r.Run(rctx) }()
+	for i := range 3 {
+		emit(t, e, i, 1)
+		ev := <-b.sent
+		require.Equal(t, uint64(i+1), ev.Seq)
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// While the broker is down Run backs off, doubling with jitter up to a
+// bound, and publishes everything once it is back.
+func TestRunBacksOffWhileTheBrokerIsDown(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	emit(t, e, 0, 2)
+	var mu sync.Mutex
+	failures := 5
+	b := &broker{sent: make(chan idemkv.StoredEvent, 10), fail: func(idemkv.StoredEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if failures > 0 {
+			failures--
+			return errors.New("no responders")
+		}
+		return nil
+	}}
+	waits := make(chan time.Duration, 10)
+	fire := make(chan time.Time)
+	o := &outbox.Options{MinBackoff: 100 * time.Millisecond, MaxBackoff: 400 * time.Millisecond,
+		After: func(d time.Duration) <-chan time.Time { waits <- d; return fire }}
+	r, err := outbox.New(e, b, o)
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = r.Run(rctx) }()
+	for i, bound := range []time.Duration{100, 200, 400, 400, 400} {
+		d := <-waits
+		require.True(t, d >= bound*time.Millisecond/2 && d <= bound*time.Millisecond, "wait %d: %v, bound %vms", i, d, bound)
+		require.Equal(t, uint64(2), r.Stats().LagEvents)
+		fire <- time.Time{}
+	}
+	require.Equal(t, uint64(1), (<-b.sent).Seq)
+	require.Equal(t, uint64(2), (<-b.sent).Seq)
+}
+
+func TestOptionsRefuseNegatives(t *testing.T) {
+	_, err := outbox.New(nil, nil, &outbox.Options{MinBackoff: -1})
+	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
+}
