@@ -543,16 +543,19 @@ const (
 type Event struct {
 	// Topic names the stream of events, for example "payments.created":
 	// the subject it is published on. 1 to MaxTopicLen bytes of printable
-	// ASCII without spaces.
+	// ASCII, dot-separated non-empty tokens, no space and no wildcard ('*',
+	// '>').
 	Topic string
 	// Key names the entity the event is about ("pay_42"): events of one
 	// (Topic, Key) are published in the order they committed, and each
 	// carries its place in that order (StoredEvent.EntitySeq). May be
-	// empty: all such events of a topic are one entity.
+	// empty: all such events of a topic are one entity. No CR or LF.
 	Key string
 	// Payload is the message body.
 	Payload []byte
-	// Headers are published with the event. The store adds its own (the
+	// Headers are published with the event: names of printable ASCII
+	// without spaces or separators, values without CR or LF. Nats-* and
+	// Idemkv-* names are reserved: the broker's, and the relay's own (the
 	// event id and sequences; see StoredEvent).
 	Headers map[string]string
 }

@@ -105,6 +105,13 @@ func TestBadEventsWriteNothing(t *testing.T) {
 		"long topic":     {Topic: strings.Repeat("t", idemkv.MaxTopicLen+1)},
 		"long key":       {Topic: "t", Key: strings.Repeat("k", idemkv.MaxEventKeyLen+1)},
 		"too large":      big,
+		"empty token":    {Topic: "payments..created"},
+		"trailing dot":   {Topic: "payments."},
+		"newline in key": {Topic: "t", Key: "a\nb"},
+		"reserved":       {Topic: "t", Headers: map[string]string{"Nats-Msg-Id": "x"}},
+		"ours":           {Topic: "t", Headers: map[string]string{"idemkv-event-id": "x"}},
+		"header name":    {Topic: "t", Headers: map[string]string{"a:b": "x"}},
+		"header value":   {Topic: "t", Headers: map[string]string{"A": "x\r\ny"}},
 	} {
 		err := v.completeWithEvents("bad-"+name, ev)
 		require.ErrorIs(t, err, idemkv.ErrInvalidArgument, name)
