@@ -524,6 +524,20 @@ type Effects interface {
 	Emit(ev Event) error
 }
 
+// A ResultSetter is the Effects a store passes to the apply function of
+// Complete (or of Resolve) when it lets that function decide the stored
+// result: SetResult replaces the result given to Complete, in the same
+// commit as the writes. A function whose result depends on what it reads
+// sets it here, so that the stored result is the one of the run whose
+// reads were checked. The engine's Effects implement it; a layer above
+// (package once) falls back to running the function again where a store's
+// do not.
+type ResultSetter interface {
+	// SetResult sets the result to store. It fails with ErrInvalidResult
+	// if the store would refuse r.
+	SetResult(r Result) error
+}
+
 // ErrConflict: the business data an apply function read kept changing
 // under it: every run of it, up to the store's bound, read a key that
 // another commit wrote before its own writes could commit. Nothing was

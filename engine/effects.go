@@ -76,6 +76,11 @@ type effectBuf struct {
 	// read there and the versions it saw, checked at commit (txn.go).
 	snap  *pebble.Snapshot
 	reads []readVersion
+	// result, if set, replaces the result the operation completes with
+	// (idemkv.ResultSetter).
+	result *idemkv.Result
+	// noResult: there is no result to set (Update).
+	noResult bool
 	// events are the events emitted, in order; eventBytes their size.
 	events     []idemkv.Event
 	eventBytes int
@@ -185,6 +190,19 @@ func (w *effectBuf) Emit(ev idemkv.Event) error {
 	ev.Headers = maps.Clone(ev.Headers)
 	w.events = append(w.events, ev)
 	w.eventBytes += n
+	return nil
+}
+
+// SetResult implements idemkv.ResultSetter.
+func (w *effectBuf) SetResult(r idemkv.Result) error {
+	if w.e == nil || w.noResult {
+		return fmt.Errorf("%w: these effects complete no operation", idemkv.ErrInvalidArgument)
+	}
+	if err := w.e.validateResult(&r); err != nil {
+		return err
+	}
+	r.Body = bytes.Clone(r.Body)
+	w.result = &r
 	return nil
 }
 

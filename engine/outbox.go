@@ -170,6 +170,7 @@ func (e *Engine) Update(ctx context.Context, fn func(idemkv.Effects) error) erro
 	defer e.gate.exit()
 	return e.runConflicts(func() error {
 		fx := e.newEffects()
+		fx.noResult = true
 		defer fx.close()
 		if err := fn(fx); err != nil {
 			return err

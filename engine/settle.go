@@ -84,6 +84,9 @@ func (e *Engine) complete(ctx context.Context, l idemkv.Lease, r *idemkv.Result,
 	done.State = idemkv.StateCompleted
 	done.LeaseExpires = time.Time{}
 	done.Expires = e.expiresAt(now, done.Class)
+	if fx.result != nil {
+		r = fx.result
+	}
 	done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 	b := e.db.NewBatch()
 	done.Effects = fx.writeTo(b, done.Token, done.Expires)
@@ -254,7 +257,11 @@ func (e *Engine) resolve(ctx context.Context, req *idemkv.ResolveRequest) (err e
 		done.LeaseExpires = time.Time{}
 		done.Note = req.Note
 		done.Expires = e.expiresAt(now, done.Class)
-		done.Result = idemkv.Result{Status: req.Result.Status, Pointer: req.Result.Pointer, Body: req.Result.Body}
+		r := &req.Result
+		if fx.result != nil {
+			r = fx.result
+		}
+		done.Result = idemkv.Result{Status: r.Status, Pointer: r.Pointer, Body: r.Body}
 		done.Effects = fx.writeTo(b, done.Token, done.Expires)
 		err = e.commitRecordTxn(w.st, w.k, w.s, &cur, &done, b, fx.txn(done.Token, now))
 	}

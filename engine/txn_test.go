@@ -219,3 +219,27 @@ func TestConcurrentTransactionsSerialize(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, r.Problems)
 }
+
+// The apply function can set the result it computed from what it read:
+// the stored result is the committing run's.
+func TestApplySetsTheResult(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("count"), fpA, idemkv.ModeLocal)
+	runs := 0
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 500}, func(fx idemkv.Effects) error {
+		runs++
+		n := readU64(t, fx, "n")
+		if runs == 1 {
+			require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("n"), u64(41)) }))
+		}
+		require.ErrorIs(t, fx.(idemkv.ResultSetter).SetResult(idemkv.Result{Status: -1}), idemkv.ErrInvalidResult)
+		require.NoError(t, fx.(idemkv.ResultSetter).SetResult(idemkv.Result{Status: 200, Body: []byte(fmt.Sprint(n + 1))}))
+		return fx.Set([]byte("n"), u64(n+1))
+	}))
+	r := v.claim(id("count"), fpA, idemkv.ModeLocal)
+	require.Equal(t, idemkv.Replay, r.Outcome)
+	require.Equal(t, idemkv.Result{Status: 200, Body: []byte("42")}, r.Record.Result)
+	require.ErrorIs(t, v.e.Update(ctx, func(fx idemkv.Effects) error {
+		return fx.(idemkv.ResultSetter).SetResult(idemkv.Result{Status: 200})
+	}), idemkv.ErrInvalidArgument)
+}
