@@ -25,7 +25,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -51,6 +51,9 @@ type serveConfig struct {
 	// instead of the simulation in this process.
 	processorURL     string
 	processorTimeout time.Duration
+	// events, if set, is where payments.created events go: a NATS
+	// server's URL, or "embedded" (events.go).
+	events string
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
@@ -70,8 +73,12 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long past its lease a payment whose holder vanished is left, and how old an uncertain payment must be, before the reconciler asks about it; keep it above --processor-timeout")
 	fs.IntVar(&c.reconcile.MaxAttempts, "reconcile-max-attempts", 20, "escalate a payment to an operator after `N` answers of \"unknown\" in a row")
 	fs.DurationVar(&c.reconcile.MaxAge, "reconcile-max-age", 24*time.Hour, "escalate a payment still unsettled this long after it was first tried")
+	fs.StringVar(&c.events, "events", "", "publish a payments.created event for every payment, from the store's outbox, to the NATS JetStream server at `URL` (nats://HOST:PORT), or to one started in this process with its store under --data (embedded); without it no events are kept")
 	c.bg.register(fs, true)
 	return func(ctx context.Context, stdout io.Writer) error {
+		if err := validEventsFlag(c.events); err != nil {
+			return usageError{err}
+		}
 		for _, r := range []float64{c.provider.FailRate, c.provider.TimeoutRate, c.provider.FailRate + c.provider.TimeoutRate} {
 			if r < 0 || r > 1 {
 				return usageError{errors.New("--provider-fail-rate and --provider-timeout-rate are fractions, and together at most 1")}
@@ -149,7 +156,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	}
 	svc, err := payments.New(payments.Config{
 		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
-		NoMetricsRoute: c.metricsLn != nil,
+		NoMetricsRoute: c.metricsLn != nil, Events: c.events != "",
 	})
 	if err != nil {
 		closeAll()
@@ -186,6 +193,15 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		return err
 	}
 	defer stopReconciler()
+	stopEvents := func() {}
+	if c.events != "" {
+		if stopEvents, err = startEvents(c, e, log, svc.Registry(), stdout); err != nil {
+			stopReconciler()
+			closeAll()
+			return err
+		}
+	}
+	defer stopEvents()
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err = <-errc: // a listener failed: stop the other too
@@ -200,6 +216,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		err = nil
 	}
 	stopReconciler()
+	stopEvents()
 	return errors.Join(err, e.Close())
 }
 

@@ -52,6 +52,11 @@ type Config struct {
 	// that serves MetricsHandler on an address of its own (the metrics
 	// are not authenticated).
 	NoMetricsRoute bool
+	// Events, if set, emits a payments.created event (CreatedEvent) with
+	// every payment, in the commit that stores it; a relay
+	// (package outbox) must then publish them, or they pile up in the
+	// store's outbox.
+	Events bool
 }
 
 // Service is the payments API.
@@ -284,7 +289,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	}
 	s.provider.WithLabelValues("charged").Inc()
 	p := s.payment(tenant, opID, ch)
-	if err := op.Apply(p.write); err != nil {
+	if err := op.Apply(s.writer(p)); err != nil {
 		httpidem.WriteProblem(w, "internal", http.StatusInternalServerError, err.Error(), 0)
 		return
 	}
@@ -303,13 +308,39 @@ func (s *Service) payment(tenant string, opID idemkv.OperationID, ch Charge) sto
 	}}
 }
 
-// write writes p's row and its place in its tenant's listing.
-func (p *stored) write(fx idemkv.Effects) error {
-	row, _ := json.Marshal(p)
-	if err := fx.Set(paymentKey(p.Tenant, p.ID), row); err != nil {
-		return err
+// TopicCreated is the topic of the event a payment emits when
+// Config.Events is set.
+const TopicCreated = "payments.created"
+
+// CreatedEvent is the payload of a payments.created event (JSON); the
+// event's key is the account.
+type CreatedEvent struct {
+	Payment string `json:"payment"`
+	Account string `json:"account"`
+	Amount  int64  `json:"amount"`
+	// Currency is the ISO 4217 code, upper case.
+	Currency string    `json:"currency"`
+	Charge   string    `json:"charge"`
+	Created  time.Time `json:"created"`
+}
+
+// writer returns the apply function that writes p's row, its place in
+// its tenant's listing and, with Config.Events, its event.
+func (s *Service) writer(p stored) func(idemkv.Effects) error {
+	return func(fx idemkv.Effects) error {
+		row, _ := json.Marshal(p)
+		if err := fx.Set(paymentKey(p.Tenant, p.ID), row); err != nil {
+			return err
+		}
+		if err := fx.Set(indexKey(p.Tenant, p.Created, p.ID), []byte(p.ID)); err != nil {
+			return err
+		}
+		if !s.cfg.Events {
+			return nil
+		}
+		ev, _ := json.Marshal(CreatedEvent{Payment: p.ID, Account: p.Tenant, Amount: p.Amount, Currency: p.Currency, Charge: p.Charge, Created: p.Created})
+		return fx.Emit(idemkv.Event{Topic: TopicCreated, Key: p.Tenant, Payload: ev})
 	}
-	return fx.Set(indexKey(p.Tenant, p.Created, p.ID), []byte(p.ID))
 }
 
 // maxDescription bounds Payment.Description, in bytes.

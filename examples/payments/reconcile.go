@@ -45,6 +45,6 @@ func (s *Service) Reconcile(ctx context.Context, rec idemkv.Record) (reconcile.A
 	return reconcile.Answer{
 		Verdict: reconcile.Applied,
 		Result:  httpidem.Outcome(http.StatusCreated, "/v1/payments/"+p.ID, nil, nil), // replays rebuild it from the row
-		Apply:   p.write,
+		Apply:   s.writer(p),
 	}, nil
 }
