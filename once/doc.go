@@ -50,11 +50,11 @@
 //		return idemkv.Result{Status: 200}, writeBalance(x.Effects, msg.Account, bal-msg.Amount)
 //	})
 //
-// The function runs inside the store's commit of its result, and may run
-// more than once: again when a key it read was changed by another commit
-// before its own could commit, and, when its result is not the zero
-// Result, once more to begin with (below). It must act only through
-// Effects and change nothing else that a second run would repeat.
+// The function runs inside the store's commit of its result, once per
+// commit attempt: again only when a key it read was changed by another
+// commit before its own could commit (on a store whose Effects do not
+// implement idemkv.ResultSetter, more often: below). It must act only
+// through Effects and change nothing else that a second run would repeat.
 //
 // Remote mode protects an effect elsewhere (a payment provider, an email
 // service). The claim is durable before the function runs, once, and it
@@ -87,20 +87,29 @@
 // # The local result
 //
 // The store's Complete takes the result before it runs the function that
-// makes the writes, so a local function's result cannot simply be the
-// result of the run that commits. Do therefore offers a result to each
-// commit, and the run inside it checks that the result it computed is the
-// one offered; if not, the commit writes nothing and Do tries again,
-// offering the new result. A commit happens only when the two agree, so
-// the result stored is always the result of the run whose reads were
-// checked and whose writes committed. The first offer is the zero Result:
-// a function that returns it commits on its first run; any other result
-// costs one extra run (Exec.Run counts them), its writes discarded.
+// makes the writes, so a local function's result cannot simply be handed
+// to Complete. Do calls Complete with the zero Result and runs the
+// function inside it; a run that computes another result sets it through
+// the commit's Effects (idemkv.ResultSetter), so that it is stored in the
+// same commit as that run's writes, its reads checked. The result stored
+// is always the result of the run that committed, and the function runs
+// once, or once more per conflict the store finds (Exec.Run counts the
+// runs). The engine's Effects implement ResultSetter.
+//
+// On a store whose Effects do not, Do falls back to offering a result to
+// each commit: the run inside it checks that the result it computed is
+// the one offered; if not, the commit writes nothing and Do tries again,
+// offering the new result. A commit happens only when the two agree. The
+// first offer is the zero Result: a function that returns it commits on
+// its first run; any other result costs one extra run to begin with, its
+// writes discarded, and a result that keeps changing (a clock reading)
+// fails with idemkv.ErrConflict after 32 commits.
 //
 // # Caveats
 //
-//   - A local function may run several times per Do (see above), and in
-//     the store's commit: keep it short and free of other side effects.
+//   - A local function may run several times per Do (on conflicts, and on
+//     a store without idemkv.ResultSetter; see above), and in the store's
+//     commit: keep it short and free of other side effects.
 //     Exec.Renew refuses to renew its lease.
 //   - A local panic is stopped inside the store's commit, so that it never
 //     unwinds through the store, and raised again by Do with the same

@@ -14,40 +14,45 @@ import (
 // A local Func both reads and writes through the commit's Effects and
 // computes its result, often from what it read ("the balance is now 40").
 // Its reads are checked only if it runs inside the commit, as
-// Store.Complete's apply; but Complete takes the result before apply runs
-// (the engine validates it first and builds the record after apply), so
-// the result cannot come out of the run that commits.
+// Store.Complete's apply; but Complete takes the result before apply runs,
+// so the result stored must come from inside the run that commits.
 //
-// So Do offers a result and lets the run check it. Each run inside
-// Complete compares the result it computed with the result offered; if
-// they differ, it returns errResultChanged, which makes Complete write
-// nothing, and Do calls Complete again offering the new result. A commit
-// happens only when a run's result equals the result offered, and the
-// store commits exactly that run's writes, its reads checked. If the
+// Do calls Complete with the zero Result and runs the Func as its apply.
+// A run whose result is the one given to Complete commits as it is. A run
+// whose result differs hands it to the store through the commit's Effects
+// when they implement idemkv.ResultSetter (the engine's do): the result
+// then commits with exactly that run's writes, its reads checked. If the
 // store finds a conflict it runs the Func again within the same Complete,
-// and that run checks its result the same way. The record therefore
-// always holds the result of the run whose reads and writes committed.
+// and that run sets its own result. So the Func runs once per commit
+// attempt, and the record holds the result of the run that committed.
 //
-// The first offer is the zero Result: a Func that returns it (a job with
-// nothing to report) commits on its first run. Any other result costs one
-// more run, the first, whose writes are discarded: the price of a
-// contract whose Complete takes the result up front. Runs repeat only
-// while the data read keeps changing, up to maxResultRounds commits.
+// A store whose Effects do not implement ResultSetter cannot take the
+// result from inside the commit. For it Do falls back to offering a
+// result and letting the run check it: a run whose result differs from
+// the offer returns errResultChanged, which makes Complete write
+// nothing, and Do calls Complete again offering the new result. A commit
+// happens only when a run's result equals the result offered, so the
+// record again holds the committing run's result; but any result other
+// than the zero one costs one more run, the first, whose writes are
+// discarded, and runs repeat while the data read keeps changing, up to
+// maxResultRounds commits.
 
-// maxResultRounds bounds the calls of Complete whose run computed a
-// result other than the one offered. Under contention every conflict the
-// store finds ends a round (the re-run's result differs), and a round's
-// window for conflicts runs from the previous round's reads to this
-// one's commit, about twice a single commit's. Measured with 8 writers
-// incrementing one counter, 16 rounds failed about 3% of operations with
-// ErrConflict, as the engine alone does with a zero result (16 runs);
-// 32 failed none. A result that never settles (a clock reading) costs
-// that many runs, and then ErrConflict.
+// maxResultRounds bounds, on a store without idemkv.ResultSetter, the
+// calls of Complete whose run computed a result other than the one
+// offered. Under contention every conflict the store finds ends a round
+// (the re-run's result differs), and a round's window for conflicts runs
+// from the previous round's reads to this one's commit, about twice a
+// single commit's. Measured with 8 writers incrementing one counter on
+// the engine (its ResultSetter hidden), 16 rounds failed about 3% of
+// operations with ErrConflict, as the engine alone does with a zero
+// result (16 runs); 32 failed none. A result that never settles (a clock
+// reading) costs that many runs, and then ErrConflict.
 const maxResultRounds = 32
 
 var (
 	// errResultChanged: the run's result is not the one offered to
-	// Complete, so its writes must not commit with it.
+	// Complete, and the store cannot take another, so its writes must
+	// not commit with it.
 	errResultChanged = errors.New("once: the result differs from the one offered")
 	// errPanicked: the run panicked; the panic is raised again by Do,
 	// outside the store.
@@ -62,8 +67,8 @@ type localRun struct {
 	value    any // what it panicked with
 }
 
-// runLocal runs a local Func inside the commit of its result, offering
-// results until a run's matches (see above), and settles the key.
+// runLocal runs a local Func inside the commit of its result (see above)
+// and settles the key.
 func (x *Exec) runLocal(ctx context.Context, fn Func) (Outcome, error) {
 	bg := context.WithoutCancel(ctx) // a cancelled ctx must not leave the key held
 	settled := false
@@ -83,16 +88,21 @@ func (x *Exec) runLocal(ctx context.Context, fn Func) (Outcome, error) {
 				return errPanicked
 			case last.err != nil:
 				return last.err
-			case !sameResult(&last.result, &offer):
-				return errResultChanged
+			case sameResult(&last.result, &offer):
+				return nil
 			}
-			return nil
+			if rs, ok := fx.(idemkv.ResultSetter); ok {
+				return rs.SetResult(last.result) // ErrInvalidResult if the store would refuse it
+			}
+			return errResultChanged
 		})
 		x.Effects = nil
 		settled = true
 		switch {
 		case err == nil:
-			return Outcome{Result: offer}, nil
+			// The last run is the one that committed: its result is the
+			// offer's or the one it set.
+			return Outcome{Result: last.result}, nil
 		case last.panicked:
 			_ = x.release(bg)
 			panic(last.value)
@@ -107,11 +117,12 @@ func (x *Exec) runLocal(ctx context.Context, fn Func) (Outcome, error) {
 			return Outcome{}, x.giveUp(bg, fmt.Errorf("once: %s: %w: its result changed in %d commits in a row",
 				name(x.Lease.ID), idemkv.ErrConflict, round))
 		default:
-			// The store's failure: ErrConflict, ErrFenced, an invalid
-			// result, ctx's end. Nothing was written, unless the error is
-			// ErrFailed (or an I/O error): then the store refuses all
-			// work until it is reopened, and holds, reopened, the result
-			// and its writes or neither.
+			// The store's failure: it refused the result (SetResult's
+			// error, or the offer's), ErrConflict, ErrFenced, ctx's end.
+			// Nothing was written, unless the error is ErrFailed (or an
+			// I/O error): then the store refuses all work until it is
+			// reopened, and holds, reopened, the result and its writes
+			// or neither.
 			return Outcome{}, x.giveUp(bg, fmt.Errorf("once: %s: committing the result: %w", name(x.Lease.ID), err))
 		}
 	}

@@ -123,10 +123,60 @@ func (c *counted) n() int {
 
 var created = idemkv.Result{Status: 201, Pointer: "/orders/1", Body: []byte(`{"id":1}`)}
 
+// noSetter is a store whose Effects do not implement idemkv.ResultSetter:
+// the engine, with SetResult hidden from the apply functions of Complete,
+// so that Do takes its fallback (offering results).
+type noSetter struct{ idemkv.Store }
+
+func (s noSetter) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) error {
+	if apply == nil {
+		return s.Store.Complete(ctx, l, r, nil)
+	}
+	return s.Store.Complete(ctx, l, r, func(fx idemkv.Effects) error { return apply(plainEffects{fx}) })
+}
+
+// plainEffects has only the methods of idemkv.Effects.
+type plainEffects struct{ idemkv.Effects }
+
+// storeKinds are the two paths of a local result: a store whose Effects
+// set it (the engine), and the fallback for one whose do not.
+var storeKinds = []struct {
+	name     string
+	fallback bool
+}{{"setter", false}, {"fallback", true}}
+
+// store returns the engine, or, for the fallback, the engine behind
+// noSetter.
+func (v *env) store(fallback bool) idemkv.Store {
+	if fallback {
+		return noSetter{v.e}
+	}
+	return v.e
+}
+
+func TestNoSetterHidesSetResult(t *testing.T) {
+	v := newEnv(t, nil)
+	for _, k := range storeKinds {
+		var isSetter bool
+		_, err := once.Do(ctx, v.store(k.fallback), call(k.name), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+			_, isSetter = x.Effects.(idemkv.ResultSetter)
+			return idemkv.Result{}, nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, !k.fallback, isSetter, k.name)
+	}
+}
+
 func TestLocalCommitsResultWithEffects(t *testing.T) {
+	for _, k := range storeKinds {
+		t.Run(k.name, func(t *testing.T) { testLocalCommitsResultWithEffects(t, k.fallback) })
+	}
+}
+
+func testLocalCommitsResultWithEffects(t *testing.T, fallback bool) {
 	v := newEnv(t, nil)
 	var runs []int
-	out, err := once.Do(ctx, v.e, call("k"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+	out, err := once.Do(ctx, v.store(fallback), call("k"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
 		runs = append(runs, x.Run)
 		require.Equal(t, idemkv.ModeLocal, x.Lease.Mode)
 		if err := x.Effects.Set([]byte("order/1"), []byte("paid")); err != nil {
@@ -139,9 +189,13 @@ func TestLocalCommitsResultWithEffects(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, once.Outcome{Result: created}, out)
-	// A result other than the zero one costs a first run to learn it
-	// (its writes discarded), then the run that commits.
-	assert.Equal(t, []int{1, 2}, runs)
+	if fallback {
+		// A result other than the zero one costs a first run to learn it
+		// (its writes discarded), then the run that commits.
+		assert.Equal(t, []int{1, 2}, runs)
+	} else {
+		assert.Equal(t, []int{1}, runs, "the run sets its result in its commit")
+	}
 
 	rec := v.record("k")
 	assert.Equal(t, idemkv.StateCompleted, rec.State)
@@ -151,7 +205,7 @@ func TestLocalCommitsResultWithEffects(t *testing.T) {
 	assert.Equal(t, "via apply", v.data("order/1/note"))
 	evs, err := v.e.ReadOutbox(ctx, 0, 10)
 	require.NoError(t, err)
-	require.Len(t, evs, 1, "one event, although the function ran twice")
+	require.Len(t, evs, 1, "one event, however often the function ran")
 	assert.Equal(t, "orders.paid", evs[0].Topic)
 }
 
@@ -411,13 +465,18 @@ func TestRemoteResultTooLargeIsUncertain(t *testing.T) {
 }
 
 func TestLocalInvalidResultReleases(t *testing.T) {
-	v := newEnv(t, &engine.Options{MaxBodySize: 16})
-	_, err := once.Do(ctx, v.e, call("k"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
-		return idemkv.Result{Status: 200, Body: make([]byte, 17)}, x.Effects.Set([]byte("x"), []byte("y"))
-	})
-	require.ErrorIs(t, err, idemkv.ErrInvalidResult)
-	assert.Zero(t, v.state("k"))
-	assert.Empty(t, v.data("x"))
+	for _, k := range storeKinds {
+		t.Run(k.name, func(t *testing.T) {
+			v := newEnv(t, &engine.Options{MaxBodySize: 16})
+			_, err := once.Do(ctx, v.store(k.fallback), call("k"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+				return idemkv.Result{Status: 200, Body: make([]byte, 17)}, x.Effects.Set([]byte("x"), []byte("y"))
+			})
+			require.ErrorIs(t, err, idemkv.ErrInvalidResult)
+			assert.Contains(t, err.Error(), "committing the result", "the store's refusal, not the function's error")
+			assert.Zero(t, v.state("k"))
+			assert.Empty(t, v.data("x"))
+		})
+	}
 }
 
 // holder claims key as another attempt would, and returns its lease.
@@ -626,32 +685,48 @@ func TestNoEffectMatching(t *testing.T) {
 // counter, B commits an increment, A's commit finds its read stale and
 // runs again; its result (the counter it wrote) changes with it.
 func TestLocalConflictReRuns(t *testing.T) {
-	v := newEnv(t, nil)
-	incr := func(x *once.Exec) (idemkv.Result, error) {
-		if err := addTo(x.Effects, "counter", 1); err != nil {
-			return idemkv.Result{}, err
-		}
-		b, err := x.Effects.Get([]byte("counter"))
-		return idemkv.Result{Status: 200, Body: b}, err
+	for _, tc := range []struct {
+		name     string
+		fallback bool
+		slipIn   int   // the run of A during which B commits
+		runs     []int // A's runs
+	}{
+		// 1 reads the counter and sets the result "1"; B commits; 1's
+		// commit is refused; 2 re-reads, sets "2" and commits.
+		{"setter", false, 1, []int{1, 2}},
+		// 1 learns the result "1"; 2 offers it and is refused at commit
+		// (B slipped in); 3 re-reads and computes "2"; 4 offers "2" and
+		// commits.
+		{"fallback", true, 2, []int{1, 2, 3, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newEnv(t, nil)
+			st := v.store(tc.fallback)
+			incr := func(x *once.Exec) (idemkv.Result, error) {
+				if err := addTo(x.Effects, "counter", 1); err != nil {
+					return idemkv.Result{}, err
+				}
+				b, err := x.Effects.Get([]byte("counter"))
+				return idemkv.Result{Status: 200, Body: b}, err
+			}
+			var aRuns []int
+			out, err := once.Do(ctx, st, call("a"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+				aRuns = append(aRuns, x.Run)
+				res, err := incr(x)
+				if x.Run == tc.slipIn { // B slips in between A's read and its commit
+					outB, errB := once.Do(ctx, st, call("b"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) { return incr(x) })
+					require.NoError(t, errB)
+					assert.Equal(t, "1", string(outB.Result.Body))
+				}
+				return res, err
+			})
+			require.NoError(t, err)
+			assert.Equal(t, "2", string(out.Result.Body), "A's stored result is that of the run that committed")
+			assert.Equal(t, "2", v.data("counter"))
+			assert.Equal(t, "2", string(v.record("a").Result.Body))
+			assert.Equal(t, tc.runs, aRuns)
+		})
 	}
-	var aRuns []int
-	out, err := once.Do(ctx, v.e, call("a"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
-		aRuns = append(aRuns, x.Run)
-		res, err := incr(x)
-		if x.Run == 2 { // A's first commit: B slips in between its read and its commit
-			outB, errB := once.Do(ctx, v.e, call("b"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) { return incr(x) })
-			require.NoError(t, errB)
-			assert.Equal(t, "1", string(outB.Result.Body))
-		}
-		return res, err
-	})
-	require.NoError(t, err)
-	assert.Equal(t, "2", string(out.Result.Body), "A's stored result is that of the run that committed")
-	assert.Equal(t, "2", v.data("counter"))
-	assert.Equal(t, "2", string(v.record("a").Result.Body))
-	// 1 learns the result "1"; 2 offers it and is refused at commit; 3
-	// re-reads and computes "2"; 4 offers "2" and commits.
-	assert.Equal(t, []int{1, 2, 3, 4}, aRuns)
 }
 
 // TestConcurrentReadModifyWrite: concurrent Do calls on different keys
@@ -659,17 +734,28 @@ func TestLocalConflictReRuns(t *testing.T) {
 // contention a Do may fail with ErrConflict, having released its key and
 // written nothing; the caller retries it, as a consumer would. In the end
 // every operation applied exactly once, and the stored results are
-// 1..N, each the value its own commit wrote.
+// 1..N, each the value its own commit wrote. With a ResultSetter, every
+// run of a function is a commit attempt: one that commits or one the
+// engine counts as a conflict.
 func TestConcurrentReadModifyWrite(t *testing.T) {
+	for _, k := range storeKinds {
+		t.Run(k.name, func(t *testing.T) { testConcurrentReadModifyWrite(t, k.fallback) })
+	}
+}
+
+func testConcurrentReadModifyWrite(t *testing.T, fallback bool) {
 	v := newEnv(t, nil)
+	st := v.store(fallback)
 	const workers, each = 8, 10
 	var wg sync.WaitGroup
-	var conflicts atomic.Int32
+	var conflicts, calls, runs atomic.Int64
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
 				for {
-					_, err := once.Do(ctx, v.e, call(fmt.Sprintf("w%d-%d", w, i)), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+					calls.Add(1)
+					_, err := once.Do(ctx, st, call(fmt.Sprintf("w%d-%d", w, i)), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+						runs.Add(1)
 						if err := addTo(x.Effects, "counter", 1); err != nil {
 							return idemkv.Result{}, err
 						}
@@ -689,7 +775,15 @@ func TestConcurrentReadModifyWrite(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("%d Do calls failed with ErrConflict and were retried", conflicts.Load())
+	stats, err := v.e.Stats()
+	require.NoError(t, err)
+	t.Logf("%d Do calls, %d runs, %d engine conflicts; %d calls failed with ErrConflict and were retried",
+		calls.Load(), runs.Load(), stats.Conflicts, conflicts.Load())
+	if !fallback {
+		// A run either commits (a call that did not fail) or conflicts
+		// (counted by the engine, the last of a failed call's too).
+		assert.Equal(t, calls.Load()-conflicts.Load()+stats.Conflicts, runs.Load(), "one run per commit attempt")
+	}
 	seen := map[string]bool{}
 	for w := range workers {
 		for i := range each {
@@ -725,16 +819,29 @@ func TestTwoConcurrentIncrements(t *testing.T) {
 	assert.Equal(t, "2", v.data("counter"))
 }
 
+// TestResultThatNeverSettles: a result that differs on every run (a clock
+// reading, say) is stored at once where the commit takes it, and never
+// matches the one offered in the fallback.
 func TestResultThatNeverSettles(t *testing.T) {
-	v := newEnv(t, nil)
-	fn := count(func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
-		// A result that differs on every run (a clock reading, say)
-		// never matches the one offered.
-		return idemkv.Result{Status: 200, Body: []byte(strconv.Itoa(x.Run))}, x.Effects.Set([]byte("x"), []byte("y"))
-	})
-	_, err := once.Do(ctx, v.e, call("k"), fn.Func)
-	require.ErrorIs(t, err, idemkv.ErrConflict)
-	assert.Equal(t, 32, fn.n())
-	assert.Zero(t, v.state("k"), "released")
-	assert.Empty(t, v.data("x"))
+	for _, k := range storeKinds {
+		t.Run(k.name, func(t *testing.T) {
+			v := newEnv(t, nil)
+			fn := count(func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+				return idemkv.Result{Status: 200, Body: []byte(strconv.Itoa(x.Run))}, x.Effects.Set([]byte("x"), []byte("y"))
+			})
+			out, err := once.Do(ctx, v.store(k.fallback), call("k"), fn.Func)
+			if !k.fallback {
+				require.NoError(t, err)
+				assert.Equal(t, 1, fn.n())
+				assert.Equal(t, "1", string(out.Result.Body))
+				assert.Equal(t, "1", string(v.record("k").Result.Body))
+				assert.Equal(t, "y", v.data("x"))
+				return
+			}
+			require.ErrorIs(t, err, idemkv.ErrConflict)
+			assert.Equal(t, 32, fn.n())
+			assert.Zero(t, v.state("k"), "released")
+			assert.Empty(t, v.data("x"))
+		})
+	}
 }
