@@ -25,7 +25,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--account-limit N] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -54,6 +54,8 @@ type serveConfig struct {
 	// events, if set, is where payments.created events go: a NATS
 	// server's URL, or "embedded" (events.go).
 	events string
+	// accountLimit is payments.Config.AccountLimit.
+	accountLimit int64
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
@@ -74,6 +76,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.IntVar(&c.reconcile.MaxAttempts, "reconcile-max-attempts", 20, "escalate a payment to an operator after `N` answers of \"unknown\" in a row")
 	fs.DurationVar(&c.reconcile.MaxAge, "reconcile-max-age", 24*time.Hour, "escalate a payment still unsettled this long after it was first tried")
 	fs.StringVar(&c.events, "events", "", "publish a payments.created event for every payment, from the store's outbox, to the NATS JetStream server at `URL` (nats://HOST:PORT), or to one started in this process with its store under --data (embedded); without it no events are kept")
+	fs.Int64Var(&c.accountLimit, "account-limit", 0, "refuse (402 limit-exceeded) a payment that would take its account's payments past `N` minor units in all; 0: no limit (GET /v1/account shows what is spent)")
 	c.bg.register(fs, true)
 	return func(ctx context.Context, stdout io.Writer) error {
 		if err := validEventsFlag(c.events); err != nil {
@@ -91,8 +94,8 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		}
 		r := c.reconcile
 		if c.provider.Latency < 0 || c.wait < 0 || c.lease < 0 || c.processorTimeout < 0 ||
-			r.Interval <= 0 || r.Grace < 0 || r.MaxAttempts < 1 || r.MaxAge <= 0 {
-			return usageError{errors.New("durations may not be negative; --reconcile-interval, --reconcile-max-attempts and --reconcile-max-age must be positive")}
+			r.Interval <= 0 || r.Grace < 0 || r.MaxAttempts < 1 || r.MaxAge <= 0 || c.accountLimit < 0 {
+			return usageError{errors.New("durations and --account-limit may not be negative; --reconcile-interval, --reconcile-max-attempts and --reconcile-max-age must be positive")}
 		}
 		if err := c.bg.validate(); err != nil {
 			return usageError{err}
@@ -156,7 +159,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	}
 	svc, err := payments.New(payments.Config{
 		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
-		NoMetricsRoute: c.metricsLn != nil, Events: c.events != "",
+		NoMetricsRoute: c.metricsLn != nil, Events: c.events != "", AccountLimit: c.accountLimit,
 	})
 	if err != nil {
 		closeAll()

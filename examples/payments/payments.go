@@ -57,6 +57,12 @@ type Config struct {
 	// (package outbox) must then publish them, or they pile up in the
 	// store's outbox.
 	Events bool
+	// AccountLimit, if positive, is the most an account's payments may
+	// charge in all, in minor units (limit.go): a payment past it is
+	// refused with 402 limit-exceeded and nothing is charged. Set it
+	// before the first payment: payments made without it are counted
+	// only as they are stored.
+	AccountLimit int64
 }
 
 // Service is the payments API.
@@ -128,6 +134,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.AccountLimit < 0 {
+		return nil, errors.New("payments: Config.AccountLimit is negative")
+	}
 	s := &Service{cfg: cfg, registry: prometheus.NewRegistry()}
 	obs, err := s.metrics()
 	if err != nil {
@@ -162,6 +171,7 @@ func New(cfg Config) (*Service, error) {
 	mux.Handle("POST /v1/payments", create)
 	mux.HandleFunc("GET /v1/payments/{id}", s.get)
 	mux.HandleFunc("GET /v1/payments", s.list)
+	mux.HandleFunc("GET /v1/account", s.account)
 	mux.HandleFunc("POST /v1/orders", s.createOrder)
 	mux.HandleFunc("GET /v1/orders/{id}", s.getOrder)
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -261,6 +271,15 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	// and a retry never mints a new payment id.
 	opID := op.Lease().OperationID
 	key := opID.StepKey("charge")
+	if err := s.hold(r.Context(), tenant, opID, amount); err != nil {
+		op.Release() // nothing held, nothing charged
+		if errors.Is(err, errOverLimit) {
+			httpidem.WriteProblem(w, "limit-exceeded", http.StatusPaymentRequired, err.Error()+"; nothing was charged", 0)
+			return
+		}
+		s.storeError(w, err)
+		return
+	}
 	ch, err := s.cfg.Processor.Charge(r.Context(), ChargeRequest{Key: key, Amount: amount, Currency: *req.Currency, Description: req.Description})
 	switch {
 	case errors.Is(err, ErrProviderTimeout):
@@ -272,24 +291,28 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrDeclined):
 		s.provider.WithLabelValues("declined").Inc()
 		// A final answer, stored and replayed: the same request would be
-		// declined again. Nothing was charged.
+		// declined again. Nothing was charged: the hold goes with it.
+		if err := op.Apply(unhold(tenant, opID)); err != nil {
+			s.storeError(w, err)
+			return
+		}
 		httpidem.WriteProblem(w, "card-declined", http.StatusPaymentRequired, "the card was declined; nothing was charged", 0)
 		return
 	case errors.Is(err, ErrProviderUnavailable):
 		s.provider.WithLabelValues("unavailable").Inc()
-		op.Release() // refused before charging: a retry may charge
+		s.unholdThenRelease(r.Context(), op, tenant, opID) // refused before charging: a retry may charge
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the card processor is unavailable; nothing was charged. Retry with the same key.", time.Second)
 		return
 	case err != nil: // the client went away before the call: nothing charged
 		s.provider.WithLabelValues("cancelled").Inc()
-		op.Release()
+		s.unholdThenRelease(r.Context(), op, tenant, opID)
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable, err.Error(), time.Second)
 		return
 	}
 	s.provider.WithLabelValues("charged").Inc()
 	p := s.payment(tenant, opID, ch)
-	if err := op.Apply(s.writer(p)); err != nil {
+	if err := op.Apply(s.writer(p, opID)); err != nil {
 		httpidem.WriteProblem(w, "internal", http.StatusInternalServerError, err.Error(), 0)
 		return
 	}
@@ -326,13 +349,16 @@ type CreatedEvent struct {
 
 // writer returns the apply function that writes p's row, its place in
 // its tenant's listing and, with Config.Events, its event.
-func (s *Service) writer(p stored) func(idemkv.Effects) error {
+func (s *Service) writer(p stored, opID idemkv.OperationID) func(idemkv.Effects) error {
 	return func(fx idemkv.Effects) error {
 		row, _ := json.Marshal(p)
 		if err := fx.Set(paymentKey(p.Tenant, p.ID), row); err != nil {
 			return err
 		}
 		if err := fx.Set(indexKey(p.Tenant, p.Created, p.ID), []byte(p.ID)); err != nil {
+			return err
+		}
+		if err := s.settleHold(fx, &p, opID); err != nil {
 			return err
 		}
 		if !s.cfg.Events {

@@ -37,7 +37,7 @@ func (s *Service) Reconcile(ctx context.Context, rec idemkv.Record) (reconcile.A
 	case err != nil:
 		return reconcile.Answer{}, fmt.Errorf("processor lookup of %s: %w", key, err)
 	case !found:
-		return reconcile.Answer{Verdict: reconcile.NotApplied}, nil
+		return reconcile.Answer{Verdict: reconcile.NotApplied, Apply: unhold(rec.ID.Tenant, rec.OperationID)}, nil
 	case ch.ID == "" || ch.Key != key || ch.Amount <= 0 || !isCurrency(ch.Currency):
 		return reconcile.Answer{Reason: fmt.Sprintf("processor answered a malformed charge for %s: %+v", key, ch)}, nil
 	}
@@ -45,6 +45,6 @@ func (s *Service) Reconcile(ctx context.Context, rec idemkv.Record) (reconcile.A
 	return reconcile.Answer{
 		Verdict: reconcile.Applied,
 		Result:  httpidem.Outcome(http.StatusCreated, "/v1/payments/"+p.ID, nil, nil), // replays rebuild it from the row
-		Apply:   s.writer(p),
+		Apply:   s.writer(p, rec.OperationID),
 	}, nil
 }
