@@ -260,6 +260,22 @@ func verifyKill9Dir(t *testing.T, dir string, acked map[string]uint64, keys int)
 			require.False(t, hasEff, "%q: effect %q without an outcome (record found %v: %+v)", key, eff, found, rec)
 		}
 	}
+	// Every completion incremented the shared counter and emitted one
+	// event, in its commit: no update lost, no event without its commit.
+	effects := 0
+	require.NoError(t, e.ScanData([]byte("effect/"), func(_, _ []byte) bool { effects++; return true }))
+	counter := 0
+	if v, err := e.GetData(kill9CounterKey); err == nil {
+		counter, err = strconv.Atoi(string(v))
+		require.NoError(t, err)
+	} else {
+		require.ErrorIs(t, err, idemkv.ErrNotFound)
+	}
+	require.Equal(t, effects, counter, "the shared counter lost or gained an update")
+	evs, err := e.ReadOutbox(ctx, 0, 1<<30)
+	require.NoError(t, err)
+	require.Len(t, evs, counter, "one event per committed completion")
+
 	chk, err := e.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, chk.ProblemCount, "check after SIGKILL: %v", chk.Problems)
@@ -317,6 +333,34 @@ func runKill9Child(dir string) {
 
 // kill9ChildOp runs one request for key i. Every 5th key is remote; every
 // 10th is remote and resumable.
+// kill9Apply is the child's apply function: the key's effect, a
+// read-modify-write of one counter every completion shares (the
+// commit-time check of reads, across crashes), and an event.
+func kill9Apply(key string, tok uint64) func(idemkv.Effects) error {
+	return func(w idemkv.Effects) error {
+		var n uint64
+		v, err := w.Get(kill9CounterKey)
+		switch {
+		case err == nil:
+			n, err = strconv.ParseUint(string(v), 10, 64)
+		case errors.Is(err, idemkv.ErrNotFound):
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := w.Set(kill9CounterKey, []byte(strconv.FormatUint(n+1, 10))); err != nil {
+			return err
+		}
+		if err := w.Emit(idemkv.Event{Topic: "crash.completed", Key: key, Payload: crashEffectValue(tok)}); err != nil {
+			return err
+		}
+		return w.Set(crashEffectKey(key), crashEffectValue(tok))
+	}
+}
+
+var kill9CounterKey = []byte("counter")
+
 func kill9ChildOp(e *Engine, rng *rand.Rand, i int) error {
 	key := kill9Key(i)
 	req := idemkv.ClaimRequest{ID: id(key), Fingerprint: crashFP(key), Mode: idemkv.ModeLocal}
@@ -344,9 +388,7 @@ func kill9ChildOp(e *Engine, rng *rand.Rand, i int) error {
 			return nil
 		}
 		tok := c.Lease.Token
-		err := e.Complete(ctx, c.Lease, crashResult(key), func(w idemkv.Effects) error {
-			return w.Set(crashEffectKey(key), crashEffectValue(tok))
-		})
+		err := e.Complete(ctx, c.Lease, crashResult(key), kill9Apply(key, tok))
 		if errors.Is(err, idemkv.ErrFenced) {
 			return nil // the remote lease ran out and another claim took it over or made it uncertain
 		}
@@ -374,7 +416,7 @@ func kill9ChildOp(e *Engine, rng *rand.Rand, i int) error {
 		req := idemkv.ResolveRequest{ID: id(key), Token: tok, NoEffect: true}
 		if rng.IntN(2) == 0 {
 			req = idemkv.ResolveRequest{ID: id(key), Token: tok, Result: crashResult(key),
-				Apply: func(w idemkv.Effects) error { return w.Set(crashEffectKey(key), crashEffectValue(tok)) }}
+				Apply: kill9Apply(key, tok)}
 		}
 		err := e.Resolve(ctx, req)
 		if errors.Is(err, idemkv.ErrFenced) || errors.Is(err, idemkv.ErrNotFound) || errors.Is(err, idemkv.ErrWrongState) {

@@ -114,8 +114,9 @@ func (e *Engine) newEffects() *effectBuf {
 }
 
 // Get returns key's value as the apply function sees it: its last write
-// to key, else the committed value as of its first read, which it
-// remembers to check at commit.
+// to key, else the value a group not yet committed writes to it (see
+// txn.go), else the committed value as of its first read from Pebble; it
+// remembers the version read, to check at commit.
 func (w *effectBuf) Get(key []byte) ([]byte, error) {
 	if err := validateEffectKey(key); err != nil {
 		return nil, err
@@ -133,13 +134,18 @@ func (w *effectBuf) Get(key []byte) ([]byte, error) {
 	if w.e == nil {
 		return nil, fmt.Errorf("%w: these effects read only their own writes", idemkv.ErrInvalidArgument)
 	}
-	if w.snap == nil {
-		w.snap = w.e.db.NewSnapshot()
-	}
 	dk := dataKey(key)
-	token, val, err := readStamped(w.snap, dk)
-	if err != nil {
-		return nil, err
+	token, val, pending := w.e.commits.pendingRead(dk)
+	if pending {
+		val = bytes.Clone(val)
+	} else {
+		if w.snap == nil {
+			w.snap = w.e.db.NewSnapshot()
+		}
+		var err error
+		if token, val, err = readStamped(w.snap, dk); err != nil {
+			return nil, err
+		}
 	}
 	w.noteRead(dk, token)
 	if token == 0 {

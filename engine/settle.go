@@ -58,10 +58,6 @@ func (e *Engine) runConflicts(attempt func() error) error {
 		if run == maxConflictRuns {
 			return fmt.Errorf("%w: the data it read changed %d times in a row", idemkv.ErrConflict, run)
 		}
-		var pending conflictError
-		if errors.As(err, &pending) {
-			<-pending.committed // a group's commit always ends, if only by failing
-		}
 	}
 }
 

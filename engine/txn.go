@@ -24,6 +24,15 @@ import (
 // life of the store, so a key rewritten since it was read never shows the
 // version read (no ABA).
 //
+// Reads see those pending writes too. That is safe because groups commit
+// in the order they are enqueued and no commit follows a failed one
+// (failstop.go): a transaction that read a pending write commits in the
+// same group as that write or a later one, so it is never durable without
+// it. And it keeps a hot key moving: a run that read a pending value
+// conflicts only with a write enqueued after its read, not with every
+// write of the groups still committing, and its retry need not wait for
+// them.
+//
 // The same mutex numbers the outbox: events get their sequence, and
 // their entity's next sequence, in the order their writes are enqueued,
 // which is the order groups commit in.
@@ -35,19 +44,14 @@ const maxConflictRuns = 16
 // errConflict is the committer's refusal of writes whose reads are stale.
 var errConflict = errors.New("engine: data read has changed")
 
-// conflictError is errConflict when the change is a group's not yet
-// committed: a new run would read the old value again from Pebble, so it
-// must wait for that group first.
-type conflictError struct{ committed <-chan struct{} }
-
-func (conflictError) Error() string        { return errConflict.Error() }
-func (conflictError) Is(target error) bool { return target == errConflict }
 
 // readVersion is a data key an apply function read and the version it
-// saw, or a key a transaction writes and the version it writes.
+// saw, or a key a transaction writes, the version it writes and its value
+// (nil for a delete).
 type readVersion struct {
 	key   []byte
 	token uint64
+	value []byte
 }
 
 // txn is what the committer checks and numbers for one batch.
@@ -68,11 +72,11 @@ func (w *effectBuf) txn(token uint64, now time.Time) *txn {
 	}
 	t := &txn{reads: w.reads}
 	for _, op := range w.ops {
-		v := token
-		if op.val < 0 {
-			v = 0
+		wr := readVersion{key: dataKey(w.arena[op.key:op.keyEnd])}
+		if op.val >= 0 {
+			wr.token, wr.value = token, w.arena[op.val:op.valEnd]
 		}
-		t.writes = append(t.writes, readVersion{key: dataKey(w.arena[op.key:op.keyEnd]), token: v})
+		t.writes = append(t.writes, wr)
 	}
 	for i := range w.events {
 		ev := &w.events[i]
@@ -85,10 +89,12 @@ func (w *effectBuf) txn(token uint64, now time.Time) *txn {
 	return t
 }
 
-// pendingWrite is the version a group not yet committed writes to a key
-// (for an outbox entity key, the entity's last sequence).
+// pendingWrite is the version and value a group not yet committed writes
+// to a key (for an outbox entity key, the entity's last sequence, and no
+// value).
 type pendingWrite struct {
 	version uint64
+	value   []byte
 	g       *commitGroup
 }
 
@@ -104,11 +110,7 @@ func (c *committer) checkReadsLocked(t *txn) error {
 				return err
 			}
 		}
-		switch {
-		case cur == r.token:
-		case ok:
-			return conflictError{v.g.done}
-		default:
+		if cur != r.token {
 			return errConflict
 		}
 	}
@@ -119,7 +121,7 @@ func (c *committer) checkReadsLocked(t *txn) error {
 // g's batch, numbered. REQUIRES: c.mu held; g open.
 func (c *committer) addLocked(g *commitGroup, t *txn) error {
 	for _, w := range t.writes {
-		c.pendLocked(g, w.key, w.token)
+		c.pendLocked(g, w.key, w.token, w.value)
 	}
 	for i, ev := range t.events {
 		ek := t.entities[i]
@@ -129,7 +131,7 @@ func (c *committer) addLocked(g *commitGroup, t *txn) error {
 		}
 		n++
 		binary.BigEndian.PutUint64(ev[record.EventEntitySeqOffset:], n)
-		c.pendLocked(g, ek, n)
+		c.pendLocked(g, ek, n, nil)
 		if err := g.b.Set(ek, binary.BigEndian.AppendUint64(nil, n), nil); err != nil {
 			return err
 		}
@@ -143,12 +145,22 @@ func (c *committer) addLocked(g *commitGroup, t *txn) error {
 	return nil
 }
 
-func (c *committer) pendLocked(g *commitGroup, k []byte, v uint64) {
+func (c *committer) pendLocked(g *commitGroup, k []byte, v uint64, value []byte) {
 	if c.mu.pending == nil {
 		c.mu.pending = make(map[string]pendingWrite)
 	}
-	c.mu.pending[string(k)] = pendingWrite{version: v, g: g}
+	c.mu.pending[string(k)] = pendingWrite{version: v, value: value, g: g}
 	g.keys = append(g.keys, string(k))
+}
+
+// pendingRead returns the version and value that a group not yet
+// committed writes to the data key dk, if one does (version 0: it
+// deletes dk). The value is shared: copy it.
+func (c *committer) pendingRead(dk []byte) (uint64, []byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.mu.pending[string(dk)]
+	return p.version, p.value, ok
 }
 
 // entitySeqLocked returns the last sequence of the entity whose outbox
