@@ -44,7 +44,6 @@ const maxConflictRuns = 16
 // errConflict is the committer's refusal of writes whose reads are stale.
 var errConflict = errors.New("engine: data read has changed")
 
-
 // readVersion is a data key an apply function read and the version it
 // saw, or a key a transaction writes, the version it writes and its value
 // (nil for a delete).
