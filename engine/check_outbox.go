@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
+
+	"github.com/idemkv/idemkv"
 
 	"github.com/idemkv/idemkv/internal/record"
 )
@@ -49,10 +52,16 @@ func (pc *pairCheck) checkOutbox(k, v []byte) {
 			r.add(name, "the first outbox event is %d, but the cursor is at %d: events %d to %d are missing", seq, r.OutboxAcked, r.OutboxAcked+1, seq-1)
 		}
 		oc.next = seq + 1
-		ev, _, err := record.DecodeEvent(seq, v)
+		ev, token, err := record.DecodeEvent(seq, v)
 		if err != nil {
 			r.add(name, "%v", err)
 			return
+		}
+		// An event commits with its outcome: its token never names a
+		// record still in progress or uncertain. (One whose record has
+		// expired, or was written by Update, names none.)
+		if p, ok := pc.pairs[token]; ok && p.state != idemkv.StateCompleted {
+			pc.named = append(pc.named, namedProblem{name, token, "outbox event " + fmt.Sprint(seq) + " was emitted by token %[2]d, whose record %[1]s is " + p.state.String()})
 		}
 		if oc.entities == nil {
 			oc.entities = make(map[string]uint64)

@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
 	"github.com/stretchr/testify/require"
 )
 
@@ -144,4 +147,38 @@ func TestEventsOnlyWithTheirCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, evs, 1, "the conflicting run's event was not written")
 	require.Equal(t, "7", string(evs[0].Payload))
+}
+
+// Check finds an outbox the engine would never leave: an event emitted by
+// an outcome that is not committed, a gap, an event behind the cursor.
+func TestCheckFindsABrokenOutbox(t *testing.T) {
+	v := newEnv(t)
+	c := v.claim(id("remote"), fpA, idemkv.ModeRemote) // a durable record in progress
+	ev := idemkv.Event{Topic: "t", Key: "k"}
+	enc := func(token, entitySeq uint64) []byte {
+		b := record.AppendEvent(nil, &ev, token, t0, [16]byte{1})
+		binary.BigEndian.PutUint64(b[record.EventEntitySeqOffset:], entitySeq)
+		return b
+	}
+	b := v.e.db.NewBatch()
+	require.NoError(t, b.Set(record.OutboxCursorKey, binary.BigEndian.AppendUint64(nil, 1), nil))
+	require.NoError(t, b.Set(record.OutboxEventKey(1), enc(c.Lease.Token, 1), nil))
+	require.NoError(t, b.Set(record.OutboxEventKey(2), enc(c.Lease.Token, 2), nil))
+	require.NoError(t, b.Set(record.OutboxEventKey(4), enc(c.Lease.Token, 3), nil))
+	require.NoError(t, b.Set(record.OutboxEntityKey("t", "k"), binary.BigEndian.AppendUint64(nil, 2), nil))
+	require.NoError(t, b.Commit(pebble.Sync))
+	r, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	var all string
+	for _, p := range r.Problems {
+		all += p.What + "\n"
+	}
+	for _, want := range []string{
+		"outbox event 1 is still stored, but the cursor has acknowledged through 1",
+		"events 3 to 3 are missing",
+		"whose record " + recordName(id("remote")) + " is in-progress",
+		"last sequence is 2, but an event carries 3",
+	} {
+		require.Contains(t, all, want)
+	}
 }
