@@ -16,6 +16,10 @@
 // random sequences of calls, one at a time, against a plain model of every
 // record (with reopens and sweeps in between), and concurrent histories of
 // many clients against a sequential model with porcupine (Linearizable).
+// Two scenarios hold the business data and the outbox to the contract:
+// concurrent read-modify-writes that must serialize (skipped by a store
+// whose Effects do not read), and events that exist exactly when their
+// outcome commits (skipped by a store that is no idemkv.Outbox).
 package storetest
 
 import (
@@ -86,6 +90,8 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("StaleHolderFenced", func(t *testing.T) { staleHolderFenced(t, newHarness) })
 	t.Run("RetentionClasses", func(t *testing.T) { retentionClasses(t, newHarness) })
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
+	t.Run("Transactions", func(t *testing.T) { transactions(t, newHarness) })
+	t.Run("Events", func(t *testing.T) { events(t, newHarness) })
 	t.Run("Linearizable", func(t *testing.T) { Linearizable(t, newHarness) })
 }
 
