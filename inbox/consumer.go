@@ -1,0 +1,340 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/once"
+)
+
+// Tenant is the idemkv.ID tenant of every consumer's dedup marks; the
+// consumer's name is their endpoint.
+const Tenant = "inbox"
+
+// A Store keeps a Consumer's dedup marks, its position and its handler's
+// effects: an idemkv.Store whose business data can also be read outside
+// an operation, to learn the position. *engine.Engine is one.
+type Store interface {
+	idemkv.Store
+	// GetData returns the value last committed under key through
+	// idemkv.Effects; the slice is the caller's. Errors: an error wrapping
+	// idemkv.ErrNotFound if key has no value, idemkv.ErrInvalidArgument
+	// for a malformed key, idemkv.ErrClosed, or an I/O error.
+	GetData(key []byte) ([]byte, error)
+}
+
+// A Message is one delivery of an event to a consumer.
+type Message struct {
+	// ID identifies the event: every copy of one event carries the same
+	// id, and two events never share one. Copies published by the outbox
+	// relay carry outbox.HeaderEventID; JetStreamMessage takes it from
+	// there, or from Nats-Msg-Id. Empty: the event is identified by its
+	// content (Subject and Data; see the package doc).
+	ID string
+	// Position is the message's place in the stream it was read from
+	// (JetStream's stream sequence): increasing, from 1. The consumer's
+	// position is advanced to it in the commit that settles the message.
+	// 0: the message has no position, and settling it leaves the
+	// position as it is.
+	Position uint64
+	// Subject is the subject (topic) it was published on.
+	Subject string
+	// Header holds its headers, as nats.Header does. The handler may read
+	// them; they are not part of the event's identity.
+	Header map[string][]string
+	// Data is the payload.
+	Data []byte
+}
+
+// A Handler applies one event: it reads and writes business data through
+// fx, whose writes commit atomically with the event's dedup mark and the
+// consumer's position. It runs inside that commit, and runs again if a
+// key it read was changed by another commit before its own could commit:
+// it must act only through fx, and change nothing else that a second run
+// would repeat. The keys under "inbox/" are the consumers' own: a handler
+// must not write them. Its ctx is Process's.
+//
+// It returns nil to apply the event; Reject(err) to refuse it for good
+// (its writes are dropped, the refusal is recorded, and the event is
+// never handled again); any other error to fail this delivery (nothing is
+// written, and Process returns the error for the caller to redeliver).
+type Handler func(ctx context.Context, fx idemkv.Effects, msg Message) error
+
+// Outcome says what Process did with a message. A message applied now
+// has neither Duplicate nor Rejected set.
+type Outcome struct {
+	// Key is the key of the event's dedup mark (idemkv.ID.Key, under
+	// Tenant and the consumer's name).
+	Key string
+	// Duplicate: the event had been settled before (applied or rejected),
+	// and the handler did not run.
+	Duplicate bool
+	// Rejected: the handler rejected the event (Reject), now or, if
+	// Duplicate, when it was first handled; nothing of it was applied.
+	// Reason is the rejection's message, clipped to maxReason bytes.
+	Rejected bool
+	Reason   string
+	// Mismatch (with Duplicate): the event's id was settled before with
+	// other content (subject or payload). The id says it is the same
+	// event, so it is not applied again; the producer reused an id or
+	// changed a copy, which is worth an alert.
+	Mismatch bool
+}
+
+// Applied reports whether the handler's writes for the event committed
+// in this call.
+func (o Outcome) Applied() bool { return !o.Duplicate && !o.Rejected }
+
+// Options configure a Consumer. A nil *Options means defaults.
+type Options struct {
+	// Retention names the store's retention class of the dedup marks:
+	// how long after an event is settled a copy of it is still
+	// recognized. Default "": the store's default class (the engine's is
+	// 24 hours). The class must be configured in the store
+	// (engine.Options.RetentionClasses); a class it lacks makes every
+	// Process fail with idemkv.ErrInvalidArgument. Its window must cover
+	// the longest time between two copies of one event: see the package
+	// doc, "Retention". A longer window costs one small record per event
+	// for that long.
+	Retention string
+}
+
+// A Consumer applies each event exactly once to its store: Process
+// commits the handler's writes, the event's dedup mark and the
+// consumer's position together. It is safe for concurrent use, but meant
+// for one message at a time in stream order: concurrent calls all read
+// and write the position, so they conflict and run their handlers again
+// (see Process), and only an in-order consumer can resume from Position.
+type Consumer struct {
+	name        string
+	store       Store
+	opts        Options
+	positionKey []byte
+}
+
+// MaxNameLen is the longest consumer name, in bytes.
+const MaxNameLen = 200
+
+// New returns the consumer name on store. The name identifies the
+// consumer's marks and position in the store: a consumer opened again
+// under the same name resumes where it stopped. It is 1 to MaxNameLen
+// bytes of a-z, A-Z, 0-9, '.', '_' and '-'. Errors wrap
+// idemkv.ErrInvalidArgument.
+func New(name string, store Store, opts *Options) (*Consumer, error) {
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, fmt.Errorf("%w: inbox: nil store", idemkv.ErrInvalidArgument)
+	}
+	c := &Consumer{name: name, store: store, positionKey: []byte("inbox/" + name + "/position")}
+	if opts != nil {
+		c.opts = *opts
+	}
+	if len(c.opts.Retention) > idemkv.MaxClassLen {
+		return nil, fmt.Errorf("%w: inbox: retention class name is %d bytes, limit %d",
+			idemkv.ErrInvalidArgument, len(c.opts.Retention), idemkv.MaxClassLen)
+	}
+	return c, nil
+}
+
+func validateName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("%w: inbox: consumer name %q: want 1 to %d bytes", idemkv.ErrInvalidArgument, name, MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: inbox: consumer name %q: byte %q not in [a-zA-Z0-9._-]", idemkv.ErrInvalidArgument, name, c)
+		}
+	}
+	return nil
+}
+
+// Name returns the consumer's name.
+func (c *Consumer) Name() string { return c.name }
+
+// PositionKey returns the business-data key under which the consumer's
+// position is stored ("inbox/<name>/position", in decimal), for tools
+// that read or reset it.
+func (c *Consumer) PositionKey() []byte { return append([]byte(nil), c.positionKey...) }
+
+// Position returns the consumer's committed position: the highest
+// Message.Position settled (0 if none). A consumer that reads its stream
+// in order and settles each message before the next resumes at
+// Position()+1. It reads only what is committed, so it is never ahead of
+// the effects it covers. Errors: the store's (idemkv.ErrClosed, an I/O
+// error), or a malformed stored value.
+func (c *Consumer) Position(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	v, err := c.store.GetData(c.positionKey)
+	if errors.Is(err, idemkv.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("inbox: %s: reading the position: %w", c.name, err)
+	}
+	return parsePosition(c.name, v)
+}
+
+// parsePosition decodes a stored position: decimal, without sign or
+// leading zeros.
+func parsePosition(name string, v []byte) (uint64, error) {
+	p, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil || strconv.FormatUint(p, 10) != string(v) {
+		return 0, fmt.Errorf("inbox: %s: stored position %q is not a decimal number", name, v)
+	}
+	return p, nil
+}
+
+// advance sets the position to pos, within fx's commit, if it is behind.
+// The read is checked at the commit, so two commits never both move it.
+func (c *Consumer) advance(fx idemkv.Effects, pos uint64) error {
+	if pos == 0 {
+		return nil
+	}
+	cur := uint64(0)
+	v, err := fx.Get(c.positionKey)
+	switch {
+	case errors.Is(err, idemkv.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		if cur, err = parsePosition(c.name, v); err != nil {
+			return err
+		}
+	}
+	if pos <= cur {
+		return nil
+	}
+	return fx.Set(c.positionKey, strconv.AppendUint(nil, pos, 10))
+}
+
+// Results stored in the dedup marks.
+const (
+	statusApplied  = 200
+	statusRejected = 422
+	// maxReason bounds a stored rejection's reason, in bytes.
+	maxReason = 1024
+)
+
+// Process settles msg: it applies it with h unless the event was settled
+// before, and commits, in one atomic commit, h's writes, the event's
+// dedup mark and the consumer's position (advanced to msg.Position if it
+// is behind).
+//
+//   - A new event: h runs (once per commit attempt; see Handler), and its
+//     writes commit with the mark and the position. Outcome is zero but
+//     for Key.
+//   - An event settled before: h does not run; Outcome.Duplicate (and
+//     Rejected, with the reason, if it was rejected). If msg.Position is
+//     ahead of the consumer's (a copy stored again further on in the
+//     stream), the position is advanced in a commit of its own.
+//   - h returns Reject(err): nothing h wrote commits; the rejection is
+//     recorded as the event's outcome, with the position, and
+//     Outcome.Rejected. A copy of it is a Duplicate, Rejected.
+//   - h returns another error, or panics: nothing is written, and the
+//     error is returned as it is (the panic raised again). Acknowledge
+//     nothing: redeliver the message, and, if the consumer resumes from
+//     Position, process nothing after it until it settles.
+//
+// Errors beside h's: those of the store (idemkv.ErrConflict if the data
+// h read kept changing, idemkv.ErrInvalidArgument for a retention class
+// the store lacks or writes past its bounds, idemkv.ErrClosed, an I/O
+// error), and once.ErrInProgress if another Process of the same event is
+// running in this process; after any of them nothing was written, and the
+// message may be processed again.
+func (c *Consumer) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
+	if h == nil {
+		return Outcome{}, fmt.Errorf("%w: inbox: nil handler", idemkv.ErrInvalidArgument)
+	}
+	ev, err := identify(&msg)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("inbox: %s: %w", c.name, err)
+	}
+	call := c.call(ev.key, ev.fp)
+	out, err := c.settle(ctx, call, msg.Position, func(ctx context.Context, x *once.Exec) (idemkv.Result, error) {
+		if err := h(ctx, x.Effects, msg); err != nil {
+			return idemkv.Result{}, err
+		}
+		return idemkv.Result{Status: statusApplied}, c.advance(x.Effects, msg.Position)
+	})
+	if errors.Is(err, ErrRejected) {
+		// h's writes were dropped with the key's release; record the
+		// rejection in a commit of its own. If another delivery settled
+		// the event meanwhile, this answers as a duplicate.
+		reason := clip(err.Error())
+		return c.settle(ctx, call, msg.Position, func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+			return idemkv.Result{Status: statusRejected, Body: []byte(reason)}, c.advance(x.Effects, msg.Position)
+		})
+	}
+	return out, err
+}
+
+// call is the once.Call of the dedup mark key.
+func (c *Consumer) call(key string, fp []byte) once.Call {
+	return once.Call{
+		ID:          idemkv.ID{Tenant: Tenant, Endpoint: c.name, Key: key},
+		Fingerprint: fp,
+		Retention:   c.opts.Retention,
+		// Two deliveries of one event at once: the second is told to
+		// come back, rather than poll here.
+		NoWait: true,
+	}
+}
+
+// settle runs fn under call's key and says what happened. A key settled
+// before (or used with another fingerprint) advances the position, if
+// pos is ahead of it, through catchUp.
+func (c *Consumer) settle(ctx context.Context, call once.Call, pos uint64, fn once.Func) (Outcome, error) {
+	out := Outcome{Key: call.ID.Key}
+	res, err := once.Do(ctx, c.store, call, fn)
+	switch {
+	case errors.Is(err, once.ErrMismatch):
+		out.Duplicate, out.Mismatch = true, true
+	case err != nil:
+		return Outcome{}, err
+	default:
+		out.Duplicate = res.Replayed
+		if res.Result.Status == statusRejected {
+			out.Rejected, out.Reason = true, string(res.Result.Body)
+		}
+	}
+	if out.Duplicate {
+		if err := c.catchUp(ctx, pos); err != nil {
+			return Outcome{}, err
+		}
+	}
+	return out, nil
+}
+
+// positionFP is the fingerprint of every position mark: they carry no
+// input beside their key.
+var positionFP = []byte("inbox/position")
+
+// catchUp advances the position to pos, for a copy of a settled event
+// found further on in the stream. The commit has a mark of its own, keyed
+// by pos, so that it is an idempotent operation like any other: the
+// position never moves back, so a mark found for pos means the position
+// is already there.
+func (c *Consumer) catchUp(ctx context.Context, pos uint64) error {
+	if pos == 0 {
+		return nil
+	}
+	cur, err := c.Position(ctx)
+	if err != nil || cur >= pos {
+		return err
+	}
+	_, err = once.Do(ctx, c.store, c.call(positionMarkKey(pos), positionFP), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+		return idemkv.Result{Status: statusApplied}, c.advance(x.Effects, pos)
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: %s: advancing the position past a duplicate to %d: %w", c.name, pos, err)
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/outbox"
+)
+
+// JetStreamOptions configure RunJetStream. A nil *JetStreamOptions means
+// defaults.
+type JetStreamOptions struct {
+	// FilterSubjects, if set, reads only the stream's messages on these
+	// subjects (wildcards allowed). Default: all of them. The position is
+	// still the stream sequence, so a consumer's filter may be widened or
+	// narrowed later and it resumes where it stopped (a message it did
+	// not read then is not read later).
+	FilterSubjects []string
+	// MinBackoff and MaxBackoff bound the wait before reading again after
+	// a failure (a Process error, a lost consumer), doubled after each
+	// failure in a row. Defaults 50 ms and 5 s.
+	MinBackoff, MaxBackoff time.Duration
+	// After waits for a backoff. Default: time.After. Tests inject one.
+	After func(time.Duration) <-chan time.Time
+	// Logf, if set, is told of failures and recoveries.
+	Logf func(format string, args ...any)
+	// Processed, if set, is called after each message is settled, from
+	// RunJetStream's goroutine, before the next is read: for metrics,
+	// logs of rejections and mismatches, and tests.
+	Processed func(Message, Outcome)
+}
+
+func (o *JetStreamOptions) withDefaults() (JetStreamOptions, error) {
+	var c JetStreamOptions
+	if o != nil {
+		c = *o
+	}
+	if c.MinBackoff < 0 || c.MaxBackoff < 0 {
+		return c, fmt.Errorf("%w: inbox: negative backoff", idemkv.ErrInvalidArgument)
+	}
+	c.MinBackoff = cmp.Or(c.MinBackoff, 50*time.Millisecond)
+	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, 5*time.Second), c.MinBackoff)
+	if c.After == nil {
+		c.After = time.After
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	if c.Processed == nil {
+		c.Processed = func(Message, Outcome) {}
+	}
+	return c, nil
+}
+
+// RunJetStream feeds c the messages of stream, in stream order, from the
+// consumer's committed position on (Position()+1), settling each with
+// Process and handler h before it reads the next, until ctx ends; it then
+// returns ctx's error.
+//
+// It reads with an ordered consumer: ephemeral, without acknowledgements,
+// created from c's position. The broker keeps no state for it: where
+// to resume is the store's position, committed with the effects, so a
+// consumer stopped at any point (a cancelled ctx, a crash, a restart on
+// another machine with the store) resumes exactly after the last message
+// whose effects committed. When Process fails (h's error, a conflict, the
+// store), it waits (MinBackoff, doubling up to MaxBackoff) and reads again
+// from the position, so the failed message comes first again and none
+// after it is settled before it: a handler that fails for good blocks
+// the consumer, and should Reject the event instead. A lost connection or
+// consumer is retried the same way. Invalid options are returned at once.
+//
+// Each message's Message comes from JetStreamMessage. The stream must
+// keep its messages until they are read (limits retention, or an
+// interest or work-queue stream with another consumer holding them):
+// messages deleted before the consumer reaches them are skipped.
+func RunJetStream(ctx context.Context, js jetstream.JetStream, stream string, c *Consumer, h Handler, opts *JetStreamOptions) error {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	if js == nil || c == nil || h == nil {
+		return fmt.Errorf("%w: inbox: RunJetStream needs a JetStream, a consumer and a handler", idemkv.ErrInvalidArgument)
+	}
+	failures := 0
+	for {
+		n, err := readJetStream(ctx, js, stream, c, h, &o)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if n > 0 && failures > 0 {
+			o.Logf("inbox %s: reading stream %q again after %d failures", c.name, stream, failures)
+			failures = 0
+		}
+		failures++
+		o.Logf("inbox %s: %v (retrying)", c.name, err)
+		select {
+		case <-o.After(backoff(&o, failures)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// backoff returns the wait after the given number of failures in a row.
+func backoff(o *JetStreamOptions, failures int) time.Duration {
+	d := o.MinBackoff
+	for i := 1; i < failures && d < o.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, o.MaxBackoff)
+}
+
+// readJetStream reads stream from c's position and settles each message
+// until an error or ctx's end, and returns how many it settled and the
+// error (never nil).
+func readJetStream(ctx context.Context, js jetstream.JetStream, stream string, c *Consumer, h Handler, o *JetStreamOptions) (int, error) {
+	pos, err := c.Position(ctx)
+	if err != nil {
+		return 0, err
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.FilterSubjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if pos > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos+1
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("reading stream %q from %d: %w", stream, pos+1, err)
+	}
+	defer deleteConsumer(ctx, js, stream, cons)
+	it, err := cons.Messages()
+	if err != nil {
+		return 0, fmt.Errorf("reading stream %q from %d: %w", stream, pos+1, err)
+	}
+	defer it.Stop()
+	for n := 0; ; n++ {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return n, fmt.Errorf("reading stream %q: %w", stream, err)
+		}
+		msg, err := JetStreamMessage(m)
+		if err != nil {
+			return n, err
+		}
+		out, err := c.Process(ctx, msg, h)
+		if err != nil {
+			return n, fmt.Errorf("message %d of stream %q (event %q): %w", msg.Position, stream, msg.ID, err)
+		}
+		o.Processed(msg, out)
+	}
+}
+
+// JetStreamMessage returns m as a Message: its stream sequence as the
+// Position, and as the ID the header outbox.HeaderEventID
+// (Idemkv-Event-Id, set by the outbox relay), else Nats-Msg-Id (the id a
+// producer had the stream deduplicate on), else none. It fails only if m
+// is not a JetStream message (it has no metadata). For callers that read
+// JetStream their own way (a durable consumer with acknowledgements):
+// acknowledge m once Process returns without an error.
+func JetStreamMessage(m jetstream.Msg) (Message, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return Message{}, fmt.Errorf("inbox: not a JetStream message: %w", err)
+	}
+	hdr := m.Headers()
+	id := hdr.Get(outbox.HeaderEventID)
+	if id == "" {
+		id = hdr.Get(jetstream.MsgIDHeader)
+	}
+	return Message{
+		ID:       id,
+		Position: md.Sequence.Stream,
+		Subject:  m.Subject(),
+		Header:   hdr,
+		Data:     m.Data(),
+	}, nil
+}
+
+// deleteConsumer deletes an ordered consumer, if it can in a second; the
+// server deletes it after its inactive threshold (5 minutes) otherwise.
+func deleteConsumer(ctx context.Context, js jetstream.JetStream, stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, stream, info.Name)
+}
