@@ -79,6 +79,7 @@ var scenarios = []scenario{
 	{"The client's half: a library that keys and retries", (*demo).clientLibrary},
 	{"Order saga: the authorization times out, and is reconciled", (*demo).sagaTimeout},
 	{"Order saga: a declined card releases the reservation", (*demo).sagaDeclined},
+	{"Events: a relay's republish and a consumer's redelivery, absorbed", (*demo).eventsAbsorbed},
 }
 
 // sagaScenarios are the scenarios at the end of the list that run the

@@ -73,7 +73,7 @@ func (d *demo) open() error {
 	if err != nil {
 		return err
 	}
-	svc, err := payments.New(payments.Config{Store: e, Processor: d.proc, Now: d.clock.Now})
+	svc, err := payments.New(payments.Config{Store: e, Processor: d.proc, Now: d.clock.Now, Events: true})
 	if err != nil {
 		e.Close()
 		return err
