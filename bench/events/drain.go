@@ -110,7 +110,7 @@ func (r *runner) fill(ctx context.Context, e *engine.Engine, n int) error {
 	for i := 0; i < n; i += fillBatch {
 		err := e.Update(ctx, func(fx idemkv.Effects) error {
 			for j := i; j < min(n, i+fillBatch); j++ {
-				if err := fx.Emit(Event(stream, uint64(j), uint64(j), r.o.Tenants)); err != nil {
+				if err := fx.Emit(r.event(stream, uint64(j), uint64(j))); err != nil {
 					return err
 				}
 			}

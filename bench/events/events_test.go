@@ -55,6 +55,7 @@ func TestRun(t *testing.T) {
 	require.Zero(t, l.Unpublished)
 	require.Equal(t, uint64(100), l.StreamMessages, "one message a committed event")
 	require.Zero(t, l.Republished)
+	require.Positive(t, l.RelayAcks)
 	require.Positive(t, l.Lag.Max)
 	require.LessOrEqual(t, l.Lag.P50, l.Lag.Max)
 	require.Positive(t, l.LagFromCreated.P50)

@@ -53,6 +53,10 @@ type Load struct {
 	Unpublished int `json:"unpublished"`
 	// Republished counts publishes of an event already acknowledged.
 	Republished int64 `json:"republished"`
+	// RelayAcks is the number of acknowledgements the relay committed to
+	// the outbox (each a synced batch through the committer), from the
+	// load's start until every event was published.
+	RelayAcks int64 `json:"relay_acks"`
 	// PublishErrors counts failed publishes (the relay retried them).
 	PublishErrors uint64 `json:"publish_errors"`
 	// StreamMessages is the number of messages the stream stored during
@@ -131,6 +135,7 @@ func (r *runner) load(ctx context.Context, b *broker, rate float64) (ld Load, er
 	stopSampling()
 	ld.MaxBacklog = <-sampled
 	rl.stop()
+	ld.RelayAcks = rl.acks()
 	ld.CatchUpSeconds = (end - loadEnd).Seconds()
 	if cpu0 >= 0 && cpu1 >= 0 {
 		ld.CPUSecondsPerEvent = (cpu1 - cpu0).Seconds() / float64(n)
@@ -208,7 +213,7 @@ func (r *runner) offer(ctx context.Context, e *engine.Engine, rate float64, base
 						return
 					}
 				}
-				if err := complete(cctx, e, stream, uint64(k), uint64(k), r.o.Tenants, true); err != nil {
+				if err := r.complete(cctx, e, stream, uint64(k), uint64(k), true); err != nil {
 					mu.Lock()
 					firstErr = cmp.Or(firstErr, err)
 					mu.Unlock()

@@ -26,6 +26,12 @@ type Options struct {
 	// Rounds is how many times each overhead point is measured, both
 	// sides each time, alternating which side goes first. Default: 2.
 	Rounds int
+	// OneEntity emits every event with an empty key: one entity for the
+	// whole topic, whose sequence the committer finds among the pending
+	// writes of the group before, instead of looking up a new key's in
+	// Pebble for each event. It separates that lookup's cost. Default:
+	// false (each event's key is its payment's id, a new entity).
+	OneEntity bool
 	// NoRelay runs the overhead points without a relay: the events stay
 	// in the outbox and it grows for the whole point. Default: false (a
 	// relay into a publisher that acknowledges at once runs on both

@@ -155,7 +155,7 @@ func (r *runner) side(ctx context.Context, conc int, with bool) (s Side, err err
 	acks0 := rl.acks()
 	cpu0 := bench.CPUTime()
 	elapsed, err := r.drive(ctx, workers, func(w *sideWorker) error {
-		return complete(ctx, e, w.stream, w.done, w.done, r.o.Tenants, with)
+		return r.complete(ctx, e, w.stream, w.done, w.done, with)
 	})
 	if err != nil {
 		return Side{}, err
@@ -210,8 +210,8 @@ func (r *runner) side(ctx context.Context, conc int, with bool) (s Side, err err
 
 // complete claims request (stream, i)'s new key and completes it with its
 // effect and, if with, its event, numbered n.
-func complete(ctx context.Context, e *engine.Engine, stream, i, n uint64, tenants int, with bool) error {
-	c, err := bench.ClaimNew(ctx, e, stream, i, tenants, idemkv.ModeLocal)
+func (r *runner) complete(ctx context.Context, e *engine.Engine, stream, i, n uint64, with bool) error {
+	c, err := bench.ClaimNew(ctx, e, stream, i, r.o.Tenants, idemkv.ModeLocal)
 	if err != nil {
 		return err
 	}
@@ -223,8 +223,18 @@ func complete(ctx context.Context, e *engine.Engine, stream, i, n uint64, tenant
 		if !with {
 			return nil
 		}
-		return fx.Emit(Event(stream, i, n, tenants))
+		return fx.Emit(r.event(stream, i, n))
 	})
+}
+
+// event returns the event request (stream, i) emits, numbered n: Event,
+// with an empty key if Options.OneEntity.
+func (r *runner) event(stream, i, n uint64) idemkv.Event {
+	ev := Event(stream, i, n, r.o.Tenants)
+	if r.o.OneEntity {
+		ev.Key = ""
+	}
+	return ev
 }
 
 // drive runs request on every worker, all started at once, until

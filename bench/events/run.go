@@ -51,7 +51,9 @@ type Meta struct {
 	Rounds          int     `json:"rounds"`           // how many times each overhead point was measured
 	// Relay says a relay into a publisher that acknowledges at once ran
 	// during the overhead points (false: Options.NoRelay, the outbox grew).
-	Relay            bool      `json:"relay"`
+	Relay bool `json:"relay"`
+	// OneEntity says every event had an empty key (Options.OneEntity).
+	OneEntity        bool      `json:"one_entity"`
 	Rates            []float64 `json:"rates"`              // the loads' offered rates, completions a second
 	LoadSeconds      float64   `json:"load_seconds"`       // how long each load was offered, in seconds
 	Clients          int       `json:"clients"`            // the client goroutines of a load
@@ -109,7 +111,7 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	}
 	rep.Goals = goals(rep)
 	rep.Meta = Meta{Meta: run.Meta(), Concurrency: o.Concurrency, DurationSeconds: o.Duration.Seconds(),
-		Rounds: o.Rounds, Relay: !o.NoRelay, Rates: o.Rates, LoadSeconds: o.LoadDuration.Seconds(),
+		Rounds: o.Rounds, Relay: !o.NoRelay, OneEntity: o.OneEntity, Rates: o.Rates, LoadSeconds: o.LoadDuration.Seconds(),
 		Clients: o.Clients, Backlog: o.Backlog, Pipeline: o.Pipeline, PayloadBytes: PayloadBytes,
 		JetStreamOnOwnFS: o.JetStreamDir != "", FsyncP50US: fsync.P50, FsyncP99US: fsync.P99,
 		CompactionNice: o.CompactionNice, DuplicateWindowS: DuplicateWindow.Seconds()}

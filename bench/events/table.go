@@ -43,18 +43,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Loads) > 0 {
 		fmt.Fprintf(&b, "\nOpen-loop loads relayed to JetStream (embedded, sync_always; fsync p50 %s, p99 %s on the run's disk): %gs, %d clients\n",
 			bench.Micros(m.FsyncP50US), bench.Micros(m.FsyncP99US), m.LoadSeconds, m.Clients)
-		fmt.Fprintf(&b, "%8s %10s %21s %10s %10s %10s %10s %10s %9s %9s %9s\n", "rate", "delivered", "commit p50 / p99",
-			"lag p50", "lag p99", "lag p99.9", "lag max", "relay/s", "backlog", "catch-up", "early")
+		fmt.Fprintf(&b, "%8s %10s %21s %10s %10s %10s %10s %10s %9s %9s %9s %7s\n", "rate", "delivered", "commit p50 / p99",
+			"lag p50", "lag p99", "lag p99.9", "lag max", "relay/s", "backlog", "catch-up", "early", "acks")
 		for _, l := range r.Loads {
-			fmt.Fprintf(&b, "%8s %10s %21s %10s %10s %10s %10s %10s %9d %8.1fs %9d\n", bench.Count(l.Rate),
+			fmt.Fprintf(&b, "%8s %10s %21s %10s %10s %10s %10s %10s %9d %8.1fs %9d %7d\n", bench.Count(l.Rate),
 				bench.Count(l.DeliveredPerSec), bench.Micros(l.Latency.P50)+" / "+bench.Micros(l.Latency.P99),
 				bench.Micros(l.Lag.P50), bench.Micros(l.Lag.P99), bench.Micros(l.Lag.P999), bench.Micros(l.Lag.Max),
-				bench.Count(l.RelayEventsPerSec), l.MaxBacklog, l.CatchUpSeconds, l.PublishedBeforeReturn)
+				bench.Count(l.RelayEventsPerSec), l.MaxBacklog, l.CatchUpSeconds, l.PublishedBeforeReturn, l.RelayAcks)
 			if l.Unpublished > 0 {
 				fmt.Fprintf(&b, "  %d events still unpublished at the end of the catch-up: their lag is a lower bound\n", l.Unpublished)
 			}
 		}
-		fmt.Fprintln(&b, "(lag: Complete's return to PubAck; relay/s: events acknowledged while the load ran; early: acknowledged before Complete returned, lag 0)")
+		fmt.Fprintln(&b, "(lag: Complete's return to PubAck; relay/s: events acknowledged while the load ran; early: acknowledged before Complete returned, lag 0; acks: the relay's outbox acknowledgements)")
 	}
 	if len(r.Drains) > 0 {
 		fmt.Fprintf(&b, "\nDraining a backlog of %s events:\n", bench.Count(float64(m.Backlog)))

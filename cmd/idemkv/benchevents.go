@@ -17,7 +17,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench events",
-		args:    "[--profile quick|full] [--concurrency 1,16,64,256] [--duration D] [--rounds N] [--no-relay] [--rates R,...] [--load-duration D] [--clients N] [--backlog N] [--jetstream-dir DIR] [--no-lag] [--data DIR] [--json FILE]",
+		args:    "[--profile quick|full] [--concurrency 1,16,64,256] [--duration D] [--rounds N] [--no-relay] [--one-entity] [--rates R,...] [--load-duration D] [--clients N] [--backlog N] [--jetstream-dir DIR] [--no-lag] [--data DIR] [--json FILE]",
 		summary: "measure completions with an event against without, and the outbox relay's lag and throughput to JetStream (docs/benchmarks.md)",
 		flags:   benchEventsFlags,
 	})
@@ -31,7 +31,7 @@ func benchEventsFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		rounds, clients      int
 		backlog              int
 		rates                []float64
-		noRelay, noLag       bool
+		noRelay, noLag, one  bool
 		data, jsDir, jsonOut string
 		pf                   pebbleFlags
 		bg                   backgroundFlags
@@ -41,6 +41,7 @@ func benchEventsFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		1, 1<<16, "bad concurrency %q (want 1..65536)", &concurrency)
 	durationFlag(fs, "duration", "how long each side of an overhead point runs, for example 2s (default: the profile's)", 1, &duration)
 	fs.IntVar(&rounds, "rounds", 0, "how many times each overhead point runs both sides, alternating which goes first (default: the profile's)")
+	fs.BoolVar(&one, "one-entity", false, "emit every event with an empty key (one entity) instead of its payment's id, to separate the cost of looking up a new entity's sequence")
 	fs.BoolVar(&noRelay, "no-relay", false, "run the overhead points without a relay (the outbox grows) instead of one into a publisher with no broker")
 	fs.Func("rates", "comma-separated `list` of open-loop loads relayed to JetStream, completions a second (default 5000, the guide's)", func(s string) error {
 		var rs []float64
@@ -69,6 +70,7 @@ func benchEventsFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			return err
 		}
 		cfg.Concurrency, cfg.Rates, cfg.Clients, cfg.NoRelay, cfg.NoLag = concurrency, rates, clients, noRelay, noLag
+		cfg.OneEntity = one
 		cfg.Dir, cfg.JetStreamDir = data, jsDir
 		if duration > 0 {
 			cfg.Duration = duration
