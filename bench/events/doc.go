@@ -20,8 +20,12 @@
 //     drain a backlog of Options.Backlog events, into the discarding
 //     publisher and into JetStream, and JetStream alone, publishing the
 //     same number of messages one at a time and pipelined.
-//   - Consumers (applying events through an inbox against the broker's own
-//     consume rate) are not measured yet: there is no inbox package.
+//   - Consumers: the stream's first Options.Backlog messages read by a
+//     bare ordered consumer (natsjs.Read), against the same messages
+//     applied in order by an inbox consumer (inbox.RunJetStream) on a
+//     fresh store, whose handler adds each payment to its account's total
+//     (a read and a write): each message settles in its own durable
+//     commit with its dedup mark and the consumer's position.
 //
 // # Basics
 //
@@ -36,9 +40,10 @@
 // misbehaves: every completion acknowledged with an event must leave
 // exactly one event in the outbox, the relay must publish each of them
 // (the discarding publisher counts them; JetStream must store as many
-// messages as events were committed, each acknowledged once), and a
-// sample of the completed keys must replay their result and hold their
-// effect.
+// messages as events were committed, each acknowledged once), a sample of
+// the completed keys must replay their result and hold their effect, and
+// the inbox must apply every message it reads once, its position ending
+// at the last.
 //
 // # Caveats
 //

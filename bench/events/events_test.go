@@ -68,6 +68,12 @@ func TestRun(t *testing.T) {
 		require.Positive(t, d.EventsPerSec)
 	}
 	require.Equal(t, []string{drainDiscard, drainJetStream, aloneOne, "JetStream alone, 64 at a time"}, names)
+	require.Len(t, rep.Consumers, 2)
+	for i, name := range []string{consumeRaw, consumeInbox} {
+		require.Equal(t, name, rep.Consumers[i].Name)
+		require.Equal(t, 300, rep.Consumers[i].Events)
+		require.Positive(t, rep.Consumers[i].EventsPerSec)
+	}
 	require.Empty(t, rep.Goals, "neither 64 clients nor 5,000 a second was measured")
 	require.Positive(t, rep.Meta.FsyncP50US)
 	require.True(t, rep.Meta.Relay)
@@ -75,14 +81,14 @@ func TestRun(t *testing.T) {
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
 	for _, want := range []string{"bench events", "Completions with one event", "Open-loop loads relayed to JetStream",
-		"Draining a backlog of 300 events", "relay to JetStream", "consumers"} {
+		"Draining a backlog of 300 events", "relay to JetStream", "Consuming the stream's first 300 messages", "inbox, applying"} {
 		require.Contains(t, table.String(), want)
 	}
 	var js bytes.Buffer
 	require.NoError(t, rep.WriteJSON(&js))
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(js.Bytes(), &m))
-	for _, k := range []string{"meta", "overhead", "loads", "drains"} {
+	for _, k := range []string{"meta", "overhead", "loads", "drains", "consumers", "goals"} {
 		require.Contains(t, m, k)
 	}
 

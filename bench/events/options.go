@@ -52,7 +52,8 @@ type Options struct {
 	// reached. Default: 2 minutes.
 	CatchUp time.Duration
 	// Backlog is the number of events the relay-alone measurements drain
-	// and JetStream-alone ones publish. Default: 20,000.
+	// and JetStream-alone ones publish, and the number of messages the
+	// consumers read. Default: 20,000.
 	Backlog int
 	// Pipeline is how many messages the pipelined JetStream-alone
 	// measurement keeps in flight. Default: 256 (the relay's batch).
@@ -63,8 +64,8 @@ type Options struct {
 	// directory, on the engine's disk, as `idemkv serve --events
 	// embedded` does.
 	JetStreamDir string
-	// NoLag skips the lag and relay-alone measurements (no JetStream
-	// server). Default: false.
+	// NoLag skips the lag, relay-alone and consumer measurements (no
+	// JetStream server). Default: false.
 	NoLag bool
 	// VerifyKeys is how many of an overhead point's completed keys are
 	// checked afterwards to replay their result and hold their effect.
@@ -151,7 +152,7 @@ func (o *Options) loadEvents(rate float64) int {
 func (o *Options) steps() int {
 	n := 2 * o.Rounds * len(o.Concurrency)
 	if !o.NoLag {
-		n += len(o.Rates) + 4
+		n += len(o.Rates) + 4 + 2
 	}
 	return n
 }

@@ -32,7 +32,10 @@ type Report struct {
 	// Drains are the relay draining a backlog (into no broker, into
 	// JetStream) and JetStream alone.
 	Drains []Drain `json:"drains"`
-	Goals  []Goal  `json:"goals"` // the goals measured by this run, met or not
+	// Consumers are the stream's first Backlog messages read by a bare
+	// ordered consumer and applied by an inbox consumer.
+	Consumers []Consume `json:"consumers"`
+	Goals     []Goal    `json:"goals"` // the goals measured by this run, met or not
 }
 
 // Goal is one of the issue's goals and what the run measured of it.
@@ -105,7 +108,7 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 		if fsync, err = probeFsync(run.Dir("fsync-probe"), o.FsyncSamples); err != nil {
 			return nil, err
 		}
-		if rep.Loads, rep.Drains, err = r.lag(ctx); err != nil {
+		if rep.Loads, rep.Drains, rep.Consumers, err = r.lag(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -118,18 +121,18 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	return rep, nil
 }
 
-// lag starts the JetStream server and measures the loads, then the
-// drains.
-func (r *runner) lag(ctx context.Context) (loads []Load, drains []Drain, err error) {
+// lag starts the JetStream server and measures the loads, the drains and
+// the consumers.
+func (r *runner) lag(ctx context.Context) (loads []Load, drains []Drain, cons []Consume, err error) {
 	dir := r.run.Dir("jetstream")
 	if r.o.JetStreamDir != "" {
 		if dir, err = os.MkdirTemp(r.o.JetStreamDir, "idemkv-bench-events-jetstream-"); err != nil {
-			return nil, nil, fmt.Errorf("bench: events: %w", err)
+			return nil, nil, nil, fmt.Errorf("bench: events: %w", err)
 		}
 	}
 	b, err := startBroker(ctx, dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("bench: events: %w", err)
+		return nil, nil, nil, fmt.Errorf("bench: events: %w", err)
 	}
 	defer func() {
 		if cerr := b.close(); err == nil {
@@ -139,13 +142,16 @@ func (r *runner) lag(ctx context.Context) (loads []Load, drains []Drain, err err
 	for _, rate := range r.o.Rates {
 		ld, err := r.load(ctx, b, rate)
 		if err != nil {
-			return nil, nil, fmt.Errorf("bench: events: load of %.0f a second: %w", rate, err)
+			return nil, nil, nil, fmt.Errorf("bench: events: load of %.0f a second: %w", rate, err)
 		}
 		loads = append(loads, ld)
 		r.run.Step(fmt.Sprintf("load %.0f/s", rate))
 	}
-	drains, err = r.drains(ctx, b)
-	return loads, drains, err
+	if drains, err = r.drains(ctx, b); err != nil {
+		return nil, nil, nil, err
+	}
+	cons, err = r.consumers(ctx, b)
+	return loads, drains, cons, err
 }
 
 // goals evaluates the issue's goals that rep measured.

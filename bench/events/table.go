@@ -9,7 +9,7 @@ import (
 )
 
 // WriteTable writes the report for people: the overhead sweep, the
-// loads' lag, the drains, and the goals.
+// loads' lag, the drains, the consumers, and the goals.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	m := &r.Meta
@@ -62,6 +62,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "  %-34s %10s events/s  (%s each)\n", d.Name, bench.Count(d.EventsPerSec), bench.Micros(1e6*d.Seconds/float64(d.Events)))
 		}
 	}
+	if len(r.Consumers) > 0 {
+		fmt.Fprintf(&b, "\nConsuming the stream's first %s messages, in order:\n", bench.Count(float64(m.Backlog)))
+		for _, c := range r.Consumers {
+			fmt.Fprintf(&b, "  %-34s %10s events/s  (%s each", c.Name, bench.Count(c.EventsPerSec), bench.Micros(1e6*c.Seconds/float64(c.Events)))
+			if c.CommitsPerEvent > 0 {
+				fmt.Fprintf(&b, ", %.2f commits each; %s", c.CommitsPerEvent, c.CommitFigures)
+			}
+			fmt.Fprintln(&b, ")")
+		}
+	}
 	if len(r.Goals) > 0 {
 		fmt.Fprintln(&b)
 		for _, g := range r.Goals {
@@ -72,7 +82,6 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "goal: %s: %.3f (bound %g): %s\n", g.Name, g.Measured, g.Target, met)
 		}
 	}
-	fmt.Fprintln(&b, "\nconsumers (inbox against the broker's own consume rate): not measured, no inbox package")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -18,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "bench events",
 		args:    "[--profile quick|full] [--concurrency 1,16,64,256] [--duration D] [--rounds N] [--no-relay] [--one-entity] [--rates R,...] [--load-duration D] [--clients N] [--backlog N] [--jetstream-dir DIR] [--no-lag] [--data DIR] [--json FILE]",
-		summary: "measure completions with an event against without, and the outbox relay's lag and throughput to JetStream (docs/benchmarks.md)",
+		summary: "measure completions with an event against without, the outbox relay's lag and throughput to JetStream, and an inbox consumer (docs/benchmarks.md)",
 		flags:   benchEventsFlags,
 	})
 }
@@ -57,9 +57,9 @@ func benchEventsFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	})
 	durationFlag(fs, "load-duration", "how long each load is offered (default: the profile's, 10s for quick)", 1, &loadFor)
 	fs.IntVar(&clients, "clients", 0, "client goroutines that carry a load (default 128)")
-	fs.IntVar(&backlog, "backlog", 0, "events of each drain of the relay and of JetStream alone (default: the profile's)")
+	fs.IntVar(&backlog, "backlog", 0, "events of each drain of the relay and of JetStream alone, and messages the consumers read (default: the profile's)")
 	fs.StringVar(&jsDir, "jetstream-dir", "", "keep the JetStream server's store in a temporary directory under `DIR` (default: the run's directory, on the engine's disk)")
-	fs.BoolVar(&noLag, "no-lag", false, "skip the loads and drains (no JetStream server)")
+	fs.BoolVar(&noLag, "no-lag", false, "skip the loads, drains and consumers (no JetStream server)")
 	pf.register(fs)
 	bg.register(fs, false)
 	fs.StringVar(&data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards)")
