@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestRun(t *testing.T) {
 	data := t.TempDir()
 	o := &Options{Options: bench.Options{Dir: data}, Concurrency: []int{1, 3}, Duration: 50 * time.Millisecond,
-		Rounds: 2, Rates: []float64{500}, LoadDuration: 200 * time.Millisecond, Clients: 8, Backlog: 300,
+		Rounds: 2, Rates: []float64{500}, LoadDuration: 200 * time.Millisecond, Clients: 8, Backlog: 150,
 		Pipeline: 64, FsyncSamples: 4, VerifyKeys: -1}
 	rep, err := Run(context.Background(), o)
 	require.NoError(t, err)
@@ -64,14 +64,14 @@ func TestRun(t *testing.T) {
 	var names []string
 	for _, d := range rep.Drains {
 		names = append(names, d.Name)
-		require.Equal(t, 300, d.Events)
+		require.Equal(t, 150, d.Events)
 		require.Positive(t, d.EventsPerSec)
 	}
 	require.Equal(t, []string{drainDiscard, drainJetStream, aloneOne, "JetStream alone, 64 at a time"}, names)
 	require.Len(t, rep.Consumers, 2)
 	for i, name := range []string{consumeRaw, consumeInbox} {
 		require.Equal(t, name, rep.Consumers[i].Name)
-		require.Equal(t, 300, rep.Consumers[i].Events)
+		require.Equal(t, 150, rep.Consumers[i].Events)
 		require.Positive(t, rep.Consumers[i].EventsPerSec)
 	}
 	require.Empty(t, rep.Goals, "neither 64 clients nor 5,000 a second was measured")
@@ -81,7 +81,7 @@ func TestRun(t *testing.T) {
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
 	for _, want := range []string{"bench events", "Completions with one event", "Open-loop loads relayed to JetStream",
-		"Draining a backlog of 300 events", "relay to JetStream", "Consuming the stream's first 300 messages", "inbox, applying"} {
+		"Draining a backlog of 150 events", "relay to JetStream", "Consuming the stream's first 150 messages", "inbox, applying"} {
 		require.Contains(t, table.String(), want)
 	}
 	var js bytes.Buffer
