@@ -659,10 +659,13 @@ type Outbox interface {
 	// ReadOutbox returns up to limit events with Seq greater than after,
 	// in Seq order.
 	ReadOutbox(ctx context.Context, after uint64, limit int) ([]StoredEvent, error)
-	// AckOutbox records, durably, that every event up to and including
-	// Seq through has been published, and removes them. An ack behind
-	// the cursor changes nothing; one past the last event is refused
-	// with ErrInvalidArgument.
+	// AckOutbox records that every event up to and including Seq through
+	// has been published, and removes them. A store need not make the
+	// acknowledgement durable before it returns: after a crash, events
+	// acknowledged just before it may be read again, and published again
+	// (delivery is at least once). An ack behind the cursor changes
+	// nothing; one past the last event is refused with
+	// ErrInvalidArgument.
 	AckOutbox(ctx context.Context, through uint64) error
 	// OutboxCursor returns the Seq of the last acknowledged event (0 if
 	// none) and of the last event committed.

@@ -55,6 +55,10 @@ type committer struct {
 	}
 	// outboxReady receives a value after a group with events commits.
 	outboxReady chan struct{}
+	// entities caches committed entity sequences; eventEpoch counts the
+	// groups with events committed (entityseq.go).
+	entities   entityCache
+	eventEpoch atomic.Uint64
 	// groups and writes count commits and the batches they carried.
 	groups, writes atomic.Int64
 	// busy and syncWait sum, in nanoseconds, the time groups spent being
@@ -94,6 +98,11 @@ func (c *committer) commit(b *pebble.Batch) error { return c.commitTxn(b, nil) }
 // hold, and whose events t numbers; errConflict if they do not hold,
 // and then nothing is written.
 func (c *committer) commitTxn(b *pebble.Batch, t *txn) error {
+	if t != nil {
+		if err := c.prefetchEntities(t); err != nil {
+			return err
+		}
+	}
 	g, first, err := c.enqueue(b, true, t)
 	if err != nil && !first {
 		return err

@@ -99,7 +99,9 @@ func (e *Engine) ReadOutbox(ctx context.Context, after uint64, limit int) ([]ide
 }
 
 // AckOutbox implements idemkv.Outbox: the events up to through go with
-// one range deletion, in the synced batch that moves the cursor.
+// one range deletion, in the batch that moves the cursor. The batch is not
+// synced (see below): an acknowledgement is durable once a later synced
+// commit, or Pebble's own log rotation, has synced it.
 func (e *Engine) AckOutbox(ctx context.Context, through uint64) error {
 	if err := e.writable(); err != nil {
 		return err
@@ -122,7 +124,16 @@ func (e *Engine) AckOutbox(ctx context.Context, through uint64) error {
 	defer b.Close()
 	_ = b.DeleteRange(record.OutboxEventKey(e.outbox.acked+1), record.OutboxEventKey(through+1), nil)
 	_ = b.Set(record.OutboxCursorKey, binary.BigEndian.AppendUint64(nil, through), nil)
-	if err := e.commits.commit(b); err != nil {
+	// Unsynced, like the sweeper's deletes: it rides in the next synced
+	// group, or in a commit of its own that waits for no fsync. A crash
+	// can lose the last acknowledgements; the relay then publishes those
+	// events again, with their ids, which is what at least once allows
+	// and what a deduplicating broker absorbs. No event is lost by it.
+	g, first, err := e.commits.enqueue(b, false, nil)
+	if werr := e.commits.wait(g, first); err == nil {
+		err = werr
+	}
+	if err != nil {
 		return e.fail(fmt.Errorf("engine: ack outbox: %w", err))
 	}
 	e.outbox.acked = through

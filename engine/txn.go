@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/record"
 )
@@ -61,6 +60,10 @@ type txn struct {
 	// outbox key of its entity.
 	events   [][]byte
 	entities [][]byte
+	// seqs are the entities' last sequences as prefetchEntities read
+	// them, at epoch (entityseq.go).
+	seqs  []uint64
+	epoch uint64
 }
 
 // txn returns what the committer must check and number for the writes
@@ -124,7 +127,7 @@ func (c *committer) addLocked(g *commitGroup, t *txn) error {
 	}
 	for i, ev := range t.events {
 		ek := t.entities[i]
-		n, err := c.entitySeqLocked(ek)
+		n, err := c.entitySeqLocked(t, i)
 		if err != nil {
 			return err
 		}
@@ -162,29 +165,12 @@ func (c *committer) pendingRead(dk []byte) (uint64, []byte, bool) {
 	return p.version, p.value, ok
 }
 
-// entitySeqLocked returns the last sequence of the entity whose outbox
-// key is ek. REQUIRES: c.mu held.
-func (c *committer) entitySeqLocked(ek []byte) (uint64, error) {
-	if p, ok := c.mu.pending[string(ek)]; ok {
-		return p.version, nil
-	}
-	v, closer, err := c.db.Get(ek)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("engine: read outbox entity: %w", err)
-	}
-	defer closer.Close()
-	if len(v) != 8 {
-		return 0, fmt.Errorf("engine: outbox entity %q: %w: value of %d bytes", ek, record.ErrCorrupt, len(v))
-	}
-	return binary.BigEndian.Uint64(v), nil
-}
-
 // committedLocked forgets the pending writes of g, now committed and
 // visible to reads. REQUIRES: c.mu held.
 func (c *committer) committedLocked(g *commitGroup) {
+	if g.events > 0 && g.err == nil {
+		c.entitiesCommittedLocked(g)
+	}
 	for _, k := range g.keys {
 		if p := c.mu.pending[k]; p.g == g {
 			delete(c.mu.pending, k)

@@ -20,6 +20,14 @@ type Options struct {
 	Batch int
 	// PublishTimeout bounds one Publish call. Default 5 s.
 	PublishTimeout time.Duration
+	// AckInterval and AckEvery say how often Run acknowledges to the store
+	// what the broker has: once AckEvery events are unacknowledged, or
+	// AckInterval after the first of them was published. Each
+	// acknowledgement is a range deletion in the store; fewer keep reads
+	// of the outbox cheap. A crash republishes what was not acknowledged
+	// (with the same ids). Defaults 100 ms and 4,096.
+	AckInterval time.Duration
+	AckEvery    int
 	// MinBackoff and MaxBackoff bound the wait after a failed publish or
 	// read, doubled after each failure in a row, with jitter (a wait is
 	// between half of and the whole of its bound). Defaults 50 ms and 5 s.
@@ -38,11 +46,13 @@ func (o *Options) withDefaults() (Options, error) {
 	if o != nil {
 		c = *o
 	}
-	if c.Batch < 0 || c.PublishTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 {
+	if c.Batch < 0 || c.PublishTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.AckInterval < 0 || c.AckEvery < 0 {
 		return c, fmt.Errorf("%w: outbox relay: negative option", idemkv.ErrInvalidArgument)
 	}
 	c.Batch = cmp.Or(c.Batch, 256)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, 5*time.Second)
+	c.AckInterval = cmp.Or(c.AckInterval, 100*time.Millisecond)
+	c.AckEvery = cmp.Or(c.AckEvery, 4096)
 	c.MinBackoff = cmp.Or(c.MinBackoff, 50*time.Millisecond)
 	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, 5*time.Second), c.MinBackoff)
 	if c.Clock == nil {
@@ -87,6 +97,13 @@ type Relay struct {
 	// oldest is the creation time of the oldest event not acknowledged
 	// by the broker, if known (zero: none pending).
 	oldest time.Time
+
+	// published is the sequence of the last event the broker has
+	// acknowledged, acked of the last the store has been told of; read
+	// says they have been read from the store. Only the goroutine in Run
+	// or Drain uses them.
+	published, acked uint64
+	read             bool
 }
 
 // New returns a relay from src to pub.
@@ -106,9 +123,9 @@ func New(src idemkv.Outbox, pub Publisher, o *Options) (*Relay, error) {
 func (r *Relay) Run(ctx context.Context) error {
 	failures := 0
 	for {
-		_, err := r.Drain(ctx)
+		_, err := r.drain(ctx, false)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return r.stop(ctx)
 		}
 		if err != nil {
 			failures++
@@ -116,7 +133,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			select {
 			case <-r.o.After(r.backoff(failures)):
 			case <-ctx.Done():
-				return ctx.Err()
+				return r.stop(ctx)
 			}
 			continue
 		}
@@ -124,51 +141,88 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.o.Logf("outbox relay: publishing again after %d failures", failures)
 			failures = 0
 		}
+		var ackDue <-chan time.Time
+		if r.published > r.acked {
+			ackDue = r.o.After(r.o.AckInterval)
+		}
 		select {
 		case <-r.src.OutboxNotify():
+		case <-ackDue:
+			if err := r.ack(ctx); err != nil {
+				r.o.Logf("outbox relay: %v (retrying)", err)
+			}
 		case <-ctx.Done():
-			return ctx.Err()
+			return r.stop(ctx)
 		}
 	}
 }
 
-// Drain publishes every event committed so far, acknowledging them batch
-// by batch, and returns how many it published. It stops at the first
-// error: an event that failed is published again by the next Drain, never
-// skipped.
-func (r *Relay) Drain(ctx context.Context) (int, error) {
+// stop acknowledges what the broker has, so that a restart publishes
+// less again, and returns ctx's error.
+func (r *Relay) stop(ctx context.Context) error {
+	_ = r.ack(context.WithoutCancel(ctx))
+	return ctx.Err()
+}
+
+// Drain publishes every event committed so far and acknowledges them,
+// and returns how many it published. It stops at the first error: an
+// event that failed is published again by the next Drain, never skipped;
+// what the broker has by then is acknowledged.
+func (r *Relay) Drain(ctx context.Context) (int, error) { return r.drain(ctx, true) }
+
+// drain publishes every event committed so far, acknowledging them when
+// AckEvery are unacknowledged, and at the end if all.
+func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 	acked, last, err := r.src.OutboxCursor(ctx)
 	if err != nil {
 		return 0, err
 	}
+	if !r.read {
+		r.published, r.acked, r.read = acked, acked, true
+	}
 	n := 0
 	for {
-		evs, err := r.src.ReadOutbox(ctx, acked, r.o.Batch)
+		evs, err := r.src.ReadOutbox(ctx, r.published, r.o.Batch)
 		if err != nil {
 			return n, err
 		}
 		if len(evs) == 0 {
-			r.setLag(acked, acked, time.Time{}) // published everything committed
-			return n, nil
+			r.setLag(r.published, r.published, time.Time{}) // published everything committed
+			break
 		}
 		for i := range evs {
 			r.setLag(evs[i].Seq-1, max(last, evs[len(evs)-1].Seq), evs[i].Created)
 			if err := r.publish(ctx, evs[i]); err != nil {
-				if i > 0 { // keep what the broker has: fewer republishes
-					err = errors.Join(err, r.src.AckOutbox(context.WithoutCancel(ctx), evs[i-1].Seq))
-				}
-				return n, err
+				return n, errors.Join(err, r.ack(context.WithoutCancel(ctx))) // keep what the broker has
 			}
+			r.published = evs[i].Seq
 			n++
 		}
-		acked = evs[len(evs)-1].Seq
-		if err := r.src.AckOutbox(context.WithoutCancel(ctx), acked); err != nil {
-			return n, err
+		if r.published-r.acked >= uint64(r.o.AckEvery) {
+			if err := r.ack(ctx); err != nil {
+				return n, err
+			}
 		}
-		r.mu.Lock()
-		r.stats.Acked = acked
-		r.mu.Unlock()
 	}
+	if all {
+		return n, r.ack(ctx)
+	}
+	return n, nil
+}
+
+// ack tells the store that the broker has every event up to published.
+func (r *Relay) ack(ctx context.Context) error {
+	if r.published <= r.acked {
+		return nil
+	}
+	if err := r.src.AckOutbox(context.WithoutCancel(ctx), r.published); err != nil {
+		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
+	}
+	r.acked = r.published
+	r.mu.Lock()
+	r.stats.Acked = r.acked
+	r.mu.Unlock()
+	return nil
 }
 
 func (r *Relay) publish(ctx context.Context, ev idemkv.StoredEvent) error {

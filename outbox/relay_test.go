@@ -240,3 +240,54 @@ func TestOptionsRefuseNegatives(t *testing.T) {
 	_, err := outbox.New(nil, nil, &outbox.Options{MinBackoff: -1})
 	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
 }
+
+// Run acknowledges to the store at AckInterval, not once per commit: a
+// range deletion per acknowledgement, few of them. Stopping acknowledges
+// what the broker has.
+func TestRunAcknowledgesOnItsInterval(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	b := &broker{sent: make(chan idemkv.StoredEvent, 10)}
+	fire := make(chan time.Time)
+	waits := make(chan time.Duration, 100)
+	src := ackSignal{Engine: e, acks: make(chan uint64, 10)}
+	r, err := outbox.New(src, b, &outbox.Options{AckInterval: time.Second,
+		After: func(d time.Duration) <-chan time.Time { waits <- d; return fire }})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- r.Run(rctx) }()
+	for i := range 3 {
+		emit(t, e, i, 1)
+		<-b.sent
+	}
+	acked, _, err := e.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Zero(t, acked, "no acknowledgement per commit")
+	require.Equal(t, time.Second, <-waits)
+	fire <- time.Time{} // the interval has passed
+	require.Equal(t, uint64(3), <-src.acks)
+
+	emit(t, e, 3, 1)
+	<-b.sent
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Equal(t, uint64(4), <-src.acks, "stopping acknowledges what the broker has")
+	acked, _, err = e.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), acked)
+}
+
+// ackSignal tells of every acknowledgement the store took.
+type ackSignal struct {
+	*engine.Engine
+	acks chan uint64
+}
+
+func (s ackSignal) AckOutbox(ctx context.Context, through uint64) error {
+	err := s.Engine.AckOutbox(ctx, through)
+	if err == nil {
+		s.acks <- through
+	}
+	return err
+}
