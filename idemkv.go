@@ -563,7 +563,9 @@ type Event struct {
 	// Key names the entity the event is about ("pay_42"): events of one
 	// (Topic, Key) are published in the order they committed, and each
 	// carries its place in that order (StoredEvent.EntitySeq). May be
-	// empty: all such events of a topic are one entity. No CR or LF.
+	// empty: all such events of a topic are one entity. No CR or LF. A
+	// store keeps each entity's last sequence for its whole life, so name
+	// long-lived entities (an account, an order), not one per request.
 	Key string
 	// Payload is the message body.
 	Payload []byte

@@ -1,4 +1,4 @@
-// Package bench is idemkv's benchmark harness: what its three
+// Package bench is idemkv's benchmark harness: what its four
 // measurements share. Each measurement is a package on top of it, run by a
 // command of idemkv and explained in docs/benchmarks.md:
 //
@@ -8,6 +8,9 @@
 //     latency over a bare handler on loopback.
 //   - bench/retention (`idemkv bench ttl`): a steady load against a short
 //     retention, with and without the sweeper, and the sweeper's cost.
+//   - bench/events (`idemkv bench events`): completions with an event
+//     against without, the outbox relay's lag and throughput to
+//     JetStream, and an inbox consumer against a bare one.
 //
 // # Basics
 //
