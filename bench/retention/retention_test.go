@@ -18,7 +18,7 @@ func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds")
 	}
-	o := &Options{Options: bench.Options{Tenants: 10, Dir: t.TempDir()}, Retention: time.Second, Periods: 2,
+	o := &Options{Options: bench.Options{Tenants: 10, Dir: t.TempDir()}, Retention: time.Second, Periods: 3,
 		Rate: 400, Clients: 4, SampleEvery: 250 * time.Millisecond, CostKeys: 2000}
 	rep, err := Run(context.Background(), o)
 	require.NoError(t, err)
