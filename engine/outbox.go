@@ -61,8 +61,8 @@ func (e *Engine) loadOutbox() error {
 	return nil
 }
 
-// ReadOutbox implements idemkv.Outbox. It reads only committed events:
-// an event is visible once its operation's commit is durable.
+// ReadOutbox implements idemkv.Outbox. It reads only committed events,
+// up to the last the committer has counted (OutboxCursor's last).
 func (e *Engine) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: outbox read limit %d", idemkv.ErrInvalidArgument, limit)
@@ -71,7 +71,14 @@ func (e *Engine) ReadOutbox(ctx context.Context, after uint64, limit int) ([]ide
 		return nil, err
 	}
 	defer e.gate.exit()
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: record.OutboxEventKey(after + 1), UpperBound: prefixEnd(record.OutboxEventPrefix)})
+	// Up to the last event the committer counts as committed: a later
+	// one may be visible already, but an acknowledgement must never pass
+	// what AckOutbox can check.
+	_, committed := e.outboxSeqs()
+	if committed <= after {
+		return nil, nil
+	}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: record.OutboxEventKey(after + 1), UpperBound: record.OutboxEventKey(committed + 1)})
 	if err != nil {
 		return nil, fmt.Errorf("engine: read outbox: %w", err)
 	}
@@ -115,10 +122,8 @@ func (e *Engine) AckOutbox(ctx context.Context, through uint64) error {
 	if through <= e.outbox.acked {
 		return nil
 	}
-	// Against the last event enqueued: a reader may see an event's
-	// commit before the committer counts it as committed.
-	if last, _ := e.outboxSeqs(); through > last {
-		return fmt.Errorf("%w: ack through event %d, but the last is %d", idemkv.ErrInvalidArgument, through, last)
+	if _, last := e.outboxSeqs(); through > last {
+		return fmt.Errorf("%w: ack through event %d, but the last committed is %d", idemkv.ErrInvalidArgument, through, last)
 	}
 	b := e.db.NewBatch()
 	defer b.Close()
