@@ -59,6 +59,8 @@ type committer struct {
 	// groups with events committed (entityseq.go).
 	entities   entityCache
 	eventEpoch atomic.Uint64
+	// entityFilter holds the entities that exist (entityseq.go).
+	entityFilter *entityFilter
 	// groups and writes count commits and the batches they carried.
 	groups, writes atomic.Int64
 	// busy and syncWait sum, in nanoseconds, the time groups spent being

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/bits-and-blooms/bloom/v3"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv/internal/record"
 )
@@ -21,10 +23,59 @@ import (
 // only if no group with events has committed since (eventEpoch): entity
 // keys change only in such commits, so it is still the last sequence.
 // Otherwise it is read again, under the mutex.
+//
+// Most events of a service name a new entity only once; its Pebble read
+// misses through every level. A Bloom filter of the entities that exist
+// (on disk, or written by a group not yet committed) answers "none yet"
+// for them without a read: it is loaded with every entity at Open, and an
+// entity is added as its first event is enqueued, before any later
+// prefetch can look for it. Past its capacity it is dropped, and every
+// entity is read from Pebble as before.
 
 // maxCachedEntities bounds the cache; past it, the cache starts afresh
 // (a miss only costs a Pebble read).
 const maxCachedEntities = 1 << 16
+
+// entityFilter is the filter of existing entities. A nil filter, or one
+// whose f is nil (past capacity), says every entity may exist.
+type entityFilter struct {
+	mu          sync.RWMutex
+	f           *bloom.BloomFilter
+	n, capacity uint
+}
+
+// entityFilterFP is the filter's false-positive rate at capacity.
+const entityFilterFP = 0.01
+
+func newEntityFilter(capacity uint) *entityFilter {
+	return &entityFilter{f: bloom.NewWithEstimates(capacity, entityFilterFP), capacity: capacity}
+}
+
+// mayExist reports whether the entity of outbox key ek may have a
+// sequence.
+func (ef *entityFilter) mayExist(ek []byte) bool {
+	if ef == nil {
+		return true
+	}
+	ef.mu.RLock()
+	defer ef.mu.RUnlock()
+	return ef.f == nil || ef.f.Test(ek)
+}
+
+// add records that the entity of ek exists.
+func (ef *entityFilter) add(ek []byte) {
+	if ef == nil {
+		return
+	}
+	ef.mu.Lock()
+	defer ef.mu.Unlock()
+	if ef.f == nil || ef.f.TestAndAdd(ek) {
+		return
+	}
+	if ef.n++; ef.n > ef.capacity {
+		ef.f = nil // past capacity: read every entity
+	}
+}
 
 type entityCache struct {
 	mu sync.Mutex
@@ -57,6 +108,9 @@ func (c *committer) prefetchEntities(t *txn) error {
 	t.epoch = c.eventEpoch.Load()
 	t.seqs = make([]uint64, len(t.entities))
 	for i, ek := range t.entities {
+		if !c.entityFilter.mayExist(ek) {
+			continue // none yet: 0, unless one is enqueued meanwhile (entitySeqLocked)
+		}
 		n, ok := c.entities.get(ek)
 		if !ok && c.pendingEntity(ek) {
 			continue // found among the pending writes under the mutex
@@ -122,4 +176,27 @@ func readEntitySeq(r pebble.Reader, ek []byte) (uint64, error) {
 		return 0, fmt.Errorf("engine: outbox entity %q: %w: value of %d bytes", ek, record.ErrCorrupt, len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
+}
+
+// loadEntityFilter fills a filter with every entity the store holds,
+// sized for twice as many and at least 1<<20.
+func (c *committer) loadEntityFilter() error {
+	prefix := []byte{record.NSOutbox, 'n'}
+	it, err := c.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	var keys [][]byte
+	for valid := it.First(); valid; valid = it.Next() {
+		keys = append(keys, append([]byte(nil), it.Key()...))
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	ef := newEntityFilter(max(1<<20, 2*uint(len(keys))))
+	for _, k := range keys {
+		ef.add(k)
+	}
+	c.entityFilter = ef
+	return nil
 }

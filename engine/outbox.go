@@ -58,7 +58,7 @@ func (e *Engine) loadOutbox() error {
 		return err
 	}
 	e.commits.mu.outboxSeq, e.commits.mu.outboxCommitted = last, last
-	return nil
+	return e.commits.loadEntityFilter()
 }
 
 // ReadOutbox implements idemkv.Outbox. It reads only committed events,

@@ -227,3 +227,24 @@ func TestEntitySequencesUnderConcurrency(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, r.Problems)
 }
+
+// The entity filter answers "none yet" for new entities, and after a
+// restart knows every entity the store holds: sequences carry on.
+func TestEntityFilterAfterRestart(t *testing.T) {
+	v := newEnv(t)
+	require.NoError(t, v.completeWithEvents("p1", created("acct_a"), created("acct_b")))
+	require.False(t, v.e.commits.entityFilter.mayExist(record.OutboxEntityKey("payments.created", "acct_new")))
+	require.True(t, v.e.commits.entityFilter.mayExist(record.OutboxEntityKey("payments.created", "acct_a")))
+	v.reopen()
+	require.True(t, v.e.commits.entityFilter.mayExist(record.OutboxEntityKey("payments.created", "acct_b")), "loaded at Open")
+	require.NoError(t, v.completeWithEvents("p2", created("acct_b"), created("acct_c")))
+	evs, err := v.e.ReadOutbox(ctx, 2, 10)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{2, 1}, []uint64{evs[0].EntitySeq, evs[1].EntitySeq})
+
+	full := newEntityFilter(2)
+	for _, k := range []string{"a", "b", "c"} {
+		full.add([]byte(k))
+	}
+	require.True(t, full.mayExist([]byte("never added")), "past capacity, every entity may exist")
+}

@@ -132,6 +132,9 @@ func (c *committer) addLocked(g *commitGroup, t *txn) error {
 			return err
 		}
 		n++
+		if n == 1 {
+			c.entityFilter.add(ek) // before any later prefetch looks for it
+		}
 		binary.BigEndian.PutUint64(ev[record.EventEntitySeqOffset:], n)
 		c.pendLocked(g, ek, n, nil)
 		if err := g.b.Set(ek, binary.BigEndian.AppendUint64(nil, n), nil); err != nil {
