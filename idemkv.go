@@ -66,6 +66,11 @@ var (
 	// unknown. The store refuses all further work until it is reopened,
 	// because it can no longer tell which results are durable.
 	ErrFailed = errors.New("idemkv: store failed")
+	// ErrConflict: the business data an apply function read kept changing
+	// under it: every run of it, up to the store's bound, read a key that
+	// another commit wrote before its own writes could commit. Nothing was
+	// written; a holder's lease is still held.
+	ErrConflict = errors.New("idemkv: conflict: data read by the operation changed before it could commit")
 )
 
 // Clock tells a store, its sweeper and the layers above it the time.
@@ -489,110 +494,6 @@ type ListPage struct {
 	Next string
 }
 
-// Effects collects a local operation's business writes so that they commit
-// atomically with its outcome, and lets it read the business data those
-// writes depend on. Keys live in a namespace of their own, apart from the
-// store's records. Writes are not visible to other readers until the
-// commit.
-//
-// Reads are checked at commit: if a key the apply function read (present
-// or absent) was written by another commit since, nothing is written and
-// the store runs the apply function again, with the lease still held; after
-// a bounded number of such conflicts the call fails with ErrConflict. So an
-// apply function may run more than once, and must do nothing but read and
-// write through Effects (no calls outside the store). Only point reads are
-// checked: there is no range read.
-//
-// Keys are the caller's namespace, shared by every tenant: the store does
-// not scope them, so put the tenant in the key of a value that belongs to
-// one (AppendTenantKey). A store bounds the size of keys, of one
-// operation's writes and of its events; a write past a bound fails with
-// ErrInvalidArgument, and the apply function should return that error,
-// which then writes nothing.
-type Effects interface {
-	// Get returns the value of key as this operation sees it: its own
-	// writes so far, else the committed value. It returns ErrNotFound if
-	// key is absent. The returned slice is the caller's.
-	Get(key []byte) ([]byte, error)
-	// Set writes key=value. The store copies both.
-	Set(key, value []byte) error
-	// Delete removes key.
-	Delete(key []byte) error
-	// Emit adds ev to the store's outbox, in the same commit as the
-	// outcome and the writes: it is published if and only if they commit.
-	// The store copies it.
-	Emit(ev Event) error
-}
-
-// A ResultSetter is the Effects a store passes to the apply function of
-// Complete (or of Resolve) when it lets that function decide the stored
-// result: SetResult replaces the result given to Complete, in the same
-// commit as the writes. A function whose result depends on what it reads
-// sets it here, so that the stored result is the one of the run whose
-// reads were checked. The engine's Effects implement it; a layer above
-// (package once) falls back to running the function again where a store's
-// do not.
-type ResultSetter interface {
-	// SetResult sets the result to store. It fails with ErrInvalidResult
-	// if the store would refuse r.
-	SetResult(r Result) error
-}
-
-// ErrConflict: the business data an apply function read kept changing
-// under it: every run of it, up to the store's bound, read a key that
-// another commit wrote before its own writes could commit. Nothing was
-// written; a holder's lease is still held.
-var ErrConflict = errors.New("idemkv: conflict: data read by the operation changed before it could commit")
-
-// Limits on events (Effects.Emit).
-const (
-	// MaxTopicLen is the longest Event.Topic, in bytes.
-	MaxTopicLen = 255
-	// MaxEventKeyLen is the longest Event.Key, in bytes.
-	MaxEventKeyLen = 1024
-)
-
-// An Event is a message an operation publishes when, and only when, its
-// outcome commits (the transactional outbox).
-type Event struct {
-	// Topic names the stream of events, for example "payments.created":
-	// the subject it is published on. 1 to MaxTopicLen bytes of printable
-	// ASCII, dot-separated non-empty tokens, no space and no wildcard ('*',
-	// '>').
-	Topic string
-	// Key names the entity the event is about ("pay_42"): events of one
-	// (Topic, Key) are published in the order they committed, and each
-	// carries its place in that order (StoredEvent.EntitySeq). May be
-	// empty: all such events of a topic are one entity. No CR or LF. A
-	// store keeps each entity's last sequence for its whole life, so name
-	// long-lived entities (an account, an order), not one per request.
-	Key string
-	// Payload is the message body.
-	Payload []byte
-	// Headers are published with the event: names of printable ASCII
-	// without spaces or separators, values without CR or LF. Nats-* and
-	// Idemkv-* names are reserved: the broker's, and the relay's own (the
-	// event id and sequences; see StoredEvent).
-	Headers map[string]string
-}
-
-// A StoredEvent is an event as the outbox keeps and a relay publishes it.
-type StoredEvent struct {
-	Event
-	// ID identifies the event on every publish attempt: a broker that
-	// deduplicates on it (JetStream's Nats-Msg-Id) keeps one copy of an
-	// event the relay published twice. Unique across stores.
-	ID string
-	// Seq is the event's place in the outbox: events are numbered in
-	// commit order, from 1, without gaps.
-	Seq uint64
-	// EntitySeq is the event's place among the events of its (Topic,
-	// Key), from 1.
-	EntitySeq uint64
-	// Created is when the event's commit was made.
-	Created time.Time
-}
-
 // Store is the contract every idempotency backend implements. All methods
 // are safe for concurrent use.
 type Store interface {
@@ -651,29 +552,4 @@ type Store interface {
 
 	// Close releases the store. Operations after Close return ErrClosed.
 	Close() error
-}
-
-// An Outbox is the store's side of the transactional outbox: what a relay
-// reads and acknowledges. Events are added by Effects.Emit in the commit of
-// their operation; they leave the outbox only when a relay acknowledges
-// them. A Store that keeps events implements it.
-type Outbox interface {
-	// ReadOutbox returns up to limit events with Seq greater than after,
-	// in Seq order.
-	ReadOutbox(ctx context.Context, after uint64, limit int) ([]StoredEvent, error)
-	// AckOutbox records that every event up to and including Seq through
-	// has been published, and removes them. A store need not make the
-	// acknowledgement durable before it returns: after a crash, events
-	// acknowledged just before it may be read again, and published again
-	// (delivery is at least once). An ack behind the cursor changes
-	// nothing; one past the last event is refused with
-	// ErrInvalidArgument.
-	AckOutbox(ctx context.Context, through uint64) error
-	// OutboxCursor returns the Seq of the last acknowledged event (0 if
-	// none) and of the last event committed.
-	OutboxCursor(ctx context.Context) (acked, last uint64, err error)
-	// OutboxNotify returns a channel that receives a value after a commit
-	// adds events (at most one value waits: a reader drains it and reads
-	// everything new).
-	OutboxNotify() <-chan struct{}
 }
