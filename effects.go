@@ -2,6 +2,8 @@ package idemkv
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -129,4 +131,58 @@ type Outbox interface {
 	// adds events (at most one value waits: a reader drains it and reads
 	// everything new).
 	OutboxNotify() <-chan struct{}
+}
+
+// Validate reports whether ev is an event every store keeps and every
+// relay can publish unchanged: a topic and key within their limits and
+// rules (see Event), and headers a broker would neither refuse nor change,
+// under names not reserved. It does not bound the event's size, which is
+// each store's own limit. Its errors wrap ErrInvalidArgument.
+func (ev *Event) Validate() error {
+	switch {
+	case ev.Topic == "":
+		return fmt.Errorf("%w: event has no topic", ErrInvalidArgument)
+	case len(ev.Topic) > MaxTopicLen:
+		return fmt.Errorf("%w: event topic is %d bytes, limit %d", ErrInvalidArgument, len(ev.Topic), MaxTopicLen)
+	case len(ev.Key) > MaxEventKeyLen:
+		return fmt.Errorf("%w: event key is %d bytes, limit %d", ErrInvalidArgument, len(ev.Key), MaxEventKeyLen)
+	}
+	for i := 0; i < len(ev.Topic); i++ {
+		if c := ev.Topic[i]; c <= ' ' || c > '~' || c == '*' || c == '>' {
+			return fmt.Errorf("%w: event topic %q: byte %q is not allowed (printable ASCII, no space, no wildcard)", ErrInvalidArgument, ev.Topic, c)
+		}
+	}
+	if strings.HasPrefix(ev.Topic, ".") || strings.HasSuffix(ev.Topic, ".") || strings.Contains(ev.Topic, "..") {
+		return fmt.Errorf("%w: event topic %q has an empty token (leading, trailing or double dot)", ErrInvalidArgument, ev.Topic)
+	}
+	if strings.ContainsAny(ev.Key, "\r\n") {
+		return fmt.Errorf("%w: event key contains CR or LF", ErrInvalidArgument)
+	}
+	for name, v := range ev.Headers {
+		if err := validateEventHeader(name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateEventHeader refuses a header a broker would refuse or change
+// (a relay never drops an event, so one it cannot publish must not be
+// committed) and the names brokers and the relay reserve.
+func validateEventHeader(name, value string) error {
+	if name == "" {
+		return fmt.Errorf("%w: event header with an empty name", ErrInvalidArgument)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c > '~' || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return fmt.Errorf("%w: event header name %q: byte %q is not allowed (printable ASCII, no space or separator)", ErrInvalidArgument, name, c)
+		}
+	}
+	if l := strings.ToLower(name); strings.HasPrefix(l, "nats-") || strings.HasPrefix(l, "idemkv-") {
+		return fmt.Errorf("%w: event header %q: Nats-* and Idemkv-* headers are reserved", ErrInvalidArgument, name)
+	}
+	if strings.ContainsAny(value, "\r\n") {
+		return fmt.Errorf("%w: event header %q: value contains CR or LF", ErrInvalidArgument, name)
+	}
+	return nil
 }

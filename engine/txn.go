@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -195,53 +194,11 @@ func validateEvent(ev *idemkv.Event, e *Engine) error {
 	if e != nil {
 		limit = e.opts.MaxEventSize
 	}
-	switch {
-	case ev.Topic == "":
-		return fmt.Errorf("%w: event has no topic", idemkv.ErrInvalidArgument)
-	case len(ev.Topic) > idemkv.MaxTopicLen:
-		return fmt.Errorf("%w: event topic is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(ev.Topic), idemkv.MaxTopicLen)
-	case len(ev.Key) > idemkv.MaxEventKeyLen:
-		return fmt.Errorf("%w: event key is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(ev.Key), idemkv.MaxEventKeyLen)
-	}
-	for i := 0; i < len(ev.Topic); i++ {
-		if c := ev.Topic[i]; c <= ' ' || c > '~' || c == '*' || c == '>' {
-			return fmt.Errorf("%w: event topic %q: byte %q is not allowed (printable ASCII, no space, no wildcard)", idemkv.ErrInvalidArgument, ev.Topic, c)
-		}
-	}
-	if strings.HasPrefix(ev.Topic, ".") || strings.HasSuffix(ev.Topic, ".") || strings.Contains(ev.Topic, "..") {
-		return fmt.Errorf("%w: event topic %q has an empty token (leading, trailing or double dot)", idemkv.ErrInvalidArgument, ev.Topic)
-	}
-	if strings.ContainsAny(ev.Key, "\r\n") {
-		return fmt.Errorf("%w: event key contains CR or LF", idemkv.ErrInvalidArgument)
-	}
-	for name, v := range ev.Headers {
-		if err := validateEventHeader(name, v); err != nil {
-			return err
-		}
+	if err := ev.Validate(); err != nil {
+		return err
 	}
 	if n := record.EventSize(ev); n > limit {
 		return fmt.Errorf("%w: event of %d bytes, limit %d (Options.MaxEventSize)", idemkv.ErrInvalidArgument, n, limit)
-	}
-	return nil
-}
-
-// validateEventHeader refuses a header a broker would refuse or change
-// (the relay never drops an event, so one it cannot publish must not be
-// committed) and the names brokers and the relay reserve.
-func validateEventHeader(name, value string) error {
-	if name == "" {
-		return fmt.Errorf("%w: event header with an empty name", idemkv.ErrInvalidArgument)
-	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c <= ' ' || c > '~' || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
-			return fmt.Errorf("%w: event header name %q: byte %q is not allowed (printable ASCII, no space or separator)", idemkv.ErrInvalidArgument, name, c)
-		}
-	}
-	if l := strings.ToLower(name); strings.HasPrefix(l, "nats-") || strings.HasPrefix(l, "idemkv-") {
-		return fmt.Errorf("%w: event header %q: Nats-* and Idemkv-* headers are reserved", idemkv.ErrInvalidArgument, name)
-	}
-	if strings.ContainsAny(value, "\r\n") {
-		return fmt.Errorf("%w: event header %q: value contains CR or LF", idemkv.ErrInvalidArgument, name)
 	}
 	return nil
 }

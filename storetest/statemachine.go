@@ -303,6 +303,9 @@ func (m *machine) renew(t *rapid.T) {
 		t.Fatalf("renew: %v", err)
 	}
 	r.lease = m.h.Now().Add(d)
+	if m.h.Config().DurableRenewals {
+		r.durableLease = r.lease
+	}
 	if nl.Token != l.Token || !nl.Expires.Equal(r.lease) {
 		t.Fatalf("renewed lease %+v, model expiry %v", nl, r.lease)
 	}

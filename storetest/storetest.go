@@ -45,6 +45,11 @@ type Config struct {
 	// store keeps local (ModeLocal) claims in memory only, so that they
 	// vanish on Reopen.
 	VolatileLocalClaims bool
+	// DurableRenewals is set by the harness: true if the store writes a
+	// renewed lease durably, so that it survives Reopen (a store shared
+	// by several processes must); false if a renewal lives in memory and
+	// a reopened store knows the lease a remote claim was written with.
+	DurableRenewals bool
 }
 
 // Harness is a store under test together with control over its world.

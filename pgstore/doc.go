@@ -1,0 +1,61 @@
+// Package pgstore is idemkv's store on PostgreSQL: the idemkv.Store
+// contract, and the idemkv.Outbox, shared by every process that opens the
+// same database. It is the store for a fleet of services; package engine
+// is the one for a single process.
+//
+// # Basics
+//
+//	s, err := pgstore.Open(ctx, "postgres://app@db/payments", nil)
+//	c, err := s.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp})
+//	switch c.Outcome {
+//	case idemkv.Acquired:
+//		err = s.Complete(ctx, c.Lease, idemkv.Result{Status: 201, Pointer: "/v1/payments/p42"},
+//			func(w idemkv.Effects) error { return w.Set([]byte("payment/p42"), amount) })
+//	case idemkv.Replay:
+//		return c.Record.Result
+//	...
+//	}
+//
+// A service whose business data lives in its own tables completes with
+// its own statements in the outcome's transaction (CompleteTx).
+//
+// # Statements and isolation
+//
+// A claim is one statement: an insert, or a takeover of an expired lease,
+// or a read of what is there (an abandoned remote record that the claim
+// cannot resume takes a second, conditional update to turn uncertain).
+// Every holder write (Complete, Release, MarkUncertain, Renew) is an
+// update or delete conditional on the fencing token, in one statement.
+// These run at READ COMMITTED: each is a single statement whose row lock
+// and re-check of the condition on the latest row version decide it.
+//
+// An apply function that reads (Effects.Get) runs in a SERIALIZABLE
+// transaction, begun at its first read, which also carries the outcome:
+// PostgreSQL refuses to commit it (SQLSTATE 40001) if what it read was
+// changed by a transaction that committed since, and the store runs the
+// apply function again, up to 16 times, then fails with
+// idemkv.ErrConflict. One that only writes needs no such check: its
+// writes, its events and the outcome go out in one statement.
+//
+// Fencing tokens come from a sequence, drawn under the record's row lock,
+// so they increase in the order a record is acquired.
+//
+// # Time
+//
+// Leases and expiry are measured by each process's clock
+// (Options.Clock). Processes sharing a database must keep their clocks
+// in step (NTP): a clock ahead by S takes over an expired lease up to S
+// early. Keep leases much longer than the worst skew.
+//
+// # Caveats
+//
+//   - Durability is the server's: a commit is durable as
+//     synchronous_commit makes it (docs/operations.md).
+//   - The outbox's Seq is the order in which events became visible to
+//     the sequencer, gapless, and keeps each entity's order; it is not the
+//     order of commit timestamps.
+//   - Tested against PostgreSQL 15. The statements keep to what
+//     CockroachDB also runs (no advisory locks; serialization failures
+//     retried), but CockroachDB has not been tested; without
+//     LISTEN/NOTIFY there, set Options.NoListen.
+package pgstore

@@ -1,0 +1,325 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/jackc/pgx/v5"
+)
+
+// effects collects what an apply function writes, and reads through the
+// operation's transaction. The transaction is begun at the first read, at
+// SERIALIZABLE isolation: PostgreSQL then refuses to commit it (SQLSTATE
+// 40001) if anything it read was changed by a transaction that committed
+// since, which is the contract's check of an apply function's reads. A
+// function that reads nothing needs no such check, and its writes go out
+// in one statement with the outcome.
+type effects struct {
+	s   *Store
+	ctx context.Context
+	tx  pgx.Tx
+	// writes is each key's last write (a nil value deletes), in the order
+	// the keys were first written.
+	keys   [][]byte
+	writes map[string][]byte
+	size   int
+	events []idemkv.Event
+	result *idemkv.Result
+}
+
+func (s *Store) newEffects(ctx context.Context) *effects {
+	return &effects{s: s, ctx: ctx, writes: map[string][]byte{}}
+}
+
+func validateEffectKey(key []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("%w: empty effect key", idemkv.ErrInvalidArgument)
+	}
+	if len(key) > MaxEffectKeyLen {
+		return fmt.Errorf("%w: effect key is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(key), MaxEffectKeyLen)
+	}
+	return nil
+}
+
+func (fx *effects) fits(n int) error {
+	if fx.size+n > fx.s.opts.MaxEffectsSize {
+		return fmt.Errorf("%w: effects of one operation would be %d bytes, limit %d (Options.MaxEffectsSize)",
+			idemkv.ErrInvalidArgument, fx.size+n, fx.s.opts.MaxEffectsSize)
+	}
+	return nil
+}
+
+// Get implements idemkv.Effects.
+func (fx *effects) Get(key []byte) ([]byte, error) {
+	if err := validateEffectKey(key); err != nil {
+		return nil, err
+	}
+	if v, ok := fx.writes[string(key)]; ok {
+		if v == nil {
+			return nil, fmt.Errorf("%w: data key %q (deleted by this operation)", idemkv.ErrNotFound, key)
+		}
+		return bytes.Clone(v), nil
+	}
+	if err := fx.begin(); err != nil {
+		return nil, err
+	}
+	var v []byte
+	err := fx.tx.QueryRow(fx.ctx, `SELECT v FROM idemkv_data WHERE k = $1`, key).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, fx.s.dbErr("read data", err)
+	}
+	return v, nil
+}
+
+// begin begins the operation's transaction, if it has none yet.
+func (fx *effects) begin() error {
+	if fx.tx != nil {
+		return nil
+	}
+	tx, err := fx.s.pool.BeginTx(fx.ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	if err != nil {
+		return fx.s.dbErr("begin", err)
+	}
+	fx.tx = tx
+	return nil
+}
+
+// Set implements idemkv.Effects.
+func (fx *effects) Set(key, value []byte) error {
+	if err := validateEffectKey(key); err != nil {
+		return err
+	}
+	if err := fx.fits(len(key) + len(value)); err != nil {
+		return err
+	}
+	fx.put(key, bytes.Clone(value))
+	return nil
+}
+
+// Delete implements idemkv.Effects.
+func (fx *effects) Delete(key []byte) error {
+	if err := validateEffectKey(key); err != nil {
+		return err
+	}
+	if err := fx.fits(len(key)); err != nil {
+		return err
+	}
+	fx.put(key, nil)
+	return nil
+}
+
+func (fx *effects) put(key, value []byte) {
+	if _, ok := fx.writes[string(key)]; !ok {
+		fx.keys = append(fx.keys, bytes.Clone(key))
+	}
+	fx.writes[string(key)] = value
+	fx.size += len(key) + len(value)
+}
+
+// Emit implements idemkv.Effects.
+func (fx *effects) Emit(ev idemkv.Event) error {
+	if err := ev.Validate(); err != nil {
+		return err
+	}
+	n := eventSize(&ev)
+	if n > fx.s.opts.MaxEventSize {
+		return fmt.Errorf("%w: event of %d bytes, limit %d (Options.MaxEventSize)", idemkv.ErrInvalidArgument, n, fx.s.opts.MaxEventSize)
+	}
+	if err := fx.fits(n); err != nil {
+		return err
+	}
+	ev.Payload = bytes.Clone(ev.Payload)
+	ev.Headers = maps.Clone(ev.Headers)
+	fx.events = append(fx.events, ev)
+	fx.size += n
+	return nil
+}
+
+// SetResult implements idemkv.ResultSetter.
+func (fx *effects) SetResult(r idemkv.Result) error {
+	if err := fx.s.validateResult(&r); err != nil {
+		return err
+	}
+	r.Body = bytes.Clone(r.Body)
+	fx.result = &r
+	return nil
+}
+
+func eventSize(ev *idemkv.Event) int {
+	n := len(ev.Topic) + len(ev.Key) + len(ev.Payload)
+	for k, v := range ev.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// Effects of an operation, as the arguments of writeSQL's parts: the keys
+// set and their values, the keys deleted, the count of values set (what
+// Record.Effects counts), and the events.
+type writeArgs struct {
+	setKeys, setVals, delKeys [][]byte
+	topics, entities          []string
+	payloads                  [][]byte
+	headers                   [][]byte
+	eventIDs                  []string
+}
+
+func (fx *effects) args() (writeArgs, error) {
+	var a writeArgs
+	for _, k := range fx.keys {
+		if v := fx.writes[string(k)]; v != nil {
+			a.setKeys, a.setVals = append(a.setKeys, k), append(a.setVals, v)
+		} else {
+			a.delKeys = append(a.delKeys, k)
+		}
+	}
+	for _, ev := range fx.events {
+		a.topics = append(a.topics, ev.Topic)
+		a.entities = append(a.entities, ev.Key)
+		a.payloads = append(a.payloads, ev.Payload)
+		var h []byte
+		if len(ev.Headers) > 0 {
+			var err error
+			if h, err = json.Marshal(ev.Headers); err != nil {
+				return a, fmt.Errorf("pgstore: encode event headers: %w", err)
+			}
+		}
+		a.headers = append(a.headers, h)
+		a.eventIDs = append(a.eventIDs, newEventID())
+	}
+	return a, nil
+}
+
+// dataWritesSQL are the CTEs that write an operation's business data and
+// events, each only if the CTE "rec" (the record's change, which the
+// including statement defines) changed a row: a fenced holder writes
+// nothing; notify (%[2]s) is notifySQL or noNotifySQL. Parameters $1 to $10 (writeArgs.params): set keys and values,
+// the writer's token, deleted keys, the events' topics, entity keys,
+// payloads, headers and ids, and the commit's time.
+//
+// The entities' rows are locked (upserted) before the commit's outbox
+// batch id is drawn (the batch CTE waits on a count of "ents"), so that
+// of two commits with events of one entity, the later has the higher id:
+// the sequencer, which numbers events by batch id, keeps each entity's
+// order (outbox.go).
+const dataWritesSQL = `
+sets AS (
+	INSERT INTO idemkv_data (k, v, token)
+	SELECT k, v, $3::bigint FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
+	WHERE EXISTS (SELECT 1 FROM rec)
+	ON CONFLICT (k) DO UPDATE SET v = excluded.v, token = excluded.token
+),
+dels AS (
+	DELETE FROM idemkv_data WHERE k = ANY($4::bytea[]) AND EXISTS (SELECT 1 FROM rec)
+),
+ev AS (
+	SELECT e.topic, e.entity, e.payload, e.headers, e.event_id, e.ord
+	FROM unnest($5::text[], $6::text[], $7::bytea[], $8::jsonb[], $9::text[])
+		WITH ORDINALITY AS e(topic, entity, payload, headers, event_id, ord)
+	WHERE EXISTS (SELECT 1 FROM rec)
+),
+ents AS (
+	INSERT INTO idemkv_entities AS n (topic, entity, seq)
+	SELECT topic, entity, count(*) FROM ev GROUP BY topic, entity
+	ON CONFLICT (topic, entity) DO UPDATE SET seq = n.seq + excluded.seq
+	RETURNING topic, entity, seq
+),
+batch AS (
+	SELECT nextval('idemkv_event_ids') AS id WHERE (SELECT count(*) FROM ents) > 0
+),
+evs AS (
+	INSERT INTO idemkv_outbox (batch, ord, event_id, topic, entity, entity_seq, payload, headers, created)
+	SELECT batch.id, ev.ord, ev.event_id, ev.topic, ev.entity,
+		ents.seq - count(*) OVER (PARTITION BY ev.topic, ev.entity)
+			+ row_number() OVER (PARTITION BY ev.topic, ev.entity ORDER BY ev.ord),
+		ev.payload, ev.headers, $10::timestamptz
+	FROM ev JOIN ents ON ents.topic = ev.topic AND ents.entity = ev.entity, batch
+	RETURNING 1
+),
+notify AS (%[2]s)`
+
+// notifySQL wakes the relays of every process when a commit adds events
+// (delivered at commit); noNotifySQL stands in where there is no
+// LISTEN/NOTIFY (Options.NoListen).
+const (
+	notifySQL   = `SELECT pg_notify('idemkv_outbox', '') WHERE EXISTS (SELECT 1 FROM evs)`
+	noNotifySQL = `SELECT 1 WHERE false`
+)
+
+// writeResultSQL ends a statement that includes dataWritesSQL: whether
+// the record changed, and how many events were added.
+const writeResultSQL = `
+SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM notify)`
+
+// params returns the parameters $1 to $10 of dataWritesSQL, and then
+// more.
+func (a *writeArgs) params(token uint64, now time.Time, more ...any) []any {
+	return append([]any{a.setKeys, a.setVals, int64(token), a.delKeys, a.topics, a.entities,
+		a.payloads, a.headers, a.eventIDs, now}, more...)
+}
+
+// newEventID returns an event id: 16 random bytes in hex, as the engine's.
+func newEventID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// transact runs one write that may carry an apply function's effects: it
+// runs apply, then write with the effects (in the transaction apply's
+// reads began, if any), and commits. A transaction that fails to
+// serialize with another runs again from apply, up to maxConflictRuns
+// times, then fails with idemkv.ErrConflict.
+func (s *Store) transact(ctx context.Context, apply func(idemkv.Effects) error, write func(fx *effects, q querier) error) error {
+	for run := 1; ; run++ {
+		err := s.transactOnce(ctx, apply, write)
+		if !serialization(err) {
+			return err
+		}
+		s.counter.conflicts.Add(1)
+		if run == maxConflictRuns {
+			return fmt.Errorf("%w: its transaction failed to serialize %d times in a row: %w", idemkv.ErrConflict, run, err)
+		}
+	}
+}
+
+func (s *Store) transactOnce(ctx context.Context, apply func(idemkv.Effects) error, write func(fx *effects, q querier) error) (err error) {
+	fx := s.newEffects(ctx)
+	defer func() {
+		if fx.tx != nil {
+			_ = fx.tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if apply != nil {
+		if err := apply(fx); err != nil {
+			return err
+		}
+	}
+	if fx.tx == nil {
+		return write(fx, s.pool) // one statement, its own transaction
+	}
+	if err := write(fx, fx.tx); err != nil {
+		return err
+	}
+	if err := fx.tx.Commit(ctx); err != nil {
+		return s.dbErr("commit", err)
+	}
+	fx.tx = nil
+	return nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}

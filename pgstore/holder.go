@@ -1,0 +1,160 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/jackc/pgx/v5"
+)
+
+// The holder's writes: each a compare-and-set on the record's token, in
+// one statement (a Complete whose apply function read: in the transaction
+// its reads began).
+
+// completeSQL stores the outcome, and writes the effects and events only
+// if the record is still in progress under the holder's token. $1-$10 are
+// dataWritesSQL's; $11-$13 the id, $14 status, $15 pointer, $16 body, $17
+// the count of values set. The expiry is the record's class's window from
+// now (%[1]s: expiresSQL); %[2]s is dataWritesSQL's notify.
+const completeSQL = `
+WITH rec AS (
+	UPDATE idemkv_records SET state = 3, lease_expires = NULL, expires = %[1]s,
+		status = $14, pointer = $15, body = $16, effects = $17
+	WHERE tenant = $11 AND endpoint = $12 AND key = $13 AND token = $3 AND state = 1
+	RETURNING 1
+),` + dataWritesSQL + writeResultSQL
+
+// expiresSQL returns the SQL expression of a record's expiry when it
+// settles at the time parameter at ("$10"): its class's window from then.
+// Class names are [a-z0-9_-] (package ttl), so they can be written into
+// the statement.
+func expiresSQL(o *Options, at string) string {
+	var b []byte
+	b = fmt.Appendf(b, "(%s::timestamptz + (CASE class WHEN '' THEN %d", at, o.Retention.Microseconds())
+	for _, n := range o.RetentionClasses.Names() {
+		b = fmt.Appendf(b, " WHEN '%s' THEN %d", n, o.RetentionClasses[n].Microseconds())
+	}
+	return string(fmt.Appendf(b, " ELSE %d END) * INTERVAL '1 microsecond')", o.RetentionClasses.Longest().Microseconds()))
+}
+
+// Complete implements idemkv.Store. The outcome, the effects and the
+// events commit in one transaction; it returns once PostgreSQL has
+// committed it (as durably as the server's synchronous_commit makes a
+// commit: docs/operations.md).
+func (s *Store) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if err := s.validateResult(&r); err != nil {
+		return err
+	}
+	if err := s.open(); err != nil {
+		return err
+	}
+	var events int64
+	err := s.transact(ctx, apply, func(fx *effects, q querier) error {
+		res := r
+		if fx.result != nil {
+			res = *fx.result
+		}
+		a, err := fx.args()
+		if err != nil {
+			return err
+		}
+		var n int64
+		err = q.QueryRow(ctx, s.sql.complete, a.params(l.Token, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key,
+			int32(res.Status), res.Pointer, res.Body, int32(len(a.setKeys)))...).Scan(&n, &events, new(int64))
+		if err != nil {
+			return s.dbErr("complete", err)
+		}
+		if n == 0 {
+			return s.fenced(l)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.counter.completed.Add(1)
+	if events > 0 {
+		s.kickOutbox()
+	}
+	return nil
+}
+
+// Release implements idemkv.Store: the record is deleted if the lease
+// still holds it.
+func (s *Store) Release(ctx context.Context, l idemkv.Lease) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if err := s.open(); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idemkv_records
+		WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1`,
+		l.ID.Tenant, l.ID.Endpoint, l.ID.Key, int64(l.Token))
+	if err != nil {
+		return s.dbErr("release", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.fenced(l)
+	}
+	return nil
+}
+
+// MarkUncertain implements idemkv.Store.
+func (s *Store) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if len(note) > idemkv.MaxNoteLen {
+		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
+	}
+	if err := s.open(); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.uncertain, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key, int64(l.Token), note)
+	if err != nil {
+		return s.dbErr("mark uncertain", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.fenced(l)
+	}
+	return nil
+}
+
+// markUncertainSQL: $1 now, $2-$4 id, $5 token, $6 note.
+const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = %[1]s, note = $6
+	WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 1`
+
+// Renew implements idemkv.Store. The renewed lease is stored: every
+// process sharing the database sees it.
+func (s *Store) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv.Lease, error) {
+	if err := l.Validate(); err != nil {
+		return idemkv.Lease{}, err
+	}
+	if d < 0 {
+		return idemkv.Lease{}, fmt.Errorf("%w: negative lease %v", idemkv.ErrInvalidArgument, d)
+	}
+	if d == 0 {
+		d = s.opts.Lease
+	}
+	if err := s.open(); err != nil {
+		return idemkv.Lease{}, err
+	}
+	row := s.pool.QueryRow(ctx, `UPDATE idemkv_records SET lease_expires = $5
+		WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1
+		RETURNING `+recordColumns, l.ID.Tenant, l.ID.Endpoint, l.ID.Key, int64(l.Token), s.now().Add(d))
+	rec, err := scanRecord(row, l.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idemkv.Lease{}, s.fenced(l)
+	}
+	if err != nil {
+		return idemkv.Lease{}, s.dbErr("renew", err)
+	}
+	return leaseOf(&rec), nil
+}

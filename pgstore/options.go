@@ -1,0 +1,135 @@
+package pgstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/ttl"
+)
+
+// Options configure a Store. The zero value (or nil) gives the defaults.
+type Options struct {
+	// Clock supplies the time of leases, retention and record timestamps.
+	// Default: the machine's clock. Every process sharing a database reads
+	// its own clock, so their clocks must agree (NTP) to well within the
+	// lease: a process whose clock runs ahead by S takes over an expired
+	// lease up to S early.
+	Clock idemkv.Clock
+	// Lease is the default lease of a claim. Default 30 s.
+	Lease time.Duration
+	// Retention is how long a record of the default retention class is
+	// kept and replayed after it completes. Default 24 h.
+	Retention time.Duration
+	// RetentionClasses are further classes a claim may name. A record
+	// naming a class no longer configured is kept for the longest window.
+	RetentionClasses ttl.Classes
+	// MaxBodySize bounds Result.Body. Default 64 KiB.
+	MaxBodySize int
+	// MaxEffectsSize bounds one operation's writes and events together.
+	// Default 1 MiB.
+	MaxEffectsSize int
+	// MaxEventSize bounds one event (topic, key, payload and headers).
+	// Default 512 KiB.
+	MaxEventSize int
+	// MaxConns is the size of the connection pool. Default: pgxpool's
+	// (the larger of 4 and the number of CPUs), or pool_max_conns in the
+	// connection string.
+	MaxConns int32
+	// OutboxPoll is how often OutboxNotify fires without a notification,
+	// so that a relay finds events committed by other processes even where
+	// LISTEN is unavailable (CockroachDB) or a notification was missed
+	// across a reconnection. Default 1 s.
+	OutboxPoll time.Duration
+	// Sweep configures the sweeper that deletes completed records past
+	// their expiry (package ttl); its Clock is Options.Clock.
+	Sweep ttl.Options
+	// NoBackgroundSweep stops Open from starting the sweeper; expired
+	// records are then deleted only by Store.Sweep. Every process sharing
+	// a database may sweep it: their deletions do not conflict.
+	NoBackgroundSweep bool
+	// NoListen turns LISTEN off (CockroachDB has no LISTEN/NOTIFY); the
+	// relay then finds other processes' events by OutboxPoll alone.
+	NoListen bool
+}
+
+// Limits of the store beyond the contract's.
+const (
+	// MaxEffectKeyLen bounds a key written through Effects, in bytes.
+	MaxEffectKeyLen = 1024
+	// maxConflictRuns bounds the runs of an apply function whose
+	// transaction failed to serialize.
+	maxConflictRuns = 16
+)
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (o *Options) withDefaults() *Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.MaxBodySize == 0 {
+		c.MaxBodySize = 64 << 10
+	}
+	if c.MaxEffectsSize == 0 {
+		c.MaxEffectsSize = 1 << 20
+	}
+	if c.MaxEventSize == 0 {
+		c.MaxEventSize = 512 << 10
+	}
+	if c.OutboxPoll == 0 {
+		c.OutboxPoll = time.Second
+	}
+	c.Sweep.Clock = c.Clock
+	classes := make(ttl.Classes, len(c.RetentionClasses)+1)
+	for n, w := range c.RetentionClasses {
+		classes[n] = w
+	}
+	if _, ok := classes[ttl.DefaultClass]; !ok {
+		classes[ttl.DefaultClass] = c.Retention
+	}
+	c.RetentionClasses = classes
+	return &c
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Lease < 0 {
+		errs = append(errs, fmt.Errorf("Lease %v is negative", o.Lease))
+	}
+	if o.Retention < 0 {
+		errs = append(errs, fmt.Errorf("Retention %v is negative", o.Retention))
+	}
+	if o.Lease > o.Retention {
+		errs = append(errs, fmt.Errorf("Lease %v exceeds Retention %v", o.Lease, o.Retention))
+	}
+	if o.MaxBodySize < 0 || o.MaxEffectsSize < 0 || o.MaxEventSize < 0 || o.MaxConns < 0 || o.OutboxPoll < 0 {
+		errs = append(errs, errors.New("a negative size, pool size or interval"))
+	}
+	if err := o.Sweep.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.RetentionClasses.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if w := o.RetentionClasses[ttl.DefaultClass]; w != o.Retention {
+		errs = append(errs, fmt.Errorf("RetentionClasses redefines the default class (%v); set Retention", w))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: pgstore options: %w", idemkv.ErrInvalidArgument, err)
+	}
+	return nil
+}

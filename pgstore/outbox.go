@@ -1,0 +1,221 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/jackc/pgx/v5"
+)
+
+// The outbox on PostgreSQL. A commit's events are inserted with their
+// operation, under one batch id drawn after their entities' rows are
+// locked (dataWritesSQL). Ids drawn from a sequence are not in commit
+// order, and a transaction that drew a lower id may commit later, so the
+// relay does not read by id: the sequencer gives each event, once it is
+// visible, its Seq, the next number after the last one given, in batch
+// order. Seq is then gapless and in the order events became visible, and
+// keeps each entity's order: a later event of an entity was inserted
+// after the earlier one's commit (its entity row was locked till then), so
+// it has the higher batch id, and is visible no earlier.
+
+// sequenceBatch bounds the events one sequencing numbers.
+const sequenceBatch = 10000
+
+// sequence numbers the visible events that have no Seq yet. One
+// sequencer runs at a time across every process (the cursor row is
+// locked); its second statement reads a snapshot taken after that lock
+// was granted, so it sees what the previous sequencer numbered.
+func (s *Store) sequence(ctx context.Context) error {
+	var pending bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM idemkv_outbox WHERE seq IS NULL)`).Scan(&pending); err != nil {
+		return s.dbErr("outbox: look for new events", err)
+	}
+	if !pending {
+		return nil
+	}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		var last int64
+		if err := tx.QueryRow(ctx, `SELECT last FROM idemkv_outbox_cursor WHERE id = 1 FOR UPDATE`).Scan(&last); err != nil {
+			return err
+		}
+		var n int64
+		err := tx.QueryRow(ctx, `
+WITH todo AS (
+	SELECT batch, ord, row_number() OVER (ORDER BY batch, ord) AS n
+	FROM idemkv_outbox WHERE seq IS NULL ORDER BY batch, ord LIMIT $2
+),
+upd AS (
+	UPDATE idemkv_outbox o SET seq = $1 + todo.n FROM todo
+	WHERE o.batch = todo.batch AND o.ord = todo.ord
+	RETURNING 1
+)
+SELECT count(*) FROM upd`, last, sequenceBatch).Scan(&n)
+		if err != nil || n == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE idemkv_outbox_cursor SET last = last + $1 WHERE id = 1`, n)
+		return err
+	})
+	if err != nil {
+		return s.dbErr("outbox: sequence", err)
+	}
+	return nil
+}
+
+// ReadOutbox implements idemkv.Outbox.
+func (s *Store) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: outbox read limit %d", idemkv.ErrInvalidArgument, limit)
+	}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	if err := s.sequence(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT seq, event_id, topic, entity, entity_seq, payload, headers, created
+		FROM idemkv_outbox WHERE seq > $1 ORDER BY seq LIMIT $2`, int64(after), limit)
+	if err != nil {
+		return nil, s.dbErr("outbox: read", err)
+	}
+	defer rows.Close()
+	var evs []idemkv.StoredEvent
+	for rows.Next() {
+		var (
+			ev          idemkv.StoredEvent
+			seq, entSeq int64
+			headers     []byte
+		)
+		if err := rows.Scan(&seq, &ev.ID, &ev.Topic, &ev.Key, &entSeq, &ev.Payload, &headers, &ev.Created); err != nil {
+			return nil, s.dbErr("outbox: read", err)
+		}
+		ev.Seq, ev.EntitySeq = uint64(seq), uint64(entSeq)
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &ev.Headers); err != nil {
+				return nil, fmt.Errorf("pgstore: outbox: event %d's headers: %w", seq, err)
+			}
+		}
+		evs = append(evs, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.dbErr("outbox: read", err)
+	}
+	return evs, nil
+}
+
+// AckOutbox implements idemkv.Outbox. The acknowledged events are deleted
+// in one statement, by a range of Seq.
+func (s *Store) AckOutbox(ctx context.Context, through uint64) error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		var last, acked int64
+		if err := tx.QueryRow(ctx, `SELECT last, acked FROM idemkv_outbox_cursor WHERE id = 1 FOR UPDATE`).Scan(&last, &acked); err != nil {
+			return s.dbErr("outbox: ack", err)
+		}
+		switch {
+		case through > uint64(last):
+			return fmt.Errorf("%w: ack through %d, past the last event %d", idemkv.ErrInvalidArgument, through, last)
+		case through <= uint64(acked):
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM idemkv_outbox WHERE seq > $1 AND seq <= $2`, acked, int64(through)); err != nil {
+			return s.dbErr("outbox: ack", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE idemkv_outbox_cursor SET acked = $1 WHERE id = 1`, int64(through)); err != nil {
+			return s.dbErr("outbox: ack", err)
+		}
+		return nil
+	})
+	return err
+}
+
+// OutboxCursor implements idemkv.Outbox.
+func (s *Store) OutboxCursor(ctx context.Context) (acked, last uint64, err error) {
+	if err := s.open(); err != nil {
+		return 0, 0, err
+	}
+	if err := s.sequence(ctx); err != nil {
+		return 0, 0, err
+	}
+	var a, l int64
+	if err := s.pool.QueryRow(ctx, `SELECT acked, last FROM idemkv_outbox_cursor WHERE id = 1`).Scan(&a, &l); err != nil {
+		return 0, 0, s.dbErr("outbox: cursor", err)
+	}
+	return uint64(a), uint64(l), nil
+}
+
+// OutboxNotify implements idemkv.Outbox. It fires after this process
+// commits events, on a notification from another process's commit
+// (LISTEN idemkv_outbox), and every Options.OutboxPoll.
+func (s *Store) OutboxNotify() <-chan struct{} { return s.outbox }
+
+func (s *Store) kickOutbox() {
+	select {
+	case s.outbox <- struct{}{}:
+	default:
+	}
+}
+
+// startNotifier starts the goroutines behind OutboxNotify: a poll, and
+// unless Options.NoListen, a connection listening on idemkv_outbox.
+func (s *Store) startNotifier(ctx context.Context) {
+	s.bg.Go(func() {
+		t := time.NewTicker(s.opts.OutboxPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.kickOutbox()
+			}
+		}
+	})
+	if s.opts.NoListen {
+		return
+	}
+	s.bg.Go(func() {
+		for ctx.Err() == nil {
+			if err := s.listen(ctx); err != nil && ctx.Err() == nil {
+				select { // the database is away: the poll covers, try again later
+				case <-ctx.Done():
+				case <-time.After(s.opts.OutboxPoll):
+				}
+			}
+		}
+	})
+}
+
+func (s *Store) listen(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `LISTEN idemkv_outbox`); err != nil {
+		return err
+	}
+	defer func() {
+		// The connection goes back to the pool: stop listening first,
+		// or close it if that fails.
+		if _, err := conn.Exec(context.Background(), `UNLISTEN *`); err != nil {
+			_ = conn.Conn().Close(context.Background())
+		}
+	}()
+	s.kickOutbox() // events committed before the LISTEN
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+		s.kickOutbox()
+	}
+}

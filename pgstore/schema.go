@@ -1,0 +1,157 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SchemaVersion is the version of the schema this code reads and writes.
+// Open migrates an older schema to it and refuses a newer one.
+const SchemaVersion = 1
+
+// migrations[v-1] takes the schema from version v-1 to v. Each runs in
+// one transaction with the version row, so a migration is applied whole
+// or not at all. The statements are the SQL subset PostgreSQL and
+// CockroachDB share (docs/design.md, "The PostgreSQL store").
+var migrations = [][]string{
+	{
+		// Fencing tokens: unique and increasing for the life of the
+		// database, across every process.
+		`CREATE SEQUENCE idemkv_tokens`,
+		// One row per idempotency record. state: 1 in progress, 2
+		// uncertain, 3 completed; mode: 0 local, 1 remote.
+		`CREATE TABLE idemkv_records (
+			tenant        TEXT NOT NULL,
+			endpoint      TEXT NOT NULL,
+			key           TEXT NOT NULL,
+			state         SMALLINT NOT NULL,
+			mode          SMALLINT NOT NULL,
+			fingerprint   BYTEA NOT NULL,
+			token         BIGINT NOT NULL,
+			attempt       INT NOT NULL,
+			operation_id  BYTEA,
+			created       TIMESTAMPTZ NOT NULL,
+			lease_expires TIMESTAMPTZ,
+			expires       TIMESTAMPTZ NOT NULL,
+			class         TEXT NOT NULL,
+			status        INT NOT NULL DEFAULT 0,
+			pointer       TEXT NOT NULL DEFAULT '',
+			body          BYTEA,
+			effects       INT NOT NULL DEFAULT 0,
+			note          TEXT NOT NULL DEFAULT '',
+			escalated     BOOL NOT NULL DEFAULT false,
+			PRIMARY KEY (tenant, endpoint, key)
+		)`,
+		// The sweeper deletes completed records by expiry.
+		`CREATE INDEX idemkv_records_expiry ON idemkv_records (expires) WHERE state = 3`,
+		// The records that may need settling, oldest first (List).
+		`CREATE INDEX idemkv_records_unsettled ON idemkv_records (escalated, created, tenant, endpoint, key)
+			WHERE state = 2 OR (state = 1 AND mode = 1)`,
+		// Business data written through Effects; token is the writer's.
+		`CREATE TABLE idemkv_data (
+			k     BYTEA PRIMARY KEY,
+			v     BYTEA NOT NULL,
+			token BIGINT NOT NULL
+		)`,
+		// The outbox. A commit's events share a batch id, drawn after
+		// their entities' rows are locked; seq, the order a relay reads
+		// them in, is given by the sequencer (outbox.go) as they become
+		// visible.
+		`CREATE SEQUENCE idemkv_event_ids`,
+		`CREATE TABLE idemkv_outbox (
+			batch      BIGINT NOT NULL,
+			ord        INT NOT NULL,
+			seq        BIGINT UNIQUE,
+			event_id   TEXT NOT NULL,
+			topic      TEXT NOT NULL,
+			entity     TEXT NOT NULL,
+			entity_seq BIGINT NOT NULL,
+			payload    BYTEA NOT NULL,
+			headers    JSONB,
+			created    TIMESTAMPTZ NOT NULL,
+			PRIMARY KEY (batch, ord)
+		)`,
+		`CREATE INDEX idemkv_outbox_unsequenced ON idemkv_outbox (batch, ord) WHERE seq IS NULL`,
+		// Each entity's last event sequence.
+		`CREATE TABLE idemkv_entities (
+			topic  TEXT NOT NULL,
+			entity TEXT NOT NULL,
+			seq    BIGINT NOT NULL,
+			PRIMARY KEY (topic, entity)
+		)`,
+		// The outbox's cursor: the last sequenced and the last
+		// acknowledged event.
+		`CREATE TABLE idemkv_outbox_cursor (
+			id    INT PRIMARY KEY,
+			last  BIGINT NOT NULL,
+			acked BIGINT NOT NULL
+		)`,
+		`INSERT INTO idemkv_outbox_cursor (id, last, acked) VALUES (1, 0, 0)`,
+	},
+}
+
+// migrate brings the schema to SchemaVersion. Several processes may open
+// the same database at once: the version row is locked (FOR UPDATE) for
+// the whole migration, so one migrates and the others wait and then find
+// the work done. Creating the version table itself can race; a process
+// that loses that race retries.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	for try := 0; ; try++ {
+		err := migrateOnce(ctx, pool)
+		if err == nil || try == 5 || !retryableDDL(err) {
+			return err
+		}
+	}
+}
+
+func migrateOnce(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idemkv_schema (
+		id INT PRIMARY KEY, version INT NOT NULL)`); err != nil {
+		return fmt.Errorf("pgstore: create schema table: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO idemkv_schema (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING`); err != nil {
+		return fmt.Errorf("pgstore: schema version row: %w", err)
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var v int
+		if err := tx.QueryRow(ctx, `SELECT version FROM idemkv_schema WHERE id = 1 FOR UPDATE`).Scan(&v); err != nil {
+			return fmt.Errorf("pgstore: read schema version: %w", err)
+		}
+		if v > SchemaVersion {
+			return fmt.Errorf("%w: the database's idemkv schema is version %d; this build knows up to %d", errNewerSchema, v, SchemaVersion)
+		}
+		for ; v < SchemaVersion; v++ {
+			for _, stmt := range migrations[v] {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)
+				}
+			}
+			if _, err := tx.Exec(ctx, `UPDATE idemkv_schema SET version = $1 WHERE id = 1`, v+1); err != nil {
+				return fmt.Errorf("pgstore: record schema version %d: %w", v+1, err)
+			}
+		}
+		return nil
+	})
+}
+
+var errNewerSchema = errors.New("pgstore: schema newer than this build")
+
+// retryableDDL reports a race between processes creating the same
+// object: unique_violation (on the catalog), duplicate_table, or a
+// serialization failure.
+func retryableDDL(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code {
+	case "23505", "42P07", "40001", "40P01":
+		return true
+	}
+	return false
+}

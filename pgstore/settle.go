@@ -1,0 +1,287 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/jackc/pgx/v5"
+)
+
+// settleableSQL is the condition on a record a reconciler or an operator
+// may settle under token $3 at $10: uncertain, or abandoned (a remote
+// record in progress past its lease).
+const settleableSQL = `tenant = $11 AND endpoint = $12 AND key = $13 AND token = $3
+	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $10::timestamptz))`
+
+// resolveSQL completes a settleable record with the reconciler's result
+// ($14 status, $15 pointer, $16 body, $17 values set, $18 note), and its
+// effects with it; resolveNoEffectSQL removes it.
+const (
+	resolveSQL = `
+WITH rec AS (
+	UPDATE idemkv_records SET state = 3, escalated = false, lease_expires = NULL, expires = %[1]s,
+		status = $14, pointer = $15, body = $16, effects = $17, note = $18
+	WHERE ` + settleableSQL + `
+	RETURNING 1
+),` + dataWritesSQL + writeResultSQL
+
+	resolveNoEffectSQL = `
+WITH rec AS (
+	DELETE FROM idemkv_records WHERE ` + settleableSQL + `
+	RETURNING 1
+),` + dataWritesSQL + writeResultSQL
+
+	// escalateSQL: $1 now, $2-$4 id, $5 token, $6 note.
+	escalateSQL = `
+UPDATE idemkv_records SET escalated = true, lease_expires = NULL, note = $6,
+	expires = CASE WHEN state = 2 THEN expires ELSE %[1]s END, state = 2
+WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5
+	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $1))`
+)
+
+// Resolve implements idemkv.Store.
+func (s *Store) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
+	if !req.NoEffect {
+		if err := s.validateResult(&req.Result); err != nil {
+			return err
+		}
+	}
+	if err := validateSettle(req.ID, req.Note); err != nil {
+		return err
+	}
+	if err := s.open(); err != nil {
+		return err
+	}
+	var events int64
+	err := settleRuns(func() error {
+		return s.transact(ctx, req.Apply, func(fx *effects, q querier) error {
+			a, err := fx.args()
+			if err != nil {
+				return err
+			}
+			now := s.now()
+			id := req.ID
+			var row pgx.Row
+			if req.NoEffect {
+				row = q.QueryRow(ctx, s.sql.resolveNoEffect, a.params(req.Token, now, id.Tenant, id.Endpoint, id.Key)...)
+			} else {
+				r := req.Result
+				if fx.result != nil {
+					r = *fx.result
+				}
+				row = q.QueryRow(ctx, s.sql.resolve, a.params(req.Token, now, id.Tenant, id.Endpoint, id.Key,
+					int32(r.Status), r.Pointer, r.Body, int32(len(a.setKeys)), req.Note)...)
+			}
+			var n int64
+			if err := row.Scan(&n, &events, new(int64)); err != nil {
+				return s.dbErr("resolve", err)
+			}
+			if n == 0 {
+				return s.whyNotSettleable(ctx, id, req.Token, now)
+			}
+			return nil
+		})
+	})
+	if err == nil && events > 0 {
+		s.kickOutbox()
+	}
+	return err
+}
+
+// Escalate implements idemkv.Store.
+func (s *Store) Escalate(ctx context.Context, req idemkv.EscalateRequest) error {
+	if err := validateSettle(req.ID, req.Note); err != nil {
+		return err
+	}
+	if err := s.open(); err != nil {
+		return err
+	}
+	return settleRuns(func() error {
+		now := s.now()
+		id := req.ID
+		tag, err := s.pool.Exec(ctx, s.sql.escalate, now, id.Tenant, id.Endpoint, id.Key, int64(req.Token), req.Note)
+		if err != nil {
+			return s.dbErr("escalate", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return s.whyNotSettleable(ctx, id, req.Token, now)
+		}
+		return nil
+	})
+}
+
+func validateSettle(id idemkv.ID, note string) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if len(note) > idemkv.MaxNoteLen {
+		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
+	}
+	return nil
+}
+
+// whyNotSettleable says why a settling write changed nothing, from the
+// record as it is now: absent, completed, in progress under a live lease
+// (or local), or under another token.
+func (s *Store) whyNotSettleable(ctx context.Context, id idemkv.ID, token uint64, now time.Time) error {
+	cur, err := s.get(ctx, s.pool, id, now)
+	switch {
+	case err != nil:
+		return err
+	case cur.State == idemkv.StateCompleted:
+		return fmt.Errorf("%w: %q is completed", idemkv.ErrWrongState, id.Key)
+	case cur.State == idemkv.StateInProgress && (cur.Mode == idemkv.ModeLocal || now.Before(cur.LeaseExpires)):
+		return fmt.Errorf("%w: %q is in progress under a live lease", idemkv.ErrWrongState, id.Key)
+	case cur.Token != token:
+		s.counter.fenced.Add(1)
+		return fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, token, cur.Token)
+	}
+	// It is settleable now: it changed between the write and this read
+	// (a holder marked it uncertain, say). The write runs again.
+	return errChanged
+}
+
+// errChanged: a settling write found nothing to change, and then a
+// record it may change; it runs again.
+var errChanged = errors.New("pgstore: the record changed during a settling write")
+
+// maxSettleRuns bounds the runs of a settling write that keeps finding
+// the record changed.
+const maxSettleRuns = 100
+
+// settleRuns runs a settling write again while it finds the record
+// changed under it.
+func settleRuns(write func() error) error {
+	for run := 1; ; run++ {
+		err := write()
+		if !errors.Is(err, errChanged) || run == maxSettleRuns {
+			return err
+		}
+	}
+}
+
+// Get implements idemkv.Store. A completed record past its expiry is
+// absent, whether or not the sweeper has deleted it yet.
+func (s *Store) Get(ctx context.Context, id idemkv.ID) (idemkv.Record, error) {
+	if err := id.Validate(); err != nil {
+		return idemkv.Record{}, err
+	}
+	if err := s.open(); err != nil {
+		return idemkv.Record{}, err
+	}
+	return s.get(ctx, s.pool, id, s.now())
+}
+
+func (s *Store) get(ctx context.Context, q querier, id idemkv.ID, now time.Time) (idemkv.Record, error) {
+	row := q.QueryRow(ctx, `SELECT `+recordColumns+` FROM idemkv_records
+		WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND NOT (state = 3 AND expires <= $4)`,
+		id.Tenant, id.Endpoint, id.Key, now)
+	rec, err := scanRecord(row, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idemkv.Record{}, fmt.Errorf("%w: %q", idemkv.ErrNotFound, id.Key)
+	}
+	if err != nil {
+		return idemkv.Record{}, s.dbErr("get", err)
+	}
+	return rec, nil
+}
+
+// listSQL pages through the records that need settling along the index
+// idemkv_records_unsettled: $1 escalated, $2 now, $3 tenant or ”, $4 whether
+// a cursor follows, $5-$8 the cursor (created, tenant, endpoint, key), $9
+// the limit.
+const listSQL = `SELECT tenant, endpoint, key, ` + recordColumns + ` FROM idemkv_records
+WHERE (state = 2 OR (state = 1 AND mode = 1)) AND escalated = $1
+	AND (state = 2 OR lease_expires <= $2)
+	AND ($3 = '' OR tenant = $3)
+	AND (NOT $4 OR (created, tenant, endpoint, key) > ($5, $6, $7, $8))
+ORDER BY escalated, created, tenant, endpoint, key
+LIMIT $9`
+
+const maxListLimit = 1000
+
+// List implements idemkv.Store.
+func (s *Store) List(ctx context.Context, req idemkv.ListRequest) (idemkv.ListPage, error) {
+	if err := req.Validate(); err != nil {
+		return idemkv.ListPage{}, err
+	}
+	if err := s.open(); err != nil {
+		return idemkv.ListPage{}, err
+	}
+	limit := req.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	limit = min(limit, maxListLimit)
+	var after listCursor
+	if req.After != "" {
+		var err error
+		if after, err = parseListCursor(req.After); err != nil {
+			return idemkv.ListPage{}, err
+		}
+	}
+	rows, err := s.pool.Query(ctx, listSQL, req.Escalated, s.now(), req.Tenant, req.After != "",
+		time.UnixMicro(after.Created), after.Tenant, after.Endpoint, after.Key, limit)
+	if err != nil {
+		return idemkv.ListPage{}, s.dbErr("list", err)
+	}
+	defer rows.Close()
+	var page idemkv.ListPage
+	for rows.Next() {
+		var id idemkv.ID
+		rec, err := scanRecord(rowPrefix{rows, []any{&id.Tenant, &id.Endpoint, &id.Key}}, idemkv.ID{})
+		if err != nil {
+			return idemkv.ListPage{}, s.dbErr("list", err)
+		}
+		rec.ID = id
+		page.Records = append(page.Records, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return idemkv.ListPage{}, s.dbErr("list", err)
+	}
+	if len(page.Records) == limit {
+		last := page.Records[limit-1]
+		page.Next = listCursor{Created: last.Created.UnixMicro(), Tenant: last.ID.Tenant,
+			Endpoint: last.ID.Endpoint, Key: last.ID.Key}.String()
+	}
+	return page, nil
+}
+
+// rowPrefix scans leading columns into prefix, then the rest as asked.
+type rowPrefix struct {
+	pgx.Row
+	prefix []any
+}
+
+func (r rowPrefix) Scan(dest ...any) error { return r.Row.Scan(append(r.prefix, dest...)...) }
+
+// listCursor is where a List page ended.
+type listCursor struct {
+	Created               int64     `json:"c"`
+	Tenant, Endpoint, Key string    `json:"-"`
+	Parts                 [3]string `json:"id"`
+}
+
+func (c listCursor) String() string {
+	c.Parts = [3]string{c.Tenant, c.Endpoint, c.Key}
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func parseListCursor(s string) (listCursor, error) {
+	var c listCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil {
+		return listCursor{}, fmt.Errorf("%w: malformed list cursor", idemkv.ErrInvalidArgument)
+	}
+	c.Tenant, c.Endpoint, c.Key = c.Parts[0], c.Parts[1], c.Parts[2]
+	return c, nil
+}

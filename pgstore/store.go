@@ -1,0 +1,234 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/ttl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is an idemkv.Store, and an idemkv.Outbox, on PostgreSQL. Any
+// number of processes may open the same database and share its records.
+// All methods are safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	opts *Options
+
+	closed  atomic.Bool
+	stop    context.CancelFunc
+	bg      sync.WaitGroup
+	outbox  chan struct{}
+	counter counters
+	// sql holds the statements that depend on the options (the retention
+	// classes' windows, LISTEN/NOTIFY).
+	sql statements
+}
+
+type statements struct {
+	complete, resolve, resolveNoEffect, update, uncertain, escalate string
+}
+
+func newStatements(o *Options) statements {
+	notify := notifySQL
+	if o.NoListen {
+		notify = noNotifySQL
+	}
+	at10, at1 := expiresSQL(o, "$10"), expiresSQL(o, "$1")
+	return statements{
+		complete:        fmt.Sprintf(completeSQL, at10, notify),
+		resolve:         fmt.Sprintf(resolveSQL, at10, notify),
+		resolveNoEffect: fmt.Sprintf(resolveNoEffectSQL, at10, notify),
+		update:          fmt.Sprintf(updateSQL, at10, notify),
+		uncertain:       fmt.Sprintf(markUncertainSQL, at1),
+		escalate:        fmt.Sprintf(escalateSQL, at1),
+	}
+}
+
+// Open connects to the database named by dsn (a postgres:// URL or a
+// key=value string, as pgx reads them; a multi-host URL with
+// target_session_attrs=read-write finds the primary), migrates its idemkv
+// schema to SchemaVersion, and returns the store. opts may be nil.
+func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pgstore: connection string: %w", idemkv.ErrInvalidArgument, err)
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	bgctx, stop := context.WithCancel(context.Background())
+	s := &Store{pool: pool, opts: o, stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
+	s.startNotifier(bgctx)
+	if !o.NoBackgroundSweep {
+		sw, err := ttl.New(s, &o.Sweep)
+		if err != nil {
+			stop()
+			pool.Close()
+			return nil, fmt.Errorf("%w: pgstore: %w", idemkv.ErrInvalidArgument, err)
+		}
+		s.bg.Go(func() { _ = sw.Run(bgctx) })
+	}
+	return s, nil
+}
+
+// Close stops the store's background work and closes its connections.
+// Operations after Close return idemkv.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.stop()
+	s.bg.Wait()
+	s.pool.Close()
+	return nil
+}
+
+// Now reads the store's clock (Options.Clock): Store is an idemkv.Clock,
+// for the reconciler and the relay.
+func (s *Store) Now() time.Time { return s.opts.Clock.Now() }
+
+// Pool returns the store's connection pool, for a service's own queries
+// on the same database.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+func (s *Store) open() error {
+	if s.closed.Load() {
+		return idemkv.ErrClosed
+	}
+	return nil
+}
+
+// dbErr wraps a database error with what was being done; after Close it
+// is ErrClosed.
+func (s *Store) dbErr(what string, err error) error {
+	if s.closed.Load() {
+		return idemkv.ErrClosed
+	}
+	return fmt.Errorf("pgstore: %s: %w", what, err)
+}
+
+// serialization reports an error that aborted a transaction only because
+// it ran concurrently with another (SQLSTATE 40001 serialization_failure,
+// 40P01 deadlock_detected): running it again may succeed. CockroachDB
+// reports its transaction retries as 40001.
+func serialization(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// window is the retention window of class ("" is the default class); a
+// class no longer configured gets the longest.
+func (s *Store) window(class string) time.Duration {
+	if class == "" {
+		return s.opts.Retention
+	}
+	if w, ok := s.opts.RetentionClasses[class]; ok {
+		return w
+	}
+	return s.opts.RetentionClasses.Longest()
+}
+
+func (s *Store) validateResult(r *idemkv.Result) error {
+	switch {
+	case r.Status < 0 || r.Status > 65535:
+		return fmt.Errorf("%w: status %d outside 0..65535", idemkv.ErrInvalidResult, r.Status)
+	case len(r.Pointer) > idemkv.MaxPointerLen:
+		return fmt.Errorf("%w: pointer is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Pointer), idemkv.MaxPointerLen)
+	case len(r.Body) > s.opts.MaxBodySize:
+		return fmt.Errorf("%w: body is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Body), s.opts.MaxBodySize)
+	}
+	return nil
+}
+
+// recordColumns are the columns scanRecord reads, in its order.
+const recordColumns = `state, mode, fingerprint, token, attempt, operation_id, created,
+	lease_expires, expires, class, status, pointer, body, effects, note, escalated`
+
+// scanRecord reads recordColumns into a Record for id.
+func scanRecord(row pgx.Row, id idemkv.ID, extra ...any) (idemkv.Record, error) {
+	var (
+		r               = idemkv.Record{ID: id}
+		state, mode     int16
+		token           int64
+		attempt         int32
+		opID            []byte
+		lease           *time.Time
+		status, effects int32
+	)
+	dest := append([]any{&state, &mode, &r.Fingerprint, &token, &attempt, &opID, &r.Created,
+		&lease, &r.Expires, &r.Class, &status, &r.Result.Pointer, &r.Result.Body, &effects, &r.Note, &r.Escalated}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return idemkv.Record{}, err
+	}
+	r.State, r.Mode = idemkv.State(state), idemkv.Mode(mode)
+	r.Token, r.Attempt = uint64(token), uint32(attempt)
+	copy(r.OperationID[:], opID)
+	if lease != nil {
+		r.LeaseExpires = *lease
+	}
+	r.Result.Status, r.Effects = int(status), int(effects)
+	if r.State != idemkv.StateCompleted {
+		r.Result = idemkv.Result{}
+	}
+	return r, nil
+}
+
+func leaseOf(r *idemkv.Record) idemkv.Lease {
+	return idemkv.Lease{ID: r.ID, Mode: r.Mode, Token: r.Token, Expires: r.LeaseExpires,
+		Attempt: r.Attempt, OperationID: r.OperationID}
+}
+
+// counters are the store's event counts, for Stats.
+type counters struct {
+	claims, acquired, completed, conflicts, fenced atomic.Uint64
+}
+
+// Stats are counts of what the store did since Open, in this process.
+type Stats struct {
+	Claims, Acquired, Completed, Conflicts, Fenced uint64
+}
+
+// Stats returns the store's counts.
+func (s *Store) Stats() Stats {
+	c := &s.counter
+	return Stats{Claims: c.claims.Load(), Acquired: c.acquired.Load(), Completed: c.completed.Load(),
+		Conflicts: c.conflicts.Load(), Fenced: c.fenced.Load()}
+}
+
+// Health reports whether the database answers.
+func (s *Store) Health() error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return s.dbErr("ping", err)
+	}
+	return nil
+}
+
+func (s *Store) fenced(l idemkv.Lease) error {
+	s.counter.fenced.Add(1)
+	return fmt.Errorf("%w: token %d for key %q", idemkv.ErrFenced, l.Token, l.ID.Key)
+}
