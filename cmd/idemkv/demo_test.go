@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkv/idemkv/internal/pgtest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 		main()
 		panic("main returned")
 	}
-	os.Exit(m.Run())
+	pgtest.Main(m) // runs the tests, then stops the PostgreSQL server if one started
 }
 
 // TestDemo runs the demo twice against one kept directory: every scenario

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/outbox"
 	"github.com/idemkv/idemkv/outbox/natsjs"
 )
@@ -29,11 +29,17 @@ func validEventsFlag(v string) error {
 	return fmt.Errorf("--events %q: give nats://HOST:PORT (a NATS server with JetStream) or embedded", v)
 }
 
+// eventSource is a store the relay reads: its outbox, and its clock.
+type eventSource interface {
+	idemkv.Outbox
+	Now() time.Time
+}
+
 // startEvents connects to the broker --events names (starting the
 // embedded one first if asked), makes sure the stream exists, and runs
 // the outbox relay from e to it; the function it returns stops the relay,
 // then the connection and the embedded server.
-func startEvents(c serveConfig, e *engine.Engine, log *slog.Logger, reg prometheus.Registerer, stdout io.Writer) (func(), error) {
+func startEvents(c serveConfig, e eventSource, log *slog.Logger, reg prometheus.Registerer, stdout io.Writer) (func(), error) {
 	url := c.events
 	var emb *natsjs.Embedded
 	if url == "embedded" {

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/reconcile"
 )
@@ -56,6 +55,9 @@ type serveConfig struct {
 	events string
 	// accountLimit is payments.Config.AccountLimit.
 	accountLimit int64
+	// store, if set, is a PostgreSQL connection string: the service keeps
+	// its store there (package pgstore) instead of in dir.
+	store string
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
@@ -63,7 +65,8 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `ADDR`")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "authenticate callers with the API keys in `FILE` (\"SECRET ACCOUNT\" lines, mode 600); without it the service runs in demo mode, where any bearer token is its account, and only on a loopback address")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on `ADDR` (a private or loopback address: metrics are not authenticated) instead of on --addr")
-	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR`")
+	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR` (Pebble, this process's alone)")
+	fs.StringVar(&c.store, "store", "", "keep the store in the PostgreSQL database at `URL` (postgres://USER@HOST:PORT/DB?...), which several serve processes may share, instead of under --data")
 	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running waits for its outcome before a 409 (0: answer 409 at once)")
 	fs.DurationVar(&c.lease, "lease", 0, "how long a payment may run before a retry may take it over and resume the same charge (default: the store's, 30s)")
 	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor takes")
@@ -80,6 +83,9 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	c.bg.register(fs, true)
 	return func(ctx context.Context, stdout io.Writer) error {
 		if err := validEventsFlag(c.events); err != nil {
+			return usageError{err}
+		}
+		if err := validStoreFlag(c.store); err != nil {
 			return usageError{err}
 		}
 		for _, r := range []float64{c.provider.FailRate, c.provider.TimeoutRate, c.provider.FailRate + c.provider.TimeoutRate} {
@@ -122,20 +128,12 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 // stored before the store closes.
 func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	o, prio, err := c.bg.apply(nil)
+	st, err := c.openStore(ctx)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	storeFiles, maxConns := fileBudget()
-	o.ConfigurePebble = keepFilesUnder(storeFiles, o.ConfigurePebble)
-	memLimit := memoryLimit()
-	maxConns = fitMemory(o, memLimit, maxConns)
-	e, err := engine.Open(c.dir, o)
-	if err != nil {
-		ln.Close()
-		return err
-	}
+	e := st.store
 	closeAll := func() {
 		ln.Close()
 		if c.metricsLn != nil {
@@ -165,22 +163,22 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		closeAll()
 		return err
 	}
-	if prio != nil {
+	if st.prio != nil {
 		svc.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "idemkv_low_priority_compactions_total",
 			Help: "Compactions run at the lowered priority of --background-nice.",
-		}, func() float64 { return float64(prio.Lowered()) }))
+		}, func() float64 { return float64(st.prio.Lowered()) }))
 	}
 	lease := c.lease
 	if lease == 0 {
-		lease = o.EnsureDefaults().Lease
+		lease = st.lease
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	srv, cl := newServer(svc.Handler(), defaultLimits(lease+c.wait, maxConns), errLog)
+	srv, cl := newServer(svc.Handler(), defaultLimits(lease+c.wait, st.maxConns), errLog)
 	ln = cl.Listener(ln)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	c.banner(stdout, ln.Addr(), maxConns, o.EnsureDefaults(), limitNote(memLimit), keys == nil)
+	c.banner(stdout, ln.Addr(), st, keys == nil)
 	if c.metricsLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", svc.MetricsHandler())
@@ -223,11 +221,11 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	return errors.Join(err, e.Close())
 }
 
-// banner prints what serve runs: where, with what limits and caches, the
+// banner prints what serve runs: where, with what store and limits, the
 // processor, demo mode, a first request to try, and the reconciler.
-func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, maxConns int, eo *engine.Options, memNote string, demo bool) {
-	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d, compactions at nice %d; caches %d+%d MiB%s)\n",
-		addr, c.dir, maxConns, runtime.GOMAXPROCS(0), c.bg.nice, eo.ReplayCacheSize>>20, eo.CacheSize>>20, memNote)
+func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, st servedStore, demo bool) {
+	fmt.Fprintf(stdout, "idemkv: payments service on http://%s (store %s; at most %d connections; GOMAXPROCS %d%s)\n",
+		addr, st.describe, st.maxConns, runtime.GOMAXPROCS(0), st.note)
 	if c.processorURL != "" {
 		fmt.Fprintf(stdout, "idemkv: charging the card processor at %s (calls give up after %v)\n", c.processorURL, c.processorTimeout)
 	}
@@ -243,7 +241,7 @@ func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, maxConns int, eo *
 // uncertain and abandoned payments and order steps by asking its
 // processor, and resumes the orders a crash left, at the worker's
 // interval; the function it returns stops both and waits for them.
-func startReconciler(e *engine.Engine, svc *payments.Service, o reconcile.Options, log *slog.Logger, reg prometheus.Registerer) (func(), error) {
+func startReconciler(e payments.Store, svc *payments.Service, o reconcile.Options, log *slog.Logger, reg prometheus.Registerer) (func(), error) {
 	o.Clock = e // engine time, which the records' times are in
 	o.Logf = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
 	o.OnEscalate = func(rec idemkv.Record, note string) {

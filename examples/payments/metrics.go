@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/engine/engineprom"
 	"github.com/idemkv/idemkv/httpidem"
 )
@@ -43,8 +44,10 @@ func (s *Service) metrics() (httpidem.Observer, error) {
 	}, []string{"result"})
 	s.registry.MustRegister(requests, latency, storeErrors, s.created, s.provider,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := engineprom.Register(s.registry, s.cfg.Store); err != nil {
-		return nil, err
+	if e, ok := s.cfg.Store.(*engine.Engine); ok {
+		if err := engineprom.Register(s.registry, e); err != nil {
+			return nil, err
+		}
 	}
 	return httpidem.ObserverFunc(func(r httpidem.Report) {
 		requests.WithLabelValues(r.Endpoint, string(r.Disposition)).Inc()

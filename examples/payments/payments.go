@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -19,16 +20,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine"
+
 	"github.com/idemkv/idemkv/fingerprint"
 	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/saga"
 )
 
+// Store is what a Service keeps its keys, outcomes and payments in: an
+// *engine.Engine (one process) or a *pgstore.Store (a fleet of processes
+// sharing one PostgreSQL database).
+type Store interface {
+	idemkv.Store
+	// Now reads the store's clock, which its records' times are in.
+	Now() time.Time
+	// GetData reads a value written through idemkv.Effects.
+	GetData(key []byte) ([]byte, error)
+	// ScanDataAfter calls fn for the values under prefix, in key order,
+	// after the key after (nil: from the start), until fn returns false.
+	ScanDataAfter(prefix, after []byte, fn func(key, value []byte) bool) error
+	// Update runs a transaction of business data outside any record.
+	Update(ctx context.Context, apply func(idemkv.Effects) error) error
+	// Health reports whether the store can take writes.
+	Health() error
+}
+
 // Config configures a Service.
 type Config struct {
-	// Store is the engine holding keys, outcomes and payments. Required.
-	Store *engine.Engine
+	// Store holds keys, outcomes and payments. Required.
+	Store Store
 	// Processor is the card processor. Default: a simulated one in this
 	// process that always succeeds at once (NewProvider).
 	Processor Processor
