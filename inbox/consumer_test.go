@@ -19,11 +19,14 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/inbox"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/teststore"
 	"github.com/idemkv/idemkv/once"
 	"github.com/idemkv/idemkv/ttl"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the suite on the engine (and then looks for leaked
+// goroutines), then on PostgreSQL (teststore).
+func TestMain(m *testing.M) { teststore.Main(m, func() error { return goleak.Find() }) }
 
 var _ inbox.Store = (*engine.Engine)(nil)
 
@@ -34,13 +37,13 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 // markWindow is the retention of the tests' dedup marks (class "inbox").
 const markWindow = 7 * 24 * time.Hour
 
-// env is a real engine in a temporary directory, on a fake clock, with
-// the retention class "inbox".
+// env is a real store (teststore: the engine in a temporary directory,
+// or PostgreSQL), on a fake clock, with the retention class "inbox".
 type env struct {
 	t     *testing.T
 	dir   string
 	clock *fakeclock.Clock
-	e     *engine.Engine
+	e     teststore.Store
 }
 
 func newEnv(t *testing.T) *env {
@@ -51,15 +54,10 @@ func newEnv(t *testing.T) *env {
 }
 
 func (v *env) open() {
-	e, err := engine.Open(v.dir, &engine.Options{
-		Clock: v.clock, NoBackgroundSweep: true, CacheSize: 8 << 20, MemTableSize: 4 << 20,
-		RetentionClasses: ttl.Classes{"inbox": markWindow},
-	})
-	require.NoError(v.t, err)
-	v.e = e
+	v.e = teststore.Open(v.t, v.dir, teststore.Options{Clock: v.clock, RetentionClasses: ttl.Classes{"inbox": markWindow}})
 }
 
-// reopen closes the engine and opens it again, as a restart does.
+// reopen closes the store and opens it again, as a restart does.
 func (v *env) reopen() {
 	require.NoError(v.t, v.e.Close())
 	v.open()
@@ -494,7 +492,13 @@ func TestMarksExpire(t *testing.T) {
 	v.clock.Advance(markWindow + markWindow/engine.BucketsPerWindow)
 	pass, err := v.e.Sweep(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, 2, pass.Deleted, "both marks of ev-1")
+	// The engine keeps the first mark until its bucket goes; PostgreSQL
+	// replaced it in place when the copy claimed the key again.
+	want := 2
+	if teststore.Postgres() {
+		want = 1
+	}
+	assert.Equal(t, want, pass.Deleted, "every mark of ev-1")
 }
 
 func TestInvalid(t *testing.T) {

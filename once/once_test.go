@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/teststore"
 	"github.com/idemkv/idemkv/once"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,35 +25,32 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 const lease = 30 * time.Second
 
-// env is a real engine in a temporary directory, on a fake clock.
+// env is a real store (teststore: the engine in a temporary directory,
+// or PostgreSQL), on a fake clock.
 type env struct {
 	t     *testing.T
 	dir   string
-	opts  engine.Options
+	opts  teststore.Options
 	clock *fakeclock.Clock
-	e     *engine.Engine
+	e     teststore.Store
 }
 
-func newEnv(t *testing.T, opts *engine.Options) *env {
+func newEnv(t *testing.T, opts *teststore.Options) *env {
 	v := &env{t: t, dir: t.TempDir(), clock: fakeclock.New(t0)}
 	if opts != nil {
 		v.opts = *opts
 	}
-	v.opts.Clock, v.opts.Lease, v.opts.NoBackgroundSweep = v.clock, lease, true
-	v.opts.CacheSize, v.opts.MemTableSize = 8<<20, 4<<20
+	v.opts.Clock, v.opts.Lease = v.clock, lease
 	v.open()
 	t.Cleanup(func() { _ = v.e.Close() })
 	return v
 }
 
 func (v *env) open() {
-	o := v.opts
-	e, err := engine.Open(v.dir, &o)
-	require.NoError(v.t, err)
-	v.e = e
+	v.e = teststore.Open(v.t, v.dir, v.opts)
 }
 
-// reopen closes the engine and opens it again, as a restart does.
+// reopen closes the store and opens it again, as a restart does.
 func (v *env) reopen() {
 	require.NoError(v.t, v.e.Close())
 	v.open()
@@ -453,7 +450,7 @@ func TestRemoteSettlesDespiteCancelledContext(t *testing.T) {
 }
 
 func TestRemoteResultTooLargeIsUncertain(t *testing.T) {
-	v := newEnv(t, &engine.Options{MaxBodySize: 16})
+	v := newEnv(t, &teststore.Options{MaxBodySize: 16})
 	_, err := once.Do(ctx, v.e, remote("k"), func(context.Context, *once.Exec) (idemkv.Result, error) {
 		return idemkv.Result{Status: 200, Body: make([]byte, 17)}, nil
 	})
@@ -467,7 +464,7 @@ func TestRemoteResultTooLargeIsUncertain(t *testing.T) {
 func TestLocalInvalidResultReleases(t *testing.T) {
 	for _, k := range storeKinds {
 		t.Run(k.name, func(t *testing.T) {
-			v := newEnv(t, &engine.Options{MaxBodySize: 16})
+			v := newEnv(t, &teststore.Options{MaxBodySize: 16})
 			_, err := once.Do(ctx, v.store(k.fallback), call("k"), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
 				return idemkv.Result{Status: 200, Body: make([]byte, 17)}, x.Effects.Set([]byte("x"), []byte("y"))
 			})
@@ -775,14 +772,13 @@ func testConcurrentReadModifyWrite(t *testing.T, fallback bool) {
 		})
 	}
 	wg.Wait()
-	stats, err := v.e.Stats()
-	require.NoError(t, err)
-	t.Logf("%d Do calls, %d runs, %d engine conflicts; %d calls failed with ErrConflict and were retried",
-		calls.Load(), runs.Load(), stats.Conflicts, conflicts.Load())
+	storeConflicts := int64(teststore.Conflicts(t, v.e))
+	t.Logf("%d Do calls, %d runs, %d store conflicts; %d calls failed with ErrConflict and were retried",
+		calls.Load(), runs.Load(), storeConflicts, conflicts.Load())
 	if !fallback {
 		// A run either commits (a call that did not fail) or conflicts
 		// (counted by the engine, the last of a failed call's too).
-		assert.Equal(t, calls.Load()-conflicts.Load()+stats.Conflicts, runs.Load(), "one run per commit attempt")
+		assert.Equal(t, calls.Load()-conflicts.Load()+storeConflicts, runs.Load(), "one run per commit attempt")
 	}
 	seen := map[string]bool{}
 	for w := range workers {
@@ -845,3 +841,6 @@ func TestResultThatNeverSettles(t *testing.T) {
 		})
 	}
 }
+
+// TestMain runs the suite on the engine, then on PostgreSQL (teststore).
+func TestMain(m *testing.M) { teststore.Main(m) }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/teststore"
 	"github.com/idemkv/idemkv/outbox"
 	"github.com/stretchr/testify/require"
 )
@@ -59,14 +59,14 @@ func (b *broker) seqs() []uint64 {
 	return s
 }
 
-func openEngine(t *testing.T, dir string) *engine.Engine {
-	e, err := engine.Open(dir, &engine.Options{CacheSize: 8 << 20, MemTableSize: 4 << 20})
-	require.NoError(t, err)
-	return e
+// openEngine opens the store the suite runs on (teststore: the engine,
+// or PostgreSQL).
+func openEngine(t *testing.T, dir string) teststore.Store {
+	return teststore.Open(t, dir, teststore.Options{})
 }
 
 // emit commits n payments, each with a payments.created event.
-func emit(t *testing.T, e *engine.Engine, from, n int) {
+func emit(t *testing.T, e teststore.Store, from, n int) {
 	for i := from; i < from+n; i++ {
 		key := fmt.Sprintf("p%d", i)
 		c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: idemkv.ID{Tenant: "t", Endpoint: "pay", Key: key}, Fingerprint: []byte{1}})
@@ -175,7 +175,7 @@ func TestCrashBeforeAckRepublishesWithTheSameIDs(t *testing.T) {
 
 var errCrashed = errors.New("crashed before the ack")
 
-type noAck struct{ *engine.Engine }
+type noAck struct{ teststore.Store }
 
 func (noAck) AckOutbox(context.Context, uint64) error { return errCrashed }
 
@@ -250,7 +250,7 @@ func TestRunAcknowledgesOnItsInterval(t *testing.T) {
 	b := &broker{sent: make(chan idemkv.StoredEvent, 10)}
 	fire := make(chan time.Time)
 	waits := make(chan time.Duration, 100)
-	src := ackSignal{Engine: e, acks: make(chan uint64, 10)}
+	src := ackSignal{Store: e, acks: make(chan uint64, 10)}
 	r, err := outbox.New(src, b, &outbox.Options{AckInterval: time.Second,
 		After: func(d time.Duration) <-chan time.Time { waits <- d; return fire }})
 	require.NoError(t, err)
@@ -280,14 +280,17 @@ func TestRunAcknowledgesOnItsInterval(t *testing.T) {
 
 // ackSignal tells of every acknowledgement the store took.
 type ackSignal struct {
-	*engine.Engine
+	teststore.Store
 	acks chan uint64
 }
 
 func (s ackSignal) AckOutbox(ctx context.Context, through uint64) error {
-	err := s.Engine.AckOutbox(ctx, through)
+	err := s.Store.AckOutbox(ctx, through)
 	if err == nil {
 		s.acks <- through
 	}
 	return err
 }
+
+// TestMain runs the suite on the engine, then on PostgreSQL (teststore).
+func TestMain(m *testing.M) { teststore.Main(m) }

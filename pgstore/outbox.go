@@ -94,6 +94,7 @@ func (s *Store) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idem
 			return nil, s.dbErr("outbox: read", err)
 		}
 		ev.Seq, ev.EntitySeq = uint64(seq), uint64(entSeq)
+		ev.Created = ev.Created.UTC()
 		if len(headers) > 0 {
 			if err := json.Unmarshal(headers, &ev.Headers); err != nil {
 				return nil, fmt.Errorf("pgstore: outbox: event %d's headers: %w", seq, err)

@@ -183,8 +183,10 @@ func scanRecord(row pgx.Row, id idemkv.ID, extra ...any) (idemkv.Record, error) 
 	r.State, r.Mode = idemkv.State(state), idemkv.Mode(mode)
 	r.Token, r.Attempt = uint64(token), uint32(attempt)
 	copy(r.OperationID[:], opID)
+	// pgx reads timestamps in the local zone; the store's times are UTC.
+	r.Created, r.Expires = r.Created.UTC(), r.Expires.UTC()
 	if lease != nil {
-		r.LeaseExpires = *lease
+		r.LeaseExpires = lease.UTC()
 	}
 	r.Result.Status, r.Effects = int(status), int(effects)
 	if r.State != idemkv.StateCompleted {

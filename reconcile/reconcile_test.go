@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/teststore"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -28,7 +28,7 @@ type env struct {
 	t     *testing.T
 	dir   string
 	clock *fakeclock.Clock
-	e     *engine.Engine
+	e     teststore.Store
 }
 
 func newEnv(t *testing.T) *env {
@@ -39,10 +39,7 @@ func newEnv(t *testing.T) *env {
 }
 
 func (v *env) open() {
-	e, err := engine.Open(v.dir, &engine.Options{Clock: v.clock, Lease: lease, NoBackgroundSweep: true,
-		CacheSize: 8 << 20, MemTableSize: 4 << 20})
-	require.NoError(v.t, err)
-	v.e = e
+	v.e = teststore.Open(v.t, v.dir, teststore.Options{Clock: v.clock, Lease: lease})
 }
 
 func (v *env) reopen() {
@@ -93,9 +90,7 @@ func (v *env) state(key string) (idemkv.Record, bool) {
 }
 
 func (v *env) requireSound() {
-	rep, err := v.e.Check(ctx)
-	require.NoError(v.t, err)
-	require.Zero(v.t, rep.ProblemCount, "%v", rep.Problems)
+	teststore.RequireSound(v.t, v.e)
 }
 
 // downstream is a scripted downstream: what became of each operation, by
@@ -214,9 +209,9 @@ func TestUnknownBacksOffThenEscalates(t *testing.T) {
 	c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: []byte{1}, Mode: idemkv.ModeRemote, Resumable: true})
 	require.NoError(t, err)
 	require.Equal(t, idemkv.Reconciling, c.Outcome, "nor re-run")
-	st, err := v.e.Stats()
+	esc, err := v.e.List(ctx, idemkv.ListRequest{Escalated: true})
 	require.NoError(t, err)
-	require.Equal(t, int64(1), st.EscalatedRecords)
+	require.Len(t, esc.Records, 1)
 	v.requireSound()
 }
 
@@ -368,3 +363,6 @@ func TestEveryRecordIsReached(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, idemkv.StateCompleted, rec.State)
 }
+
+// TestMain runs the suite on the engine, then on PostgreSQL (teststore).
+func TestMain(m *testing.M) { teststore.Main(m) }

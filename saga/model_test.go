@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/teststore"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/idemkv/idemkv/saga"
 	"github.com/stretchr/testify/require"
@@ -54,11 +54,8 @@ func (w *modelWorld) next(saga, action string) string {
 func TestSagaModel(t *testing.T) {
 	clock := fakeclock.New(t0)
 	dir := t.TempDir()
-	open := func() *engine.Engine {
-		e, err := engine.Open(dir, &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true,
-			CacheSize: 8 << 20, MemTableSize: 4 << 20})
-		require.NoError(t, err)
-		return e
+	open := func() teststore.Store {
+		return teststore.Open(t, dir, teststore.Options{Clock: clock, Lease: lease})
 	}
 	e := open()
 	defer func() { _ = e.Close() }()
@@ -167,9 +164,7 @@ func TestSagaModel(t *testing.T) {
 			require.Equal(t, authorized, undone("authorize"), "%s: authorize undone iff it completed", id)
 			require.Equal(t, reserved, undone("reserve"), "%s: reserve undone iff it completed", id)
 		}
-		rep, err := e.Check(ctx)
-		require.NoError(t, err)
-		require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+		teststore.RequireSound(t, e)
 	})
 }
 
@@ -250,7 +245,7 @@ func modelLocalUndo(ctx context.Context, x *saga.Exec, action string, fault func
 
 // modelReconcile settles uncertain actions by the ledger: an action whose
 // key the processor saw happened.
-func modelReconcile(t *testing.T, e *engine.Engine, r *saga.Runner, w *modelWorld, clock *fakeclock.Clock) {
+func modelReconcile(t *testing.T, e teststore.Store, r *saga.Runner, w *modelWorld, clock *fakeclock.Clock) {
 	worker, err := reconcile.New(e, reconcile.ReconcilerFunc(func(ctx context.Context, rec idemkv.Record) (reconcile.Answer, error) {
 		a, ok, err := r.ActionOf(ctx, rec)
 		if err != nil || !ok {
@@ -270,7 +265,7 @@ func modelReconcile(t *testing.T, e *engine.Engine, r *saga.Runner, w *modelWorl
 
 // checkSagaModel: every processor key took effect once, and every local
 // action committed at most once.
-func checkSagaModel(t *testing.T, e *engine.Engine, w *modelWorld) {
+func checkSagaModel(t *testing.T, e teststore.Store, w *modelWorld) {
 	w.mu.Lock()
 	for k, n := range w.ledger {
 		require.Equal(t, 1, n, "processor key %s", k)

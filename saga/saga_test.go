@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/teststore"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/idemkv/idemkv/saga"
 	"github.com/stretchr/testify/assert"
@@ -31,7 +31,7 @@ type shop struct {
 	t     *testing.T
 	dir   string
 	clock *fakeclock.Clock
-	e     *engine.Engine
+	e     teststore.Store
 
 	mu     sync.Mutex
 	faults map[string][]error     // per action ("authorize", "void", ...), consumed in order
@@ -49,10 +49,7 @@ func newShop(t *testing.T) *shop {
 }
 
 func (s *shop) open() {
-	e, err := engine.Open(s.dir, &engine.Options{Clock: s.clock, Lease: lease, NoBackgroundSweep: true,
-		CacheSize: 8 << 20, MemTableSize: 4 << 20})
-	require.NoError(s.t, err)
-	s.e = e
+	s.e = teststore.Open(s.t, s.dir, teststore.Options{Clock: s.clock, Lease: lease})
 }
 
 func (s *shop) reopen() {
@@ -154,9 +151,7 @@ func (s *shop) data(key string) string {
 }
 
 func (s *shop) requireSound() {
-	rep, err := s.e.Check(ctx)
-	require.NoError(s.t, err)
-	require.Zero(s.t, rep.ProblemCount, "%v", rep.Problems)
+	teststore.RequireSound(s.t, s.e)
 }
 
 func TestSagaCompletes(t *testing.T) {
@@ -449,3 +444,6 @@ func TestSagaOutlivingItsRecordsIsEscalated(t *testing.T) {
 	require.NoError(t, err, "an escalated saga is left alone")
 	assert.Zero(t, n)
 }
+
+// TestMain runs the suite on the engine, then on PostgreSQL (teststore).
+func TestMain(m *testing.M) { teststore.Main(m) }

@@ -1,0 +1,144 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/pgstore"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+var ctx = context.Background()
+
+func open(t *testing.T, dsn string) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.Open(ctx, dsn, &pgstore.Options{NoBackgroundSweep: true,
+		Clock: fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func claim(t *testing.T, s *pgstore.Store, key string) idemkv.Lease {
+	t.Helper()
+	c, err := s.Claim(ctx, idemkv.ClaimRequest{ID: idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: key}, Fingerprint: []byte{1}})
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Acquired, c.Outcome)
+	return c.Lease
+}
+
+// TestCheck: after concurrent completions with effects and events, part
+// of them acknowledged, Check finds nothing wrong; an effect written
+// under the token of a record that has no outcome is found.
+func TestCheck(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	s := open(t, dsn)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 10 {
+				l := claim(t, s, fmt.Sprintf("w%d-%d", w, i))
+				require.NoError(t, s.Complete(ctx, l, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+					if err := fx.Set(fmt.Appendf(nil, "v/%d/%d", w, i), []byte("x")); err != nil {
+						return err
+					}
+					return fx.Emit(idemkv.Event{Topic: "things.created", Key: fmt.Sprint("e", i%3), Payload: []byte("p")})
+				}))
+			}
+		})
+	}
+	wg.Wait()
+	evs, err := s.ReadOutbox(ctx, 0, 50)
+	require.NoError(t, err)
+	require.Len(t, evs, 50)
+	require.NoError(t, s.AckOutbox(ctx, evs[49].Seq))
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+	require.Equal(t, 80, rep.Completed)
+	require.Equal(t, 80, rep.EffectsPaired)
+	require.Equal(t, 30, rep.Events)
+	require.Equal(t, uint64(80), rep.OutboxLast)
+
+	held := claim(t, s, "held")
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO idemkv_data (k, v, token) VALUES ('stray', 'x', $1)`, int64(held.Token))
+	require.NoError(t, err)
+	rep, err = s.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.ProblemCount, "%v", rep.Problems)
+}
+
+// TestCompleteTx: a service's own table commits with the outcome, or
+// neither does (an error, or a fenced holder).
+func TestCompleteTx(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	s := open(t, dsn)
+	_, err := s.Pool().Exec(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, amount INT NOT NULL)`)
+	require.NoError(t, err)
+	insert := func(id string) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO orders (id, amount) VALUES ($1, 5)`, id)
+			return err
+		}
+	}
+	count := func() (n int) {
+		require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n))
+		return n
+	}
+
+	l := claim(t, s, "o1")
+	boom := errors.New("boom")
+	err = s.CompleteTx(ctx, l, idemkv.Result{Status: 201}, func(ctx context.Context, tx pgx.Tx) error {
+		if err := insert("o1")(ctx, tx); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Zero(t, count(), "an error writes nothing")
+	require.NoError(t, s.CompleteTx(ctx, l, idemkv.Result{Status: 201}, insert("o1")))
+	require.Equal(t, 1, count())
+	rec, err := s.Get(ctx, l.ID)
+	require.NoError(t, err)
+	require.Equal(t, idemkv.StateCompleted, rec.State)
+
+	err = s.CompleteTx(ctx, l, idemkv.Result{Status: 201}, insert("o2"))
+	require.ErrorIs(t, err, idemkv.ErrFenced)
+	require.Equal(t, 1, count(), "a fenced holder's statements roll back")
+}
+
+// TestOpenMigratesOnceWhenManyOpenAtOnce: eight processes' worth of
+// concurrent Opens of an empty database all succeed, on one schema.
+func TestOpenMigratesOnceWhenManyOpenAtOnce(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() {
+			s, err := pgstore.Open(ctx, dsn, &pgstore.Options{NoBackgroundSweep: true})
+			if err == nil {
+				err = s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	s := open(t, dsn)
+	var v int
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT version FROM idemkv_schema WHERE id = 1`).Scan(&v))
+	require.Equal(t, pgstore.SchemaVersion, v)
+}
