@@ -143,14 +143,14 @@ var errNewerSchema = errors.New("pgstore: schema newer than this build")
 
 // retryableDDL reports a race between processes creating the same
 // object: unique_violation (on the catalog), duplicate_table, or a
-// serialization failure.
+// serialization failure; duplicate_object (42710) is the table's row type.
 func retryableDDL(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return false
 	}
 	switch pe.Code {
-	case "23505", "42P07", "40001", "40P01":
+	case "23505", "42P07", "42710", "40001", "40P01":
 		return true
 	}
 	return false
