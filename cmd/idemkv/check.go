@@ -11,13 +11,14 @@ import (
 	"strings"
 
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/pgstore"
 )
 
 func init() {
 	register(&command{
 		name:    "check",
-		args:    "--data DIR [--json] [--memory-mib N]",
-		summary: "verify, read-only, the invariants of a store that no process has open; exit 1 if any is broken",
+		args:    "--data DIR | --store URL [--json] [--memory-mib N]",
+		summary: "verify, read-only, the invariants of a store (a Pebble store no process has open, or a PostgreSQL store); exit 1 if any is broken",
 		flags:   checkFlags,
 	})
 }
@@ -25,15 +26,26 @@ func init() {
 func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	var (
 		dir    string
+		store  string
 		asJSON bool
 		memMiB int64
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
+	fs.StringVar(&store, "store", "", "check the PostgreSQL store at `URL` instead (processes may be using it; its counts are then a moment's)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.Int64Var(&memMiB, "memory-mib", 256, "memory for pairing effects with their outcomes, in `MiB`; a store that needs more is read in several passes")
 	return func(ctx context.Context, stdout io.Writer) error {
+		if store != "" {
+			if dir != "" {
+				return usageError{errors.New("--data and --store name two stores: give one")}
+			}
+			if err := validStoreFlag(store); err != nil {
+				return usageError{err}
+			}
+			return checkPostgres(ctx, store, asJSON, stdout)
+		}
 		if dir == "" {
-			return usageError{errors.New("--data is required")}
+			return usageError{errors.New("--data or --store is required")}
 		}
 		if memMiB < 1 {
 			return usageError{fmt.Errorf("--memory-mib %d: must be at least 1", memMiB)}
@@ -89,4 +101,48 @@ func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		}
 		return nil
 	}
+}
+
+// checkPostgres runs pgstore's Check on the store at url and prints its
+// report.
+func checkPostgres(ctx context.Context, url string, asJSON bool, stdout io.Writer) error {
+	s, err := pgstore.Open(ctx, url, &pgstore.Options{NoBackgroundSweep: true, NoListen: true})
+	if err != nil {
+		return err
+	}
+	rep, err := s.Check(ctx)
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		var b strings.Builder
+		fmt.Fprintf(&b, "records  %d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)\n",
+			rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired)
+		fmt.Fprintf(&b, "effects  %d: %d paired with their outcome, %d written outside any record\n",
+			rep.Effects, rep.EffectsPaired, rep.EffectsStandalone)
+		fmt.Fprintf(&b, "outbox   %d events (%d not yet numbered), acknowledged through %d of %d\n",
+			rep.Events, rep.Unsequenced, rep.OutboxAcked, rep.OutboxLast)
+		for _, p := range rep.Problems {
+			fmt.Fprintf(&b, "problem  %s\n", p)
+		}
+		if rep.ProblemCount == 0 {
+			b.WriteString("ok: every invariant holds\n")
+		}
+		if _, err := io.WriteString(stdout, b.String()); err != nil {
+			return err
+		}
+	}
+	if rep.ProblemCount > 0 {
+		return fmt.Errorf("%d broken invariants", rep.ProblemCount)
+	}
+	return nil
 }

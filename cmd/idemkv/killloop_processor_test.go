@@ -37,20 +37,7 @@ func TestServeProcessorKillLoop(t *testing.T) {
 	cycles, seed := killKnobs(t, processorKillCyclesEnv)
 	rng := rand.New(rand.NewPCG(seed, 0x70726f63))
 
-	pln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	pctx, pcancel := context.WithCancel(context.Background())
-	var pout syncBuffer
-	pdone := make(chan error, 1)
-	go func() {
-		pdone <- runProcessor(pctx, pln, processorConfig{dir: t.TempDir(), retention: time.Hour,
-			o: processor.Options{TimeoutRate: 1.0 / 3, Hold: time.Minute, Rand: rand.New(rand.NewPCG(seed, 1))}}, &pout)
-	}()
-	defer func() {
-		pcancel()
-		require.NoError(t, <-pdone)
-	}()
-	purl := "http://" + pln.Addr().String()
+	purl := startFlakyProcessor(t, seed)
 	flags := []string{"--processor", purl, "--processor-timeout", "200ms",
 		"--reconcile-interval", "50ms", "--reconcile-grace", "300ms"}
 
@@ -69,8 +56,45 @@ func TestServeProcessorKillLoop(t *testing.T) {
 	settle := time.Since(start)
 	lost, doubled := countPayments(t, hc, srv.url, q, keys)
 
-	// The processor: one charge per key, named by the payment's
-	// description (the key).
+	charges := requireOneChargePerKey(t, purl, keys)
+
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
+	requireCheckClean(t, dir, "at the end")
+	for _, list := range [][]string{{"pending", "--data", dir}, {"pending", "--data", dir, "--escalated"}} {
+		var out, errOut strings.Builder
+		require.Equal(t, exitOK, run(context.Background(), list, &out, &errOut), errOut.String())
+		require.Equal(t, 1, strings.Count(out.String(), "\n"), "nothing left to settle: %s", out.String())
+	}
+	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill; "+
+		"processor: %d charges for %d keys; recovery settled everything in %v",
+		cycles, q.sent.Load(), len(q.acked), lost, doubled, cut, charges, keys, settle.Round(time.Millisecond))
+}
+
+// startFlakyProcessor runs an idemkv processor in this process (so that
+// its charges outlive every kill of serve) that times out a third of its
+// charges after making them, until the test ends; it returns its URL.
+func startFlakyProcessor(t *testing.T, seed uint64) string {
+	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	pctx, pcancel := context.WithCancel(context.Background())
+	var pout syncBuffer
+	pdone := make(chan error, 1)
+	go func() {
+		pdone <- runProcessor(pctx, pln, processorConfig{dir: t.TempDir(), retention: time.Hour,
+			o: processor.Options{TimeoutRate: 1.0 / 3, Hold: time.Minute, Rand: rand.New(rand.NewPCG(seed, 1))}}, &pout)
+	}()
+	t.Cleanup(func() {
+		pcancel()
+		require.NoError(t, <-pdone)
+	})
+	return "http://" + pln.Addr().String()
+}
+
+// requireOneChargePerKey checks that the processor at purl holds exactly
+// one charge for each of the keys order-00000..., named by the payment's
+// description (the key); it returns the number of charges.
+func requireOneChargePerKey(t *testing.T, purl string, keys int) int {
 	resp, err := http.Get(purl + "/v1/charges")
 	require.NoError(t, err)
 	var all struct{ Charges []processor.Charge }
@@ -85,16 +109,5 @@ func TestServeProcessorKillLoop(t *testing.T) {
 		require.Equal(t, 1, perKey[key], "charges for %s", key)
 	}
 	require.Len(t, all.Charges, keys)
-
-	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
-	requireCheckClean(t, dir, "at the end")
-	for _, list := range [][]string{{"pending", "--data", dir}, {"pending", "--data", dir, "--escalated"}} {
-		var out, errOut strings.Builder
-		require.Equal(t, exitOK, run(context.Background(), list, &out, &errOut), errOut.String())
-		require.Equal(t, 1, strings.Count(out.String(), "\n"), "nothing left to settle: %s", out.String())
-	}
-	t.Logf("%d kill cycles, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill; "+
-		"processor: %d charges for %d keys; recovery settled everything in %v",
-		cycles, q.sent.Load(), len(q.acked), lost, doubled, cut, len(all.Charges), keys, settle.Round(time.Millisecond))
+	return len(all.Charges)
 }

@@ -263,11 +263,17 @@ func (q *keyQueue) retry(k job) {
 // queue after anything but a 201; a request cut off by a kill (ctx already
 // done when it fails) is counted in cut.
 func (q *keyQueue) drive(ctx context.Context, t *testing.T, client *http.Client, url string, cut *atomic.Int64) {
+	q.driveTo(ctx, t, client, func() string { return url }, cut)
+}
+
+// driveTo is drive sending each request to the service pick names.
+func (q *keyQueue) driveTo(ctx context.Context, t *testing.T, client *http.Client, pick func() string, cut *atomic.Int64) {
 	for ctx.Err() == nil {
 		k, ok := q.next()
 		if !ok {
 			return
 		}
+		url := pick()
 		body := fmt.Sprintf(`{"amount":%d,"currency":"USD","card":"tok_visa","description":%q}`, 100+len(k.key), k.key)
 		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/payments", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+k.tenant)
