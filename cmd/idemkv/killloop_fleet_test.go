@@ -53,10 +53,10 @@ func TestServeFleetKillLoop(t *testing.T) {
 	for i := range srvs {
 		srvs[i] = startServe(t, t.TempDir(), flags...)
 	}
-	pick := func() string {
+	pick := func() string { // from the clients' goroutines: the global source
 		mu.Lock()
 		defer mu.Unlock()
-		return srvs[rng.IntN(len(srvs))].url
+		return srvs[rand.IntN(len(srvs))].url
 	}
 	keys := 60 * cycles
 	q := newKeyQueue(keys)
