@@ -109,7 +109,11 @@ func (s *Store) claimOnce(ctx context.Context, req *idemkv.ClaimRequest, class s
 		opID = id[:]
 	}
 	id := req.ID
-	row := s.pool.QueryRow(ctx, claimSQL, id.Tenant, id.Endpoint, id.Key, req.Fingerprint, int16(req.Mode),
+	pool := s.pool // a remote claim is durable before Claim returns
+	if req.Mode == idemkv.ModeLocal {
+		pool = s.local
+	}
+	row := pool.QueryRow(ctx, claimSQL, id.Tenant, id.Endpoint, id.Key, req.Fingerprint, int16(req.Mode),
 		req.Resumable, now, now.Add(lease), now.Add(s.window(class)), class, opID, now.Truncate(time.Second))
 	var written bool
 	cur, err := scanRecord(row, id, &written)

@@ -109,10 +109,6 @@ func prefixEnd(p []byte) []byte {
 	return nil
 }
 
-// updateSQL commits a standalone transaction's writes and events.
-const updateSQL = `
-WITH rec AS (SELECT 1),` + dataWritesSQL + writeResultSQL
-
 // Update runs apply as a durable transaction of business data outside any
 // idempotency record, with the same reads, checks and events as an
 // operation's effects (for seeding, administration, or a service's own
@@ -132,7 +128,7 @@ func (s *Store) Update(ctx context.Context, apply func(idemkv.Effects) error) er
 		if err != nil {
 			return err
 		}
-		if err := q.QueryRow(ctx, s.sql.update, a.params(0, s.now())...).Scan(new(int64), &events, new(int64)); err != nil {
+		if err := q.QueryRow(ctx, s.sql.update.pick(&a), a.args(0, s.now())...).Scan(new(int64), &events, new(int64)); err != nil {
 			return s.dbErr("update", err)
 		}
 		return nil

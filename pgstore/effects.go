@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/jackc/pgx/v5"
@@ -199,74 +198,6 @@ func (fx *effects) args() (writeArgs, error) {
 		a.eventIDs = append(a.eventIDs, newEventID())
 	}
 	return a, nil
-}
-
-// dataWritesSQL are the CTEs that write an operation's business data and
-// events, each only if the CTE "rec" (the record's change, which the
-// including statement defines) changed a row: a fenced holder writes
-// nothing; notify (%[2]s) is notifySQL or noNotifySQL. Parameters $1 to $10 (writeArgs.params): set keys and values,
-// the writer's token, deleted keys, the events' topics, entity keys,
-// payloads, headers and ids, and the commit's time.
-//
-// The entities' rows are locked (upserted) before the commit's outbox
-// batch id is drawn (the batch CTE waits on a count of "ents"), so that
-// of two commits with events of one entity, the later has the higher id:
-// the sequencer, which numbers events by batch id, keeps each entity's
-// order (outbox.go).
-const dataWritesSQL = `
-sets AS (
-	INSERT INTO idemkv_data (k, v, token)
-	SELECT k, v, $3::bigint FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
-	WHERE EXISTS (SELECT 1 FROM rec)
-	ON CONFLICT (k) DO UPDATE SET v = excluded.v, token = excluded.token
-),
-dels AS (
-	DELETE FROM idemkv_data WHERE k = ANY($4::bytea[]) AND EXISTS (SELECT 1 FROM rec)
-),
-ev AS (
-	SELECT e.topic, e.entity, e.payload, e.headers, e.event_id, e.ord
-	FROM unnest($5::text[], $6::text[], $7::bytea[], $8::jsonb[], $9::text[])
-		WITH ORDINALITY AS e(topic, entity, payload, headers, event_id, ord)
-	WHERE EXISTS (SELECT 1 FROM rec)
-),
-ents AS (
-	INSERT INTO idemkv_entities AS n (topic, entity, seq)
-	SELECT topic, entity, count(*) FROM ev GROUP BY topic, entity
-	ON CONFLICT (topic, entity) DO UPDATE SET seq = n.seq + excluded.seq
-	RETURNING topic, entity, seq
-),
-batch AS (
-	SELECT nextval('idemkv_event_ids') AS id WHERE (SELECT count(*) FROM ents) > 0
-),
-evs AS (
-	INSERT INTO idemkv_outbox (batch, ord, event_id, topic, entity, entity_seq, payload, headers, created)
-	SELECT batch.id, ev.ord, ev.event_id, ev.topic, ev.entity,
-		ents.seq - count(*) OVER (PARTITION BY ev.topic, ev.entity)
-			+ row_number() OVER (PARTITION BY ev.topic, ev.entity ORDER BY ev.ord),
-		ev.payload, ev.headers, $10::timestamptz
-	FROM ev JOIN ents ON ents.topic = ev.topic AND ents.entity = ev.entity, batch
-	RETURNING 1
-),
-notify AS (%[2]s)`
-
-// notifySQL wakes the relays of every process when a commit adds events
-// (delivered at commit); noNotifySQL stands in where there is no
-// LISTEN/NOTIFY (Options.NoListen).
-const (
-	notifySQL   = `SELECT pg_notify('idemkv_outbox', '') WHERE EXISTS (SELECT 1 FROM evs)`
-	noNotifySQL = `SELECT 1 WHERE false`
-)
-
-// writeResultSQL ends a statement that includes dataWritesSQL: whether
-// the record changed, and how many events were added.
-const writeResultSQL = `
-SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM notify)`
-
-// params returns the parameters $1 to $10 of dataWritesSQL, and then
-// more.
-func (a *writeArgs) params(token uint64, now time.Time, more ...any) []any {
-	return append([]any{a.setKeys, a.setVals, int64(token), a.delKeys, a.topics, a.entities,
-		a.payloads, a.headers, a.eventIDs, now}, more...)
 }
 
 // newEventID returns an event id: 16 random bytes in hex, as the engine's.

@@ -14,21 +14,18 @@ import (
 // one statement (a Complete whose apply function read: in the transaction
 // its reads began).
 
-// completeSQL stores the outcome, and writes the effects and events only
-// if the record is still in progress under the holder's token. $1-$10 are
-// dataWritesSQL's; $11-$13 the id, $14 status, $15 pointer, $16 body, $17
-// the count of values set. The expiry is the record's class's window from
-// now (%[1]s: expiresSQL); %[2]s is dataWritesSQL's notify.
-const completeSQL = `
-WITH rec AS (
-	UPDATE idemkv_records SET state = 3, lease_expires = NULL, expires = %[1]s,
-		status = $14, pointer = $15, body = $16, effects = $17
-	WHERE tenant = $11 AND endpoint = $12 AND key = $13 AND token = $3 AND state = 1
-	RETURNING 1
-),` + dataWritesSQL + writeResultSQL
+// completeRecSQL stores the outcome if the record is still in progress
+// under the holder's token ($3): $6-$8 the id, $9 status, $10 pointer,
+// $11 body, $12 the count of values set. The expiry is the record's
+// class's window from now (%s: expiresSQL).
+const completeRecSQL = `
+	UPDATE idemkv_records SET state = 3, lease_expires = NULL, expires = %s,
+		status = $9, pointer = $10, body = $11, effects = $12
+	WHERE tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3 AND state = 1
+	RETURNING 1`
 
 // expiresSQL returns the SQL expression of a record's expiry when it
-// settles at the time parameter at ("$10"): its class's window from then.
+// settles at the time parameter at ("$5"): its class's window from then.
 // Class names are [a-z0-9_-] (package ttl), so they can be written into
 // the statement.
 func expiresSQL(o *Options, at string) string {
@@ -65,7 +62,7 @@ func (s *Store) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, a
 			return err
 		}
 		var n int64
-		err = q.QueryRow(ctx, s.sql.complete, a.params(l.Token, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key,
+		err = q.QueryRow(ctx, s.sql.complete.pick(&a), a.args(l.Token, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key,
 			int32(res.Status), res.Pointer, res.Body, int32(len(a.setKeys)))...).Scan(&n, &events, new(int64))
 		if err != nil {
 			return s.dbErr("complete", err)
@@ -128,7 +125,7 @@ func (s *Store) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) 
 }
 
 // markUncertainSQL: $1 now, $2-$4 id, $5 token, $6 note.
-const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = %[1]s, note = $6
+const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = %s, note = $6
 	WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 1`
 
 // Renew implements idemkv.Store. The renewed lease is stored: every

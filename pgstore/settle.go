@@ -13,33 +13,29 @@ import (
 )
 
 // settleableSQL is the condition on a record a reconciler or an operator
-// may settle under token $3 at $10: uncertain, or abandoned (a remote
+// may settle under token $3 at $5: uncertain, or abandoned (a remote
 // record in progress past its lease).
-const settleableSQL = `tenant = $11 AND endpoint = $12 AND key = $13 AND token = $3
-	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $10::timestamptz))`
+const settleableSQL = `tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3
+	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $5::timestamptz))`
 
-// resolveSQL completes a settleable record with the reconciler's result
-// ($14 status, $15 pointer, $16 body, $17 values set, $18 note), and its
-// effects with it; resolveNoEffectSQL removes it.
+// resolveRecSQL completes a settleable record with the reconciler's
+// result ($9 status, $10 pointer, $11 body, $12 values set, $13 note;
+// %s: expiresSQL); resolveNoEffectRecSQL removes it.
 const (
-	resolveSQL = `
-WITH rec AS (
-	UPDATE idemkv_records SET state = 3, escalated = false, lease_expires = NULL, expires = %[1]s,
-		status = $14, pointer = $15, body = $16, effects = $17, note = $18
+	resolveRecSQL = `
+	UPDATE idemkv_records SET state = 3, escalated = false, lease_expires = NULL, expires = %s,
+		status = $9, pointer = $10, body = $11, effects = $12, note = $13
 	WHERE ` + settleableSQL + `
-	RETURNING 1
-),` + dataWritesSQL + writeResultSQL
+	RETURNING 1`
 
-	resolveNoEffectSQL = `
-WITH rec AS (
+	resolveNoEffectRecSQL = `
 	DELETE FROM idemkv_records WHERE ` + settleableSQL + `
-	RETURNING 1
-),` + dataWritesSQL + writeResultSQL
+	RETURNING 1`
 
 	// escalateSQL: $1 now, $2-$4 id, $5 token, $6 note.
 	escalateSQL = `
 UPDATE idemkv_records SET escalated = true, lease_expires = NULL, note = $6,
-	expires = CASE WHEN state = 2 THEN expires ELSE %[1]s END, state = 2
+	expires = CASE WHEN state = 2 THEN expires ELSE %s END, state = 2
 WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5
 	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $1))`
 )
@@ -68,13 +64,13 @@ func (s *Store) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 			id := req.ID
 			var row pgx.Row
 			if req.NoEffect {
-				row = q.QueryRow(ctx, s.sql.resolveNoEffect, a.params(req.Token, now, id.Tenant, id.Endpoint, id.Key)...)
+				row = q.QueryRow(ctx, s.sql.resolveNoEffect.pick(&a), a.args(req.Token, now, id.Tenant, id.Endpoint, id.Key)...)
 			} else {
 				r := req.Result
 				if fx.result != nil {
 					r = *fx.result
 				}
-				row = q.QueryRow(ctx, s.sql.resolve, a.params(req.Token, now, id.Tenant, id.Endpoint, id.Key,
+				row = q.QueryRow(ctx, s.sql.resolve.pick(&a), a.args(req.Token, now, id.Tenant, id.Endpoint, id.Key,
 					int32(r.Status), r.Pointer, r.Body, int32(len(a.setKeys)), req.Note)...)
 			}
 			var n int64

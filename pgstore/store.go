@@ -20,7 +20,14 @@ import (
 // All methods are safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
-	opts *Options
+	// local is the pool of local claims, whose commits do not wait for
+	// the WAL flush (synchronous_commit off): the contract does not make
+	// a local claim durable (its effects commit only with its outcome,
+	// which is synchronous), so a claim lost in a crash of the database
+	// is one that had done nothing. A later synchronous commit flushes
+	// the WAL before it, so an outcome is never durable without its claim.
+	local *pgxpool.Pool
+	opts  *Options
 
 	closed  atomic.Bool
 	stop    context.CancelFunc
@@ -33,7 +40,8 @@ type Store struct {
 }
 
 type statements struct {
-	complete, resolve, resolveNoEffect, update, uncertain, escalate string
+	complete, resolve, resolveNoEffect, update writeSQL
+	uncertain, escalate                        string
 }
 
 func newStatements(o *Options) statements {
@@ -41,12 +49,12 @@ func newStatements(o *Options) statements {
 	if o.NoListen {
 		notify = noNotifySQL
 	}
-	at10, at1 := expiresSQL(o, "$10"), expiresSQL(o, "$1")
+	at5, at1 := expiresSQL(o, "$5"), expiresSQL(o, "$1")
 	return statements{
-		complete:        fmt.Sprintf(completeSQL, at10, notify),
-		resolve:         fmt.Sprintf(resolveSQL, at10, notify),
-		resolveNoEffect: fmt.Sprintf(resolveNoEffectSQL, at10, notify),
-		update:          fmt.Sprintf(updateSQL, at10, notify),
+		complete:        newWriteSQL(fmt.Sprintf(completeRecSQL, at5), 7, notify),
+		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 8, notify),
+		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 3, notify),
+		update:          newWriteSQL("SELECT 1", 0, notify),
 		uncertain:       fmt.Sprintf(markUncertainSQL, at1),
 		escalate:        fmt.Sprintf(escalateSQL, at1),
 	}
@@ -76,14 +84,22 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	lcfg := cfg.Copy()
+	lcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	local, err := pgxpool.NewWithConfig(ctx, lcfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
 	bgctx, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, opts: o, stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
+	s := &Store{pool: pool, local: local, opts: o, stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
 	s.startNotifier(bgctx)
 	if !o.NoBackgroundSweep {
 		sw, err := ttl.New(s, &o.Sweep)
 		if err != nil {
 			stop()
 			pool.Close()
+			local.Close()
 			return nil, fmt.Errorf("%w: pgstore: %w", idemkv.ErrInvalidArgument, err)
 		}
 		s.bg.Go(func() { _ = sw.Run(bgctx) })
@@ -99,6 +115,7 @@ func (s *Store) Close() error {
 	}
 	s.stop()
 	s.bg.Wait()
+	s.local.Close()
 	s.pool.Close()
 	return nil
 }

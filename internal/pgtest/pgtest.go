@@ -130,6 +130,31 @@ func Start(t testing.TB, opts ...Option) *Server {
 	return s
 }
 
+// StartServer is Start outside a test (for the benchmark harness): the
+// caller stops the server with Close, which also removes its directory.
+func StartServer(opts ...Option) (*Server, error) {
+	cfg := config{fsync: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return start(cfg)
+}
+
+// Close stops a server StartServer started and removes its directory.
+func (s *Server) Close() error {
+	s.Stop()
+	return os.RemoveAll(s.dir)
+}
+
+// CreateDatabaseNamed creates the database name (which the caller drops,
+// or Close removes with the server).
+func (s *Server) CreateDatabaseNamed(name string) (string, error) {
+	if err := s.admin("CREATE DATABASE " + pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", err
+	}
+	return s.DSN(name), nil
+}
+
 // fail skips or fails t for err, a failure to start a server.
 func fail(t testing.TB, err error) {
 	t.Helper()

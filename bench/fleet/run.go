@@ -1,0 +1,278 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/pgstore"
+)
+
+// Options configure a run.
+type Options struct {
+	// DSN is the database to measure in: the run creates its tables
+	// there (pgstore's, and the baseline's naive_* tables, dropped first).
+	DSN string
+	// EngineDir is an empty directory for the engine's store.
+	EngineDir string
+	// Concurrency lists the points: closed-loop clients. Default 16, 64.
+	Concurrency []int
+	// Duration is how long each store runs at each point, each round.
+	// Default 3 s.
+	Duration time.Duration
+	// Rounds of every point. Default 2.
+	Rounds int
+	// Tenants the keys spread over. Default 16.
+	Tenants int
+	// Logf, if set, reports progress.
+	Logf func(format string, args ...any)
+}
+
+func (o *Options) withDefaults() *Options {
+	c := *o
+	if len(c.Concurrency) == 0 {
+		c.Concurrency = []int{16, 64}
+	}
+	if c.Duration == 0 {
+		c.Duration = 3 * time.Second
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 2
+	}
+	if c.Tenants == 0 {
+		c.Tenants = 16
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return &c
+}
+
+// The stores measured.
+const (
+	Postgres = "pgstore"
+	Naive    = "naive"
+	Engine   = "engine"
+)
+
+// Side is one store's figures at one point.
+type Side struct {
+	Requests int64         `json:"requests"`
+	PerSec   float64       `json:"per_sec"`
+	Latency  bench.Latency `json:"latency"`
+}
+
+// Point is one concurrency's figures, by store, over all rounds.
+type Point struct {
+	Clients int             `json:"clients"`
+	Sides   map[string]Side `json:"sides"`
+	// Ratio is pgstore over the naive baseline: the geometric mean of
+	// the rounds' ratios. The engine runs once a point, after all the
+	// PostgreSQL points.
+	Ratio float64 `json:"ratio"`
+}
+
+// Report is a run's figures.
+type Report struct {
+	Points []Point `json:"points"`
+	// BytesPerKey is each store's size at rest over the completed keys
+	// it holds: tables and indexes after a VACUUM for PostgreSQL, live
+	// sstables after a full compaction for the engine.
+	BytesPerKey map[string]float64 `json:"bytes_per_key"`
+	Keys        map[string]int64   `json:"keys"`
+}
+
+// Run measures the stores.
+func Run(ctx context.Context, opts *Options) (*Report, error) {
+	o := opts.withDefaults()
+	conns := int32(slices.Max(o.Concurrency))
+	pg, err := pgstore.Open(ctx, o.DSN+poolParam(o.DSN, conns), &pgstore.Options{NoBackgroundSweep: true})
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Close()
+	nv, err := openNaive(ctx, o.DSN, conns)
+	if err != nil {
+		return nil, err
+	}
+	defer nv.pool.Close()
+	e, err := engine.Open(o.EngineDir, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+
+	do := map[string]func(ctx context.Context, stream, i uint64) error{
+		Postgres: func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants) },
+		Naive:    func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants) },
+		Engine:   func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, e, s, i, o.Tenants) },
+	}
+	rep := &Report{Keys: map[string]int64{}}
+	var stream uint64
+	side := func(name string, n int, h *bench.Histogram) (float64, error) {
+		stream += uint64(n) + 1
+		done, err := drive(ctx, n, o.Duration, stream, h, do[name])
+		if err != nil {
+			return 0, fmt.Errorf("%s, %d clients: %w", name, n, err)
+		}
+		rep.Keys[name] += done
+		return float64(done) / o.Duration.Seconds(), nil
+	}
+	// The two PostgreSQL stores alternate, point by point; the engine
+	// runs after all of them, so that its flushes and compactions do not
+	// take the CPU from a PostgreSQL side.
+	for _, n := range o.Concurrency {
+		pt := Point{Clients: n, Sides: map[string]Side{}}
+		hists := map[string]*bench.Histogram{Postgres: bench.NewHistogram(), Naive: bench.NewHistogram()}
+		logRatio := 0.0
+		for round := range o.Rounds {
+			order := []string{Postgres, Naive}
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			perSec := map[string]float64{}
+			for _, name := range order {
+				ps, err := side(name, n, hists[name])
+				if err != nil {
+					return nil, err
+				}
+				perSec[name] = ps
+				sd := pt.Sides[name]
+				sd.PerSec += ps / float64(o.Rounds)
+				pt.Sides[name] = sd
+				o.Logf("%d clients, round %d: %s %.0f/s", n, round+1, name, ps)
+			}
+			logRatio += math.Log(perSec[Postgres] / perSec[Naive])
+		}
+		for name, h := range hists {
+			sd := pt.Sides[name]
+			sd.Requests, sd.Latency = h.Count(), h.Latency()
+			pt.Sides[name] = sd
+		}
+		pt.Ratio = math.Exp(logRatio / float64(o.Rounds))
+		rep.Points = append(rep.Points, pt)
+	}
+	for i, n := range o.Concurrency {
+		h := bench.NewHistogram()
+		ps, err := side(Engine, n, h)
+		if err != nil {
+			return nil, err
+		}
+		o.Logf("%d clients: %s %.0f/s", n, Engine, ps)
+		rep.Points[i].Sides[Engine] = Side{Requests: h.Count(), PerSec: ps, Latency: h.Latency()}
+	}
+	rep.BytesPerKey, err = bytesPerKey(ctx, pg, nv, e, rep.Keys)
+	return rep, err
+}
+
+// poolParam adds pool_max_conns to a URL, so the pool does not queue the
+// clients.
+func poolParam(dsn string, n int32) string {
+	sep := "?"
+	if slices.Contains([]byte(dsn), '?') {
+		sep = "&"
+	}
+	return fmt.Sprintf("%spool_max_conns=%d", sep, n)
+}
+
+// drive runs n closed-loop clients for d, each request of client c the
+// next of stream+c, and returns how many completed.
+func drive(ctx context.Context, n int, d time.Duration, stream uint64, h *bench.Histogram, req func(context.Context, uint64, uint64) error) (int64, error) {
+	var (
+		done atomic.Int64
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	deadline := time.Now().Add(d)
+	for c := range n {
+		wg.Go(func() {
+			local := bench.NewHistogram()
+			for i := uint64(0); time.Now().Before(deadline); i++ {
+				start := time.Now()
+				if err := req(ctx, stream+uint64(c), i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				local.Record(time.Since(start))
+				done.Add(1)
+			}
+			mu.Lock()
+			h.Merge(local)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return done.Load(), errors.Join(errs...)
+}
+
+// bytesPerKey measures each store at rest over the keys it completed.
+func bytesPerKey(ctx context.Context, pg *pgstore.Store, nv *naive, e *engine.Engine, keys map[string]int64) (map[string]float64, error) {
+	out := map[string]float64{}
+	size := func(tables ...string) (float64, error) {
+		var total int64
+		for _, t := range tables {
+			if _, err := nv.pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
+				return 0, err
+			}
+			var n int64
+			if err := nv.pool.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass)`, t).Scan(&n); err != nil {
+				return 0, err
+			}
+			total += n
+		}
+		return float64(total), nil
+	}
+	b, err := size("idemkv_records", "idemkv_data")
+	if err != nil {
+		return nil, err
+	}
+	out[Postgres] = b / float64(keys[Postgres])
+	if b, err = size("naive_records", "naive_data"); err != nil {
+		return nil, err
+	}
+	out[Naive] = b / float64(keys[Naive])
+	if err := e.Flush(); err != nil {
+		return nil, err
+	}
+	if err := e.Compact(ctx); err != nil {
+		return nil, err
+	}
+	st, err := e.Stats()
+	if err != nil {
+		return nil, err
+	}
+	out[Engine] = float64(st.TableBytes) / float64(keys[Engine])
+	return out, nil
+}
+
+// Print writes the report as tables.
+func (r *Report) Print(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "clients\tpgstore/s\tnaive SQL/s\tratio\tengine/s\tpgstore p50 / p99\tnaive p50 / p99\t")
+	for _, p := range r.Points {
+		pg, nv, en := p.Sides[Postgres], p.Sides[Naive], p.Sides[Engine]
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f×\t%.0f\t%s / %s\t%s / %s\t\n", p.Clients, pg.PerSec, nv.PerSec, p.Ratio, en.PerSec,
+			ms(pg.Latency.P50), ms(pg.Latency.P99), ms(nv.Latency.P50), ms(nv.Latency.P99))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "bytes per completed key at rest: pgstore %.0f, naive SQL %.0f, engine %.0f\n",
+		r.BytesPerKey[Postgres], r.BytesPerKey[Naive], r.BytesPerKey[Engine])
+	return err
+}
+
+// ms formats a latency in microseconds as milliseconds.
+func ms(us float64) string { return fmt.Sprintf("%.2f ms", us/1000) }

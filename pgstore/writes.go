@@ -1,0 +1,110 @@
+package pgstore
+
+import (
+	"fmt"
+	"time"
+)
+
+// The statements that commit an outcome (or a resolution, or an Update)
+// together with an operation's writes and events. Each is one statement
+// of CTEs: "rec" changes the record (a compare-and-set on its token), and
+// the writes and events happen only if it changed a row, so a fenced
+// holder writes nothing. Each comes in two variants: without events
+// (most operations), and with the CTEs that number and store events.
+//
+// Parameters: $1 to $5 are the data writes' (writeArgs.args): the keys
+// set and their values, the writer's token, the keys deleted, and the
+// commit's time; the record's own follow from $6; the events' five
+// arrays come last.
+
+// dataSQL writes the business data.
+const dataSQL = `
+sets AS (
+	INSERT INTO idemkv_data (k, v, token)
+	SELECT k, v, $3::bigint FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
+	WHERE EXISTS (SELECT 1 FROM rec)
+	ON CONFLICT (k) DO UPDATE SET v = excluded.v, token = excluded.token
+),
+dels AS (
+	DELETE FROM idemkv_data WHERE k = ANY($4::bytea[]) AND EXISTS (SELECT 1 FROM rec)
+)`
+
+// eventsSQL stores the events, whose five arrays (topics, entity keys,
+// payloads, headers, ids) are the parameters from first; notify is
+// notifySQL or noNotifySQL.
+//
+// The entities' rows are locked (upserted) before the commit's outbox
+// batch id is drawn (the batch CTE waits on a count of "ents"), so that
+// of two commits with events of one entity, the later has the higher id:
+// the sequencer, which numbers events by batch id, keeps each entity's
+// order (outbox.go).
+func eventsSQL(first int, notify string) string {
+	return fmt.Sprintf(`,
+ev AS (
+	SELECT e.topic, e.entity, e.payload, e.headers, e.event_id, e.ord
+	FROM unnest($%d::text[], $%d::text[], $%d::bytea[], $%d::jsonb[], $%d::text[])
+		WITH ORDINALITY AS e(topic, entity, payload, headers, event_id, ord)
+	WHERE EXISTS (SELECT 1 FROM rec)
+),
+ents AS (
+	INSERT INTO idemkv_entities AS n (topic, entity, seq)
+	SELECT topic, entity, count(*) FROM ev GROUP BY topic, entity
+	ON CONFLICT (topic, entity) DO UPDATE SET seq = n.seq + excluded.seq
+	RETURNING topic, entity, seq
+),
+batch AS (
+	SELECT nextval('idemkv_event_ids') AS id WHERE (SELECT count(*) FROM ents) > 0
+),
+evs AS (
+	INSERT INTO idemkv_outbox (batch, ord, event_id, topic, entity, entity_seq, payload, headers, created)
+	SELECT batch.id, ev.ord, ev.event_id, ev.topic, ev.entity,
+		ents.seq - count(*) OVER (PARTITION BY ev.topic, ev.entity)
+			+ row_number() OVER (PARTITION BY ev.topic, ev.entity ORDER BY ev.ord),
+		ev.payload, ev.headers, $5::timestamptz
+	FROM ev JOIN ents ON ents.topic = ev.topic AND ents.entity = ev.entity, batch
+	RETURNING 1
+),
+notify AS (%s)
+SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM notify)`,
+		first, first+1, first+2, first+3, first+4, notify)
+}
+
+// leanResultSQL ends the variant without events, with the same columns.
+const leanResultSQL = `
+SELECT (SELECT count(*) FROM rec), 0::bigint, 0::bigint`
+
+// notifySQL wakes the relays of every process when a commit adds events
+// (delivered at commit); noNotifySQL stands in where there is no
+// LISTEN/NOTIFY (Options.NoListen).
+const (
+	notifySQL   = `SELECT pg_notify('idemkv_outbox', '') WHERE EXISTS (SELECT 1 FROM evs)`
+	noNotifySQL = `SELECT 1 WHERE false`
+)
+
+// writeSQL is one write statement's two variants.
+type writeSQL struct{ lean, events string }
+
+// newWriteSQL builds the variants of a statement whose "rec" CTE is rec
+// and takes record parameters $6 to $(5+recParams).
+func newWriteSQL(rec string, recParams int, notify string) writeSQL {
+	head := "WITH rec AS (" + rec + "),\n" + dataSQL
+	return writeSQL{lean: head + leanResultSQL, events: head + eventsSQL(6+recParams, notify)}
+}
+
+// pick returns the variant for a's writes.
+func (w writeSQL) pick(a *writeArgs) string {
+	if len(a.topics) > 0 {
+		return w.events
+	}
+	return w.lean
+}
+
+// args returns a statement's parameters: the data writes', the record's
+// (record), and the events' if there are any.
+func (a *writeArgs) args(token uint64, now time.Time, record ...any) []any {
+	args := append([]any{a.setKeys, a.setVals, int64(token), a.delKeys, now}, record...)
+	if len(a.topics) > 0 {
+		args = append(args, a.topics, a.entities, a.payloads, a.headers, a.eventIDs)
+	}
+	return args
+}
