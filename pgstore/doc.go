@@ -40,6 +40,19 @@
 // Fencing tokens come from a sequence, drawn under the record's row lock,
 // so they increase in the order a record is acquired.
 //
+// # What is durable
+//
+// Every write that acknowledges something commits synchronously (as the
+// server's synchronous_commit makes a commit durable): outcomes, remote
+// claims, releases, uncertain marks, renewals, resolutions. A local claim
+// does not acknowledge anything durable (the contract lets a store keep
+// it in memory, as the engine does): it commits through a second pool
+// whose commits do not wait for the WAL flush. If the database crashes
+// before that flush, the claim is gone, and its holder's Complete fails
+// with ErrFenced without writing anything; the flush of any later
+// synchronous commit covers the claim first, so an outcome is never
+// durable without its claim.
+//
 // # Time
 //
 // Leases and expiry are measured by each process's clock
