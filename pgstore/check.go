@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // CheckReport is what Check found: counts of what is stored, and every
@@ -103,4 +104,37 @@ func (s *Store) Check(ctx context.Context) (CheckReport, error) {
 		}
 	}
 	return r, nil
+}
+
+// Unsettled counts the records that await settling, read along the index
+// List pages through (cheap while they are few, as they should be).
+type Unsettled struct {
+	// Uncertain records not escalated, and escalated ones.
+	Uncertain, Escalated int
+	// Abandoned: remote records in progress past their lease.
+	Abandoned int
+	// Oldest is when the oldest of them was created (zero if none).
+	Oldest time.Time
+}
+
+// Unsettled reads the counts of the records that await settling.
+func (s *Store) Unsettled(ctx context.Context) (Unsettled, error) {
+	var u Unsettled
+	if err := s.open(); err != nil {
+		return u, err
+	}
+	var oldest *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE state = 2 AND NOT escalated),
+		count(*) FILTER (WHERE escalated),
+		count(*) FILTER (WHERE state = 1 AND lease_expires <= $1),
+		min(created) FILTER (WHERE state = 2 OR lease_expires <= $1)
+		FROM idemkv_records WHERE state = 2 OR (state = 1 AND mode = 1)`, s.now()).Scan(&u.Uncertain, &u.Escalated, &u.Abandoned, &oldest)
+	if err != nil {
+		return u, s.dbErr("unsettled", err)
+	}
+	if oldest != nil {
+		u.Oldest = oldest.UTC()
+	}
+	return u, nil
 }

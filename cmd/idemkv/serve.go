@@ -163,6 +163,10 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		closeAll()
 		return err
 	}
+	if err := registerStoreMetrics(svc.Registry(), e); err != nil {
+		closeAll()
+		return err
+	}
 	if st.prio != nil {
 		svc.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "idemkv_low_priority_compactions_total",

@@ -106,6 +106,15 @@ func TestServeSharesAPostgreSQLStore(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(body, &list))
 	assert.Len(t, list.Data, 2, "two payments for two keys: %s", body)
+
+	mresp, err := http.Get(b + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, line := range []string{"idemkv_pgstore_uncertain_records 0", "idemkv_pgstore_escalated_records 0",
+		"idemkv_pgstore_oldest_unsettled_seconds 0", "idemkv_pgstore_claims_total 1"} {
+		assert.Contains(t, string(metrics), line+"\n")
+	}
 }
 
 func TestServeRejectsABadStoreURL(t *testing.T) {

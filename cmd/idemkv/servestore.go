@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/pgstore"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A store serve runs on: the Pebble engine under --data (the default), or
@@ -89,4 +91,57 @@ func redactURL(url string) string {
 		return "(unreadable URL)"
 	}
 	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}
+
+// registerStoreMetrics exports, for a PostgreSQL store, what the engine's
+// collector exports of settling and contention (idemkv_pgstore_*): the
+// records awaiting settling, read at each scrape, and the counts of this
+// process's claims, conflicts and fenced writes.
+func registerStoreMetrics(reg prometheus.Registerer, st serveStore) error {
+	s, ok := st.(*pgstore.Store)
+	if !ok {
+		return nil // the engine's are registered by payments
+	}
+	unsettled := func(read func(pgstore.Unsettled) float64) func() float64 {
+		return func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			u, err := s.Unsettled(ctx)
+			if err != nil {
+				return math.NaN()
+			}
+			return read(u)
+		}
+	}
+	counter := func(name, help string, read func(pgstore.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(read(s.Stats())) })
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idemkv_pgstore_uncertain_records",
+			Help: "Uncertain records awaiting reconciliation (not escalated)."},
+			unsettled(func(u pgstore.Unsettled) float64 { return float64(u.Uncertain) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idemkv_pgstore_escalated_records",
+			Help: "Escalated records awaiting an operator."},
+			unsettled(func(u pgstore.Unsettled) float64 { return float64(u.Escalated) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idemkv_pgstore_abandoned_records",
+			Help: "Remote records in progress past their lease."},
+			unsettled(func(u pgstore.Unsettled) float64 { return float64(u.Abandoned) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idemkv_pgstore_oldest_unsettled_seconds",
+			Help: "Age of the oldest uncertain or abandoned record (0 if none)."},
+			unsettled(func(u pgstore.Unsettled) float64 {
+				if u.Oldest.IsZero() {
+					return 0
+				}
+				return time.Since(u.Oldest).Seconds()
+			})),
+		counter("idemkv_pgstore_claims_total", "Claims this process made.", func(st pgstore.Stats) uint64 { return st.Claims }),
+		counter("idemkv_pgstore_conflicts_total", "Transactions of this process that failed to serialize and ran again.", func(st pgstore.Stats) uint64 { return st.Conflicts }),
+		counter("idemkv_pgstore_fenced_total", "Writes of this process refused because their token was no longer current.", func(st pgstore.Stats) uint64 { return st.Fenced }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
