@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -103,47 +104,86 @@ func TestHTTPLinearizability(t *testing.T) {
 	for round := range 3 {
 		dir := t.TempDir()
 		srv := startServe(t, dir, "--provider-latency", "2ms")
-		var (
-			clock atomic.Int64 // logical time: call and return order
-			mu    sync.Mutex
-			ops   []porcupine.Operation
-			wg    sync.WaitGroup
-		)
-		for c := range 16 {
-			wg.Go(func() {
-				rng := rand.New(rand.NewPCG(uint64(round), uint64(c)))
-				for range 40 {
-					key := fmt.Sprintf("order-%d", rng.IntN(12))
-					ctx, cancel := context.WithCancel(context.Background())
-					if rng.IntN(8) == 0 {
-						ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(3000))*time.Microsecond)
-					}
-					call := clock.Add(1)
-					out := httpPay(ctx, srv.url, key)
-					ret := clock.Add(1)
-					cancel()
-					if out.Status != 0 && out.Status != http.StatusCreated && out.Status != http.StatusConflict && out.Status != http.StatusServiceUnavailable {
-						t.Errorf("%s: unexpected status %d", key, out.Status)
-					}
-					mu.Lock()
-					ops = append(ops, porcupine.Operation{ClientId: c, Input: httpIn{key}, Call: call, Output: out, Return: ret})
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
+		ops := httpLinHistory(round, []string{srv.url}, func(format string, args ...any) { t.Errorf(format, args...) })
 		require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, srv.cmd.Wait())
 		requireCheckClean(t, dir, fmt.Sprintf("after round %d", round))
-
-		res := porcupine.CheckOperationsTimeout(httpModel, ops, 30*time.Second)
-		require.Equal(t, porcupine.Ok, res, "round %d: %d operations are not linearizable", round, len(ops))
-		counts := map[int]int{}
-		for _, op := range ops {
-			counts[op.Output.(httpOut).Status]++
-		}
-		t.Logf("round %d: %d operations linearizable; by status %v (0: gave up)", round, len(ops), counts)
+		httpLinCheck(t, round, ops)
 	}
+}
+
+// TestHTTPLinearizabilityFleet is TestHTTPLinearizability against two
+// "idemkv serve --store" processes sharing one PostgreSQL database, each
+// request sent to one of them at random: one key's history across both
+// processes must be one linearizable history.
+func TestHTTPLinearizabilityFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for a few seconds")
+	}
+	for round := range 3 {
+		dsn := pgtest.Shared(t).CreateDatabase(t)
+		var srvs []served
+		var urls []string
+		for range 2 {
+			srv := startServe(t, t.TempDir(), "--store", dsn, "--provider-latency", "2ms")
+			srvs, urls = append(srvs, srv), append(urls, srv.url)
+		}
+		ops := httpLinHistory(round, urls, func(format string, args ...any) { t.Errorf(format, args...) })
+		for _, srv := range srvs {
+			require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, srv.cmd.Wait())
+		}
+		requireStoreCheckClean(t, dsn, fmt.Sprintf("after round %d", round))
+		httpLinCheck(t, round, ops)
+	}
+}
+
+// httpLinHistory runs 16 clients of 40 payments each over 12 hot keys,
+// each request to one of urls, an eighth of them given up on within 3 ms,
+// and returns the history; errorf reports an unexpected status.
+func httpLinHistory(round int, urls []string, errorf func(format string, args ...any)) []porcupine.Operation {
+	var (
+		clock atomic.Int64 // logical time: call and return order
+		mu    sync.Mutex
+		ops   []porcupine.Operation
+		wg    sync.WaitGroup
+	)
+	for c := range 16 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(round), uint64(c)))
+			for range 40 {
+				key := fmt.Sprintf("order-%d", rng.IntN(12))
+				url := urls[rng.IntN(len(urls))]
+				ctx, cancel := context.WithCancel(context.Background())
+				if rng.IntN(8) == 0 {
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(3000))*time.Microsecond)
+				}
+				call := clock.Add(1)
+				out := httpPay(ctx, url, key)
+				ret := clock.Add(1)
+				cancel()
+				if out.Status != 0 && out.Status != http.StatusCreated && out.Status != http.StatusConflict && out.Status != http.StatusServiceUnavailable {
+					errorf("%s: unexpected status %d", key, out.Status)
+				}
+				mu.Lock()
+				ops = append(ops, porcupine.Operation{ClientId: c, Input: httpIn{key}, Call: call, Output: out, Return: ret})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return ops
+}
+
+// httpLinCheck checks a round's history against httpModel.
+func httpLinCheck(t *testing.T, round int, ops []porcupine.Operation) {
+	res := porcupine.CheckOperationsTimeout(httpModel, ops, 30*time.Second)
+	require.Equal(t, porcupine.Ok, res, "round %d: %d operations are not linearizable", round, len(ops))
+	counts := map[int]int{}
+	for _, op := range ops {
+		counts[op.Output.(httpOut).Status]++
+	}
+	t.Logf("round %d: %d operations linearizable; by status %v (0: gave up)", round, len(ops), counts)
 }
 
 func httpPay(ctx context.Context, url, key string) httpOut {
