@@ -49,6 +49,12 @@ type Options struct {
 	// records are then deleted only by Store.Sweep. Every process sharing
 	// a database may sweep it: their deletions do not conflict.
 	NoBackgroundSweep bool
+	// RelayLease is how long the outbox stays with the store whose relay
+	// last read it: the relays of the other processes sharing the
+	// database read nothing meanwhile, so that no two publish the same
+	// events at once, and one takes over when the lease runs out (or at
+	// once, when its holder closes). Default 10 s.
+	RelayLease time.Duration
 	// NoListen turns LISTEN off (CockroachDB has no LISTEN/NOTIFY); the
 	// relay then finds other processes' events by OutboxPoll alone.
 	NoListen bool
@@ -93,6 +99,9 @@ func (o *Options) withDefaults() *Options {
 	if c.OutboxPoll == 0 {
 		c.OutboxPoll = time.Second
 	}
+	if c.RelayLease == 0 {
+		c.RelayLease = 10 * time.Second
+	}
 	c.Sweep.Clock = c.Clock
 	classes := make(ttl.Classes, len(c.RetentionClasses)+1)
 	for n, w := range c.RetentionClasses {
@@ -116,7 +125,7 @@ func (o *Options) validate() error {
 	if o.Lease > o.Retention {
 		errs = append(errs, fmt.Errorf("Lease %v exceeds Retention %v", o.Lease, o.Retention))
 	}
-	if o.MaxBodySize < 0 || o.MaxEffectsSize < 0 || o.MaxEventSize < 0 || o.MaxConns < 0 || o.OutboxPoll < 0 {
+	if o.MaxBodySize < 0 || o.MaxEffectsSize < 0 || o.MaxEventSize < 0 || o.MaxConns < 0 || o.OutboxPoll < 0 || o.RelayLease < 0 {
 		errs = append(errs, errors.New("a negative size, pool size or interval"))
 	}
 	if err := o.Sweep.Validate(); err != nil {

@@ -22,6 +22,53 @@ import (
 // after the earlier one's commit (its entity row was locked till then), so
 // it has the higher batch id, and is visible no earlier.
 
+// The relays of several processes may read one outbox. So that no two
+// publish the same events at once, the outbox is held by one store at a
+// time, for Options.RelayLease, renewed as its relay reads: ReadOutbox of
+// another store returns nothing meanwhile. When the holder stops (or
+// closes, which gives the outbox up at once), another takes over from the
+// last acknowledged event: what the holder published and had not
+// acknowledged is published again, which the broker's duplicate window
+// absorbs. The hold is written without waiting for the WAL flush (the
+// local pool): one lost in a crash of the database only lets another
+// relay take over sooner.
+
+// holdRelay reports whether this store holds the outbox, taking or
+// renewing the hold when less than half of it is left.
+func (s *Store) holdRelay(ctx context.Context) (bool, error) {
+	now := s.now()
+	s.relayMu.Lock()
+	defer s.relayMu.Unlock()
+	if now.Before(s.relayUntil.Add(-s.opts.RelayLease / 2)) {
+		return true, nil
+	}
+	until := now.Add(s.opts.RelayLease)
+	tag, err := s.local.Exec(ctx, `UPDATE idemkv_outbox_cursor SET relay = $1, relay_until = $2
+		WHERE id = 1 AND (relay = $1 OR relay_until IS NULL OR relay_until <= $3)`, s.relayID, until, now)
+	if err != nil {
+		return false, s.dbErr("outbox: hold", err)
+	}
+	if tag.RowsAffected() == 0 {
+		s.relayUntil = time.Time{}
+		return false, nil
+	}
+	s.relayUntil = until
+	return true, nil
+}
+
+// releaseRelay gives the outbox up, if this store holds it.
+func (s *Store) releaseRelay() {
+	s.relayMu.Lock()
+	defer s.relayMu.Unlock()
+	if s.relayUntil.IsZero() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = s.pool.Exec(ctx, `UPDATE idemkv_outbox_cursor SET relay_until = NULL WHERE id = 1 AND relay = $1`, s.relayID)
+	s.relayUntil = time.Time{}
+}
+
 // sequenceBatch bounds the events one sequencing numbers.
 const sequenceBatch = 10000
 
@@ -66,12 +113,16 @@ SELECT count(*) FROM upd`, last, sequenceBatch).Scan(&n)
 	return nil
 }
 
-// ReadOutbox implements idemkv.Outbox.
+// ReadOutbox implements idemkv.Outbox. While another store's relay holds
+// the outbox (see holdRelay), it returns no events.
 func (s *Store) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: outbox read limit %d", idemkv.ErrInvalidArgument, limit)
 	}
 	if err := s.open(); err != nil {
+		return nil, err
+	}
+	if held, err := s.holdRelay(ctx); err != nil || !held {
 		return nil, err
 	}
 	if err := s.sequence(ctx); err != nil {

@@ -56,6 +56,10 @@ func TestCheck(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	require.NoError(t, s.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("seed"), []byte("1")) }))
+	require.NoError(t, s.Update(ctx, func(fx idemkv.Effects) error {
+		return fx.Emit(idemkv.Event{Topic: "things.seeded", Payload: []byte("p")})
+	}))
 	evs, err := s.ReadOutbox(ctx, 0, 50)
 	require.NoError(t, err)
 	require.Len(t, evs, 50)
@@ -65,8 +69,9 @@ func TestCheck(t *testing.T) {
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
 	require.Equal(t, 80, rep.Completed)
 	require.Equal(t, 80, rep.EffectsPaired)
-	require.Equal(t, 30, rep.Events)
-	require.Equal(t, uint64(80), rep.OutboxLast)
+	require.Equal(t, 1, rep.EffectsStandalone)
+	require.Equal(t, 31, rep.Events)
+	require.Equal(t, uint64(81), rep.OutboxLast)
 
 	held := claim(t, s, "held")
 	conn, err := pgx.Connect(ctx, dsn)

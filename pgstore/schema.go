@@ -85,13 +85,16 @@ var migrations = [][]string{
 			PRIMARY KEY (topic, entity)
 		)`,
 		// The outbox's cursor: the last sequenced and the last
-		// acknowledged event.
+		// acknowledged event, and which store's relay has the outbox
+		// until when (outbox.go).
 		`CREATE TABLE idemkv_outbox_cursor (
-			id    INT PRIMARY KEY,
-			last  BIGINT NOT NULL,
-			acked BIGINT NOT NULL
+			id          INT PRIMARY KEY,
+			last        BIGINT NOT NULL,
+			acked       BIGINT NOT NULL,
+			relay       TEXT NOT NULL,
+			relay_until TIMESTAMPTZ
 		)`,
-		`INSERT INTO idemkv_outbox_cursor (id, last, acked) VALUES (1, 0, 0)`,
+		`INSERT INTO idemkv_outbox_cursor (id, last, acked, relay) VALUES (1, 0, 0, '')`,
 	},
 }
 

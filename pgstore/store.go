@@ -34,6 +34,11 @@ type Store struct {
 	bg      sync.WaitGroup
 	outbox  chan struct{}
 	counter counters
+	// relayID names this store as the outbox's reader; relayUntil is when
+	// its hold on the outbox runs out (outbox.go).
+	relayID    string
+	relayMu    sync.Mutex
+	relayUntil time.Time
 	// sql holds the statements that depend on the options (the retention
 	// classes' windows, LISTEN/NOTIFY).
 	sql statements
@@ -54,7 +59,7 @@ func newStatements(o *Options) statements {
 		complete:        newWriteSQL(fmt.Sprintf(completeRecSQL, at5), 7, notify),
 		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 8, notify),
 		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 3, notify),
-		update:          newWriteSQL("SELECT 1", 0, notify),
+		update:          newWriteSQL("SELECT $5::timestamptz AS at", 0, notify), // a row for the writes; $5 is the commit's time
 		uncertain:       fmt.Sprintf(markUncertainSQL, at1),
 		escalate:        fmt.Sprintf(escalateSQL, at1),
 	}
@@ -92,7 +97,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
 	bgctx, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, local: local, opts: o, stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
+	s := &Store{pool: pool, local: local, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
 	s.startNotifier(bgctx)
 	if !o.NoBackgroundSweep {
 		sw, err := ttl.New(s, &o.Sweep)
@@ -115,6 +120,7 @@ func (s *Store) Close() error {
 	}
 	s.stop()
 	s.bg.Wait()
+	s.releaseRelay()
 	s.local.Close()
 	s.pool.Close()
 	return nil
