@@ -66,15 +66,20 @@ const (
 
 // Side is one store's figures at one point.
 type Side struct {
-	Requests int64         `json:"requests"`
-	PerSec   float64       `json:"per_sec"`
-	Latency  bench.Latency `json:"latency"`
+	// Requests completed over all rounds.
+	Requests int64 `json:"requests"`
+	// PerSec is the mean of the rounds' requests a second.
+	PerSec float64 `json:"per_sec"`
+	// Latency of a request, over all rounds.
+	Latency bench.Latency `json:"latency"`
 }
 
 // Point is one concurrency's figures, by store, over all rounds.
 type Point struct {
-	Clients int             `json:"clients"`
-	Sides   map[string]Side `json:"sides"`
+	// Clients is the number of closed-loop clients.
+	Clients int `json:"clients"`
+	// Sides are the figures by store: "pgstore", "naive", "engine".
+	Sides map[string]Side `json:"sides"`
 	// Ratio is pgstore over the naive baseline: the geometric mean of
 	// the rounds' ratios. The engine runs once a point, after all the
 	// PostgreSQL points.
@@ -83,12 +88,14 @@ type Point struct {
 
 // Report is a run's figures.
 type Report struct {
+	// Points are the figures by concurrency.
 	Points []Point `json:"points"`
 	// BytesPerKey is each store's size at rest over the completed keys
 	// it holds: tables and indexes after a VACUUM for PostgreSQL, live
 	// sstables after a full compaction for the engine.
 	BytesPerKey map[string]float64 `json:"bytes_per_key"`
-	Keys        map[string]int64   `json:"keys"`
+	// Keys is the number of keys each store completed in the run.
+	Keys map[string]int64 `json:"keys"`
 }
 
 // Run measures the stores.
