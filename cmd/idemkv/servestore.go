@@ -90,7 +90,13 @@ func redactURL(url string) string {
 	if err != nil {
 		return "(unreadable URL)"
 	}
-	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	hosts := fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+	for _, f := range cfg.Fallbacks {
+		if h := fmt.Sprintf("%s:%d", f.Host, f.Port); !strings.Contains(hosts, h) {
+			hosts += "," + h
+		}
+	}
+	return fmt.Sprintf("%s@%s/%s", cfg.User, hosts, cfg.Database)
 }
 
 // registerStoreMetrics exports, for a PostgreSQL store, what the engine's

@@ -32,6 +32,17 @@
 //	srv.Restart(t) // same data directory and port; crash recovery runs
 //	... the commit is there ...
 //
+// A test of failover gives its server a streaming standby, synchronous
+// or not, and promotes it after killing the primary:
+//
+//	primary := pgtest.Start(t)
+//	standby := primary.StartStandby(t, true) // commits wait for it
+//	primary.Kill()
+//	standby.Promote(t)
+//
+// StartServer and Close run a server outside a test (the benchmark
+// harness).
+//
 // # Finding the binaries
 //
 // The binaries are looked for in $IDEMKV_PG_BIN if it is set (and only
