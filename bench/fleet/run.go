@@ -33,6 +33,11 @@ type Options struct {
 	Rounds int
 	// Tenants the keys spread over. Default 16.
 	Tenants int
+	// Pool is the connection pool of each PostgreSQL store (pgstore has
+	// two of this size, one for local claims). Default 16: docs/operations.md
+	// suggests 2 to 4 a core, and more connections than the cores can run
+	// only add contention in the server.
+	Pool int32
 	// Logf, if set, reports progress.
 	Logf func(format string, args ...any)
 }
@@ -50,6 +55,9 @@ func (o *Options) withDefaults() *Options {
 	}
 	if c.Tenants == 0 {
 		c.Tenants = 16
+	}
+	if c.Pool == 0 {
+		c.Pool = 16
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
@@ -101,7 +109,7 @@ type Report struct {
 // Run measures the stores.
 func Run(ctx context.Context, opts *Options) (*Report, error) {
 	o := opts.withDefaults()
-	conns := int32(slices.Max(o.Concurrency))
+	conns := o.Pool
 	pg, err := pgstore.Open(ctx, o.DSN+poolParam(o.DSN, conns), &pgstore.Options{NoBackgroundSweep: true})
 	if err != nil {
 		return nil, err
@@ -181,8 +189,7 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	return rep, err
 }
 
-// poolParam adds pool_max_conns to a URL, so the pool does not queue the
-// clients.
+// poolParam adds pool_max_conns to a URL.
 func poolParam(dsn string, n int32) string {
 	sep := "?"
 	if slices.Contains([]byte(dsn), '?') {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/idemkv/idemkv/bench/fleet"
@@ -17,7 +18,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench postgres",
-		args:    "[--url URL] [--concurrency 16,64] [--duration D] [--rounds N] [--data DIR] [--json FILE]",
+		args:    "[--url URL] [--concurrency 16,64] [--duration D] [--rounds N] [--pool N] [--data DIR] [--json FILE]",
 		summary: "measure the PostgreSQL store against a naive SQL baseline on the same server, with the engine beside them, and their bytes per key (docs/benchmarks.md)",
 		flags:   benchPostgresFlags,
 	})
@@ -31,6 +32,14 @@ func benchPostgresFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error
 	fs.StringVar(&url, "url", "", "measure in the PostgreSQL database at `URL` (its idemkv_* tables must be new; naive_* tables are dropped); default: a PostgreSQL 15 server started in a temporary directory, fsync on")
 	intsFlag(fs, "concurrency", "comma-separated `list` of closed-loop clients (default 16,64)", 1, 1024, "bad concurrency %q (want 1..1024)", &o.Concurrency)
 	durationFlag(fs, "duration", "how long each store runs at each point, each round (default 3s)", 1, &o.Duration)
+	fs.Func("pool", "connections of each PostgreSQL store's pool (default 16)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return fmt.Errorf("bad pool size %q (want 1..1000)", s)
+		}
+		o.Pool = int32(n)
+		return nil
+	})
 	fs.IntVar(&o.Rounds, "rounds", 2, "how many times each point runs every store, alternating the order")
 	fs.StringVar(&data, "data", "", "create the engine's store in a temporary directory under `DIR` (a server the command starts lives in the system's temporary directory)")
 	fs.StringVar(&out, "json", "", "write every figure as JSON to `FILE`")
