@@ -27,14 +27,20 @@ import (
 // payments.created message in the stream, with the event id as
 // Nats-Msg-Id.
 func TestServeEventsToJetStream(t *testing.T) {
+	for _, sc := range storeCases {
+		t.Run(sc.name, func(t *testing.T) { testServeEventsToJetStream(t, sc) })
+	}
+}
+
+func testServeEventsToJetStream(t *testing.T, sc storeCase) {
 	ns := natstest.Start(t)
-	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	done := make(chan error, 1)
-	cfg := serveConfig{dir: dir, events: ns.URL(), reconcile: reconcile.Options{Interval: time.Second, Grace: time.Second}}
+	cfg := sc.config(t)
+	cfg.events, cfg.reconcile = ns.URL(), reconcile.Options{Interval: time.Second, Grace: time.Second}
 	go func() { done <- serve(ctx, ln, cfg, &out) }()
 	url := "http://" + ln.Addr().String()
 
@@ -85,6 +91,7 @@ func TestServeEventsToJetStream(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	assert.Contains(t, out.String(), "publishing payments.created events to "+ns.URL())
+	sc.check(t, cfg)
 }
 
 func TestServeRefusesABadEventsFlag(t *testing.T) {

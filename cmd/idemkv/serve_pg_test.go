@@ -124,3 +124,66 @@ func TestServeRejectsABadStoreURL(t *testing.T) {
 		assert.Equal(t, exitUsage, code, "%s: %s", url, fmt.Sprint(errOut.String()))
 	}
 }
+
+// storeCase is a store a serve test runs on.
+type storeCase struct {
+	name string
+	// config returns a serveConfig with the store set.
+	config func(t *testing.T) serveConfig
+	// check runs idemkv check on the store of cfg.
+	check func(t *testing.T, cfg serveConfig)
+}
+
+// storeCases are the engine, in a temporary directory, and PostgreSQL, a
+// database of the shared test server.
+var storeCases = []storeCase{
+	{"engine", func(t *testing.T) serveConfig { return serveConfig{dir: t.TempDir()} },
+		func(t *testing.T, cfg serveConfig) { requireCheckClean(t, cfg.dir, "at the end") }},
+	{"postgres", func(t *testing.T) serveConfig {
+		return serveConfig{dir: t.TempDir(), store: pgtest.Shared(t).CreateDatabase(t)}
+	}, func(t *testing.T, cfg serveConfig) { requireStoreCheckClean(t, cfg.store, "at the end") }},
+}
+
+// TestServeAccountLimitHolds: on either store, ten concurrent payments of
+// 300 against a limit of 1,000 make exactly three charges, and the
+// account shows 900 spent.
+func TestServeAccountLimitHolds(t *testing.T) {
+	for _, sc := range storeCases {
+		t.Run(sc.name, func(t *testing.T) {
+			cfg := sc.config(t)
+			cfg.accountLimit = 1000
+			url, stop := startServeOn(t, cfg)
+			var wg sync.WaitGroup
+			statuses := make(chan int, 10)
+			for i := range 10 {
+				wg.Go(func() {
+					req, _ := http.NewRequest("POST", url+"/v1/payments", strings.NewReader(`{"amount":300,"currency":"USD","card":"tok_1"}`))
+					req.Header.Set("Authorization", "Bearer acct_lim")
+					req.Header.Set("Idempotency-Key", fmt.Sprint("lim-", i))
+					resp, err := http.DefaultClient.Do(req)
+					if !assert.NoError(t, err) {
+						return
+					}
+					resp.Body.Close()
+					statuses <- resp.StatusCode
+				})
+			}
+			wg.Wait()
+			close(statuses)
+			counts := map[int]int{}
+			for s := range statuses {
+				counts[s]++
+			}
+			assert.Equal(t, map[int]int{http.StatusCreated: 3, http.StatusPaymentRequired: 7}, counts)
+			req, _ := http.NewRequest("GET", url+"/v1/account", nil)
+			req.Header.Set("Authorization", "Bearer acct_lim")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Contains(t, string(body), `"spent":900`)
+			require.NoError(t, stop())
+			sc.check(t, cfg)
+		})
+	}
+}

@@ -222,14 +222,20 @@ func TestServeAuthenticatesWithAPIKeys(t *testing.T) {
 // the charge and writes the payment, and the client's retries (package
 // client, honouring Retry-After) end in a 201 replay. One charge in all.
 func TestServeReconcilesATimedOutPayment(t *testing.T) {
-	dir := t.TempDir()
+	for _, sc := range storeCases {
+		t.Run(sc.name, func(t *testing.T) { testServeReconcilesATimedOutPayment(t, sc) })
+	}
+}
+
+func testServeReconcilesATimedOutPayment(t *testing.T, sc storeCase) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	done := make(chan error, 1)
-	cfg := serveConfig{dir: dir, provider: payments.ProviderOptions{TimeoutRate: 1},
-		reconcile: reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}}
+	cfg := sc.config(t)
+	cfg.provider = payments.ProviderOptions{TimeoutRate: 1}
+	cfg.reconcile = reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}
 	go func() { done <- serve(ctx, ln, cfg, &out) }()
 	url := "http://" + ln.Addr().String()
 
@@ -247,16 +253,18 @@ func TestServeReconcilesATimedOutPayment(t *testing.T) {
 	require.NoError(t, err)
 	metrics, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	for _, line := range []string{`idemkv_reconcile_answers_total{verdict="applied"} 1`, "idemkv_engine_uncertain_records 0",
-		"idemkv_engine_escalated_records 0"} {
+	prefix := "idemkv_engine_"
+	if cfg.store != "" {
+		prefix = "idemkv_pgstore_"
+	}
+	for _, line := range []string{`idemkv_reconcile_answers_total{verdict="applied"} 1`, prefix + "uncertain_records 0",
+		prefix + "escalated_records 0"} {
 		assert.Contains(t, string(metrics), line+"\n")
 	}
 	cancel()
 	require.NoError(t, <-done)
 	assert.Contains(t, out.String(), "reconciling uncertain payments every 20ms")
-
-	var cout, cerr bytes.Buffer
-	assert.Equal(t, exitOK, run(context.Background(), []string{"check", "--data", dir}, &cout, &cerr), "%s%s", cout.String(), cerr.String())
+	sc.check(t, cfg)
 }
 
 // TestServeWithAnHTTPProcessor runs idemkv processor, timing out after
@@ -312,13 +320,20 @@ func TestServeWithAnHTTPProcessor(t *testing.T) {
 // the order ends confirmed. The test polls the order's page, as a client
 // would, until then (bounded).
 func TestServeResumesAnOrderAfterItsAuthorizationTimedOut(t *testing.T) {
+	for _, sc := range storeCases {
+		t.Run(sc.name, func(t *testing.T) { testServeResumesAnOrder(t, sc) })
+	}
+}
+
+func testServeResumesAnOrder(t *testing.T, sc storeCase) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	done := make(chan error, 1)
-	cfg := serveConfig{dir: t.TempDir(), lease: 300 * time.Millisecond, provider: payments.ProviderOptions{TimeoutRate: 1},
-		reconcile: reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}}
+	cfg := sc.config(t)
+	cfg.lease, cfg.provider = 300*time.Millisecond, payments.ProviderOptions{TimeoutRate: 1}
+	cfg.reconcile = reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}
 	go func() { done <- serve(ctx, ln, cfg, &out) }()
 	url := "http://" + ln.Addr().String()
 	do := func(method, path, key, body string) (int, payments.Order) {
@@ -347,4 +362,5 @@ func TestServeResumesAnOrderAfterItsAuthorizationTimedOut(t *testing.T) {
 	assert.NotEmpty(t, o.Charge)
 	cancel()
 	require.NoError(t, <-done)
+	sc.check(t, cfg)
 }
