@@ -59,10 +59,12 @@ SELECT ` + recordColumns + `, false FROM idemkv_records
 WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM w)`
 
 // abandonedSQL turns an abandoned remote claim uncertain: its lease ran
-// out and the claim that found it cannot resume it.
+// out and the claim that found it cannot resume it. It checks the lease
+// again ($7 now): a Renew committed since the claim's snapshot keeps the
+// record in progress.
 const abandonedSQL = `
 UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = $5, note = $6
-WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1`
+WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1 AND lease_expires <= $7`
 
 // maxClaimRuns bounds the runs of claimSQL that find a row changing under
 // them; each run that writes nothing and reads nothing saw a commit.
@@ -72,6 +74,9 @@ const maxClaimRuns = 100
 // abandoned remote record must first be made uncertain.
 func (s *Store) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, error) {
 	if err := req.Validate(); err != nil {
+		return idemkv.Claim{}, err
+	}
+	if err := validateID(req.ID); err != nil {
 		return idemkv.Claim{}, err
 	}
 	class := req.Retention
@@ -109,11 +114,7 @@ func (s *Store) claimOnce(ctx context.Context, req *idemkv.ClaimRequest, class s
 		opID = id[:]
 	}
 	id := req.ID
-	pool := s.pool // a remote claim is durable before Claim returns
-	if req.Mode == idemkv.ModeLocal {
-		pool = s.local
-	}
-	row := pool.QueryRow(ctx, claimSQL, id.Tenant, id.Endpoint, id.Key, req.Fingerprint, int16(req.Mode),
+	row := s.pool.QueryRow(ctx, claimSQL, id.Tenant, id.Endpoint, id.Key, req.Fingerprint, int16(req.Mode),
 		req.Resumable, now, now.Add(lease), now.Add(s.window(class)), class, opID, now.Truncate(time.Second))
 	var written bool
 	cur, err := scanRecord(row, id, &written)
@@ -159,7 +160,7 @@ func (s *Store) decide(ctx context.Context, req *idemkv.ClaimRequest, cur *idemk
 	unc.Expires = now.Add(s.window(cur.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	id := cur.ID
-	tag, err := s.pool.Exec(ctx, abandonedSQL, id.Tenant, id.Endpoint, id.Key, int64(cur.Token), unc.Expires, unc.Note)
+	tag, err := s.pool.Exec(ctx, abandonedSQL, id.Tenant, id.Endpoint, id.Key, int64(cur.Token), unc.Expires, unc.Note, now)
 	if err != nil {
 		return idemkv.Claim{}, false, s.dbErr("claim: mark uncertain", err)
 	}

@@ -148,7 +148,7 @@ func (s *Store) Update(ctx context.Context, apply func(idemkv.Effects) error) er
 // If fn returns an error, nothing is written, the lease is still held,
 // and the error is returned. Errors otherwise as Complete.
 func (s *Store) CompleteTx(ctx context.Context, l idemkv.Lease, r idemkv.Result, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := l.Validate(); err != nil {
+	if err := validateLease(&l); err != nil {
 		return err
 	}
 	if err := s.validateResult(&r); err != nil {

@@ -42,16 +42,11 @@
 //
 // # What is durable
 //
-// Every write that acknowledges something commits synchronously (as the
-// server's synchronous_commit makes a commit durable): outcomes, remote
-// claims, releases, uncertain marks, renewals, resolutions. A local claim
-// does not acknowledge anything durable (the contract lets a store keep
-// it in memory, as the engine does): it commits through a second pool
-// whose commits do not wait for the WAL flush. If the database crashes
-// before that flush, the claim is gone, and its holder's Complete fails
-// with ErrFenced without writing anything; the flush of any later
-// synchronous commit covers the claim first, so an outcome is never
-// durable without its claim.
+// Every write commits as the server's synchronous_commit makes a commit
+// durable, local claims included: a local claim lost in a crash of the
+// database would take its fencing token with it (the sequence's advance
+// is logged in the same commit), and the token could be issued again to
+// another claim while the lost claim's holder still runs.
 //
 // # Time
 //
@@ -67,6 +62,15 @@
 //   - The outbox's Seq is the order in which events became visible to
 //     the sequencer, gapless, and keeps each entity's order; it is not the
 //     order of commit timestamps.
+//   - Text columns: a tenant or endpoint with a NUL byte, and a pointer,
+//     note or event key that is not UTF-8 without NUL, are refused up
+//     front (ErrInvalidScope, ErrInvalidResult, ErrInvalidArgument),
+//     where the engine accepts them.
+//   - Known gaps: a write that reads nothing commits at READ COMMITTED,
+//     outside the serializable check of another operation's reads; and a
+//     transaction that read may fail to serialize (and, after 16 runs,
+//     fail with ErrConflict) over rows it only writes, such as an event
+//     entity's counter.
 //   - Tested against PostgreSQL 15. The statements keep to what
 //     CockroachDB also runs (no advisory locks; serialization failures
 //     retried), but CockroachDB has not been tested; without

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -25,17 +24,23 @@ type effects struct {
 	s   *Store
 	ctx context.Context
 	tx  pgx.Tx
-	// writes is each key's last write (a nil value deletes), in the order
-	// the keys were first written.
+	// writes is each key's last write, in the order the keys were first
+	// written.
 	keys   [][]byte
-	writes map[string][]byte
+	writes map[string]write
 	size   int
 	events []idemkv.Event
 	result *idemkv.Result
 }
 
 func (s *Store) newEffects(ctx context.Context) *effects {
-	return &effects{s: s, ctx: ctx, writes: map[string][]byte{}}
+	return &effects{s: s, ctx: ctx, writes: map[string]write{}}
+}
+
+// write is a key's last write: a value, or a deletion.
+type write struct {
+	value   []byte
+	deleted bool
 }
 
 func validateEffectKey(key []byte) error {
@@ -61,11 +66,11 @@ func (fx *effects) Get(key []byte) ([]byte, error) {
 	if err := validateEffectKey(key); err != nil {
 		return nil, err
 	}
-	if v, ok := fx.writes[string(key)]; ok {
-		if v == nil {
+	if w, ok := fx.writes[string(key)]; ok {
+		if w.deleted {
 			return nil, fmt.Errorf("%w: data key %q (deleted by this operation)", idemkv.ErrNotFound, key)
 		}
-		return bytes.Clone(v), nil
+		return bytes.Clone(w.value), nil
 	}
 	if err := fx.begin(); err != nil {
 		return nil, err
@@ -102,7 +107,7 @@ func (fx *effects) Set(key, value []byte) error {
 	if err := fx.fits(len(key) + len(value)); err != nil {
 		return err
 	}
-	fx.put(key, bytes.Clone(value))
+	fx.put(key, write{value: append([]byte{}, value...)}) // an empty value, not NULL
 	return nil
 }
 
@@ -114,22 +119,25 @@ func (fx *effects) Delete(key []byte) error {
 	if err := fx.fits(len(key)); err != nil {
 		return err
 	}
-	fx.put(key, nil)
+	fx.put(key, write{deleted: true})
 	return nil
 }
 
-func (fx *effects) put(key, value []byte) {
+func (fx *effects) put(key []byte, w write) {
 	if _, ok := fx.writes[string(key)]; !ok {
 		fx.keys = append(fx.keys, bytes.Clone(key))
 	}
-	fx.writes[string(key)] = value
-	fx.size += len(key) + len(value)
+	fx.writes[string(key)] = w
+	fx.size += len(key) + len(w.value)
 }
 
 // Emit implements idemkv.Effects.
 func (fx *effects) Emit(ev idemkv.Event) error {
 	if err := ev.Validate(); err != nil {
 		return err
+	}
+	if !pgText(ev.Key) {
+		return fmt.Errorf("%w: an event key that is not UTF-8 text without NUL (the PostgreSQL store keeps it as text)", idemkv.ErrInvalidArgument)
 	}
 	n := eventSize(&ev)
 	if n > fx.s.opts.MaxEventSize {
@@ -177,8 +185,8 @@ type writeArgs struct {
 func (fx *effects) args() (writeArgs, error) {
 	var a writeArgs
 	for _, k := range fx.keys {
-		if v := fx.writes[string(k)]; v != nil {
-			a.setKeys, a.setVals = append(a.setKeys, k), append(a.setVals, v)
+		if w := fx.writes[string(k)]; !w.deleted {
+			a.setKeys, a.setVals = append(a.setKeys, k), append(a.setVals, w.value)
 		} else {
 			a.delKeys = append(a.delKeys, k)
 		}
@@ -186,15 +194,8 @@ func (fx *effects) args() (writeArgs, error) {
 	for _, ev := range fx.events {
 		a.topics = append(a.topics, ev.Topic)
 		a.entities = append(a.entities, ev.Key)
-		a.payloads = append(a.payloads, ev.Payload)
-		var h []byte
-		if len(ev.Headers) > 0 {
-			var err error
-			if h, err = json.Marshal(ev.Headers); err != nil {
-				return a, fmt.Errorf("pgstore: encode event headers: %w", err)
-			}
-		}
-		a.headers = append(a.headers, h)
+		a.payloads = append(a.payloads, append([]byte{}, ev.Payload...)) // an empty payload, not NULL
+		a.headers = append(a.headers, encodeHeaders(ev.Headers))
 		a.eventIDs = append(a.eventIDs, newEventID())
 	}
 	return a, nil

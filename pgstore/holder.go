@@ -42,7 +42,7 @@ func expiresSQL(o *Options, at string) string {
 // committed it (as durably as the server's synchronous_commit makes a
 // commit: docs/operations.md).
 func (s *Store) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) error {
-	if err := l.Validate(); err != nil {
+	if err := validateLease(&l); err != nil {
 		return err
 	}
 	if err := s.validateResult(&r); err != nil {
@@ -85,7 +85,7 @@ func (s *Store) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, a
 // Release implements idemkv.Store: the record is deleted if the lease
 // still holds it.
 func (s *Store) Release(ctx context.Context, l idemkv.Lease) error {
-	if err := l.Validate(); err != nil {
+	if err := validateLease(&l); err != nil {
 		return err
 	}
 	if err := s.open(); err != nil {
@@ -105,11 +105,11 @@ func (s *Store) Release(ctx context.Context, l idemkv.Lease) error {
 
 // MarkUncertain implements idemkv.Store.
 func (s *Store) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
-	if err := l.Validate(); err != nil {
+	if err := validateLease(&l); err != nil {
 		return err
 	}
-	if len(note) > idemkv.MaxNoteLen {
-		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
+	if err := validateNote(note); err != nil {
+		return err
 	}
 	if err := s.open(); err != nil {
 		return err
@@ -131,7 +131,7 @@ const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = N
 // Renew implements idemkv.Store. The renewed lease is stored: every
 // process sharing the database sees it.
 func (s *Store) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv.Lease, error) {
-	if err := l.Validate(); err != nil {
+	if err := validateLease(&l); err != nil {
 		return idemkv.Lease{}, err
 	}
 	if d < 0 {

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -29,9 +28,7 @@ import (
 // closes, which gives the outbox up at once), another takes over from the
 // last acknowledged event: what the holder published and had not
 // acknowledged is published again, which the broker's duplicate window
-// absorbs. The hold is written without waiting for the WAL flush (the
-// local pool): one lost in a crash of the database only lets another
-// relay take over sooner.
+// absorbs.
 
 // holdRelay reports whether this store holds the outbox, taking or
 // renewing the hold when less than half of it is left.
@@ -43,7 +40,7 @@ func (s *Store) holdRelay(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	until := now.Add(s.opts.RelayLease)
-	tag, err := s.local.Exec(ctx, `UPDATE idemkv_outbox_cursor SET relay = $1, relay_until = $2
+	tag, err := s.pool.Exec(ctx, `UPDATE idemkv_outbox_cursor SET relay = $1, relay_until = $2
 		WHERE id = 1 AND (relay = $1 OR relay_until IS NULL OR relay_until <= $3)`, s.relayID, until, now)
 	if err != nil {
 		return false, s.dbErr("outbox: hold", err)
@@ -146,10 +143,8 @@ func (s *Store) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idem
 		}
 		ev.Seq, ev.EntitySeq = uint64(seq), uint64(entSeq)
 		ev.Created = ev.Created.UTC()
-		if len(headers) > 0 {
-			if err := json.Unmarshal(headers, &ev.Headers); err != nil {
-				return nil, fmt.Errorf("pgstore: outbox: event %d's headers: %w", seq, err)
-			}
+		if ev.Headers, err = decodeHeaders(headers); err != nil {
+			return nil, fmt.Errorf("pgstore: outbox: event %d's headers: %w", seq, err)
 		}
 		evs = append(evs, ev)
 	}

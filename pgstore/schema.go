@@ -72,7 +72,7 @@ var migrations = [][]string{
 			entity     TEXT NOT NULL,
 			entity_seq BIGINT NOT NULL,
 			payload    BYTEA NOT NULL,
-			headers    JSONB,
+			headers    BYTEA,
 			created    TIMESTAMPTZ NOT NULL,
 			PRIMARY KEY (batch, ord)
 		)`,

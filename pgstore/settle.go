@@ -78,7 +78,7 @@ func (s *Store) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 				return s.dbErr("resolve", err)
 			}
 			if n == 0 {
-				return s.whyNotSettleable(ctx, id, req.Token, now)
+				return s.whyNotSettleable(ctx, q, id, req.Token, now)
 			}
 			return nil
 		})
@@ -105,27 +105,26 @@ func (s *Store) Escalate(ctx context.Context, req idemkv.EscalateRequest) error 
 			return s.dbErr("escalate", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.whyNotSettleable(ctx, id, req.Token, now)
+			return s.whyNotSettleable(ctx, s.pool, id, req.Token, now)
 		}
 		return nil
 	})
 }
 
 func validateSettle(id idemkv.ID, note string) error {
-	if err := id.Validate(); err != nil {
+	if err := validateID(id); err != nil {
 		return err
 	}
-	if len(note) > idemkv.MaxNoteLen {
-		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
-	}
-	return nil
+	return validateNote(note)
 }
 
 // whyNotSettleable says why a settling write changed nothing, from the
 // record as it is now: absent, completed, in progress under a live lease
-// (or local), or under another token.
-func (s *Store) whyNotSettleable(ctx context.Context, id idemkv.ID, token uint64, now time.Time) error {
-	cur, err := s.get(ctx, s.pool, id, now)
+// (or local), or under another token. q is the settling write's
+// transaction, if it has one: the read must not wait for a second
+// connection from the pool while it holds one.
+func (s *Store) whyNotSettleable(ctx context.Context, q querier, id idemkv.ID, token uint64, now time.Time) error {
+	cur, err := s.get(ctx, q, id, now)
 	switch {
 	case err != nil:
 		return err
@@ -164,7 +163,7 @@ func settleRuns(write func() error) error {
 // Get implements idemkv.Store. A completed record past its expiry is
 // absent, whether or not the sweeper has deleted it yet.
 func (s *Store) Get(ctx context.Context, id idemkv.ID) (idemkv.Record, error) {
-	if err := id.Validate(); err != nil {
+	if err := validateID(id); err != nil {
 		return idemkv.Record{}, err
 	}
 	if err := s.open(); err != nil {
@@ -205,6 +204,9 @@ const maxListLimit = 1000
 func (s *Store) List(ctx context.Context, req idemkv.ListRequest) (idemkv.ListPage, error) {
 	if err := req.Validate(); err != nil {
 		return idemkv.ListPage{}, err
+	}
+	if !pgText(req.Tenant) {
+		return idemkv.ListPage{}, fmt.Errorf("%w: a tenant with a NUL byte", idemkv.ErrInvalidScope)
 	}
 	if err := s.open(); err != nil {
 		return idemkv.ListPage{}, err

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/ttl"
@@ -20,14 +22,7 @@ import (
 // All methods are safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
-	// local is the pool of local claims, whose commits do not wait for
-	// the WAL flush (synchronous_commit off): the contract does not make
-	// a local claim durable (its effects commit only with its outcome,
-	// which is synchronous), so a claim lost in a crash of the database
-	// is one that had done nothing. A later synchronous commit flushes
-	// the WAL before it, so an outcome is never durable without its claim.
-	local *pgxpool.Pool
-	opts  *Options
+	opts *Options
 
 	closed  atomic.Bool
 	stop    context.CancelFunc
@@ -89,22 +84,14 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	lcfg := cfg.Copy()
-	lcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	local, err := pgxpool.NewWithConfig(ctx, lcfg)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("pgstore: connect: %w", err)
-	}
 	bgctx, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, local: local, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
+	s := &Store{pool: pool, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
 	s.startNotifier(bgctx)
 	if !o.NoBackgroundSweep {
 		sw, err := ttl.New(s, &o.Sweep)
 		if err != nil {
 			stop()
 			pool.Close()
-			local.Close()
 			return nil, fmt.Errorf("%w: pgstore: %w", idemkv.ErrInvalidArgument, err)
 		}
 		s.bg.Go(func() { _ = sw.Run(bgctx) })
@@ -121,7 +108,6 @@ func (s *Store) Close() error {
 	s.stop()
 	s.bg.Wait()
 	s.releaseRelay()
-	s.local.Close()
 	s.pool.Close()
 	return nil
 }
@@ -171,8 +157,40 @@ func (s *Store) window(class string) time.Duration {
 	return s.opts.RetentionClasses.Longest()
 }
 
+// PostgreSQL's text holds valid UTF-8 without NUL; the contract allows a
+// NUL in a tenant or an endpoint, and any bytes in a pointer, a note or an
+// event key. This store refuses those up front, with the contract's
+// errors, rather than fail in the database.
+
+// pgText reports whether s fits a text column.
+func pgText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// validateID checks id against the contract and against text columns.
+func validateID(id idemkv.ID) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if !pgText(id.Tenant) || !pgText(id.Endpoint) {
+		return fmt.Errorf("%w: a tenant or endpoint with a NUL byte (the PostgreSQL store keeps them as text)", idemkv.ErrInvalidScope)
+	}
+	return nil
+}
+
+// validateNote checks a note against the contract and text columns.
+func validateNote(note string) error {
+	if len(note) > idemkv.MaxNoteLen {
+		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
+	}
+	if !pgText(note) {
+		return fmt.Errorf("%w: a note that is not UTF-8 text without NUL (the PostgreSQL store keeps it as text)", idemkv.ErrInvalidArgument)
+	}
+	return nil
+}
+
 func (s *Store) validateResult(r *idemkv.Result) error {
 	switch {
+	case !pgText(r.Pointer):
+		return fmt.Errorf("%w: a pointer that is not UTF-8 text without NUL (the PostgreSQL store keeps it as text)", idemkv.ErrInvalidResult)
 	case r.Status < 0 || r.Status > 65535:
 		return fmt.Errorf("%w: status %d outside 0..65535", idemkv.ErrInvalidResult, r.Status)
 	case len(r.Pointer) > idemkv.MaxPointerLen:
@@ -256,4 +274,12 @@ func (s *Store) Health() error {
 func (s *Store) fenced(l idemkv.Lease) error {
 	s.counter.fenced.Add(1)
 	return fmt.Errorf("%w: token %d for key %q", idemkv.ErrFenced, l.Token, l.ID.Key)
+}
+
+// validateLease checks l against the contract and against text columns.
+func validateLease(l *idemkv.Lease) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	return validateID(l.ID)
 }

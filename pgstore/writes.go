@@ -42,7 +42,7 @@ func eventsSQL(first int, notify string) string {
 	return fmt.Sprintf(`,
 ev AS (
 	SELECT e.topic, e.entity, e.payload, e.headers, e.event_id, e.ord
-	FROM unnest($%d::text[], $%d::text[], $%d::bytea[], $%d::jsonb[], $%d::text[])
+	FROM unnest($%d::text[], $%d::text[], $%d::bytea[], $%d::bytea[], $%d::text[])
 		WITH ORDINALITY AS e(topic, entity, payload, headers, event_id, ord)
 	WHERE EXISTS (SELECT 1 FROM rec)
 ),
