@@ -73,29 +73,45 @@ const maxClaimRuns = 100
 // Claim implements idemkv.Store, in one statement (claimSQL) unless an
 // abandoned remote record must first be made uncertain.
 func (s *Store) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, error) {
-	if err := req.Validate(); err != nil {
+	class, lease, err := s.checkClaim(&req)
+	if err != nil {
 		return idemkv.Claim{}, err
+	}
+	return s.claim(ctx, s.pool, &req, class, lease)
+}
+
+// checkClaim validates req and returns its retention class ("" for the
+// default) and its lease.
+func (s *Store) checkClaim(req *idemkv.ClaimRequest) (class string, lease time.Duration, err error) {
+	if err := req.Validate(); err != nil {
+		return "", 0, err
 	}
 	if err := validateID(req.ID); err != nil {
-		return idemkv.Claim{}, err
+		return "", 0, err
 	}
-	class := req.Retention
+	class = req.Retention
 	if class == ttl.DefaultClass {
 		class = ""
 	}
 	if _, err := s.opts.RetentionClasses.Lookup(class); err != nil {
-		return idemkv.Claim{}, fmt.Errorf("%w: %w", idemkv.ErrInvalidArgument, err)
+		return "", 0, fmt.Errorf("%w: %w", idemkv.ErrInvalidArgument, err)
 	}
 	if err := s.open(); err != nil {
-		return idemkv.Claim{}, err
+		return "", 0, err
 	}
-	lease := req.Lease
+	lease = req.Lease
 	if lease == 0 {
 		lease = s.opts.Lease
 	}
+	return class, lease, nil
+}
+
+// claim runs claimSQL on q until it writes the record or reads one that
+// holds still.
+func (s *Store) claim(ctx context.Context, q querier, req *idemkv.ClaimRequest, class string, lease time.Duration) (idemkv.Claim, error) {
 	s.counter.claims.Add(1)
 	for run := 0; run < maxClaimRuns; run++ {
-		c, again, err := s.claimOnce(ctx, &req, class, lease)
+		c, again, err := s.claimOnce(ctx, q, req, class, lease)
 		if err != nil || !again {
 			return c, err
 		}
@@ -105,7 +121,7 @@ func (s *Store) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Clai
 
 // claimOnce runs claimSQL once and decides on its answer; again says that
 // the row changed meanwhile and the claim must run again.
-func (s *Store) claimOnce(ctx context.Context, req *idemkv.ClaimRequest, class string, lease time.Duration) (c idemkv.Claim, again bool, err error) {
+func (s *Store) claimOnce(ctx context.Context, q querier, req *idemkv.ClaimRequest, class string, lease time.Duration) (c idemkv.Claim, again bool, err error) {
 	now := s.now()
 	var opID []byte
 	if req.Mode == idemkv.ModeRemote {
@@ -114,7 +130,7 @@ func (s *Store) claimOnce(ctx context.Context, req *idemkv.ClaimRequest, class s
 		opID = id[:]
 	}
 	id := req.ID
-	row := s.pool.QueryRow(ctx, claimSQL, id.Tenant, id.Endpoint, id.Key, req.Fingerprint, int16(req.Mode),
+	row := q.QueryRow(ctx, claimSQL, id.Tenant, id.Endpoint, id.Key, req.Fingerprint, int16(req.Mode),
 		req.Resumable, now, now.Add(lease), now.Add(s.window(class)), class, opID, now.Truncate(time.Second))
 	var written bool
 	cur, err := scanRecord(row, id, &written)
@@ -128,14 +144,14 @@ func (s *Store) claimOnce(ctx context.Context, req *idemkv.ClaimRequest, class s
 		s.counter.acquired.Add(1)
 		return idemkv.Claim{Outcome: idemkv.Acquired, Lease: leaseOf(&cur)}, false, nil
 	}
-	return s.decide(ctx, req, &cur, now)
+	return s.decide(ctx, q, req, &cur, now)
 }
 
 // decide answers a claim that wrote nothing, from the record it read (the
 // precedence of docs/design.md, "States and transitions", as the engine's
 // decideClaim has it). A record the statement should have written (as its
 // snapshot shows it) was changed since: run again.
-func (s *Store) decide(ctx context.Context, req *idemkv.ClaimRequest, cur *idemkv.Record, now time.Time) (idemkv.Claim, bool, error) {
+func (s *Store) decide(ctx context.Context, q querier, req *idemkv.ClaimRequest, cur *idemkv.Record, now time.Time) (idemkv.Claim, bool, error) {
 	switch {
 	case cur.State == idemkv.StateCompleted && !now.Before(cur.Expires):
 		return idemkv.Claim{}, true, nil
@@ -160,7 +176,7 @@ func (s *Store) decide(ctx context.Context, req *idemkv.ClaimRequest, cur *idemk
 	unc.Expires = now.Add(s.window(cur.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	id := cur.ID
-	tag, err := s.pool.Exec(ctx, abandonedSQL, id.Tenant, id.Endpoint, id.Key, int64(cur.Token), unc.Expires, unc.Note, now)
+	tag, err := q.Exec(ctx, abandonedSQL, id.Tenant, id.Endpoint, id.Key, int64(cur.Token), unc.Expires, unc.Note, now)
 	if err != nil {
 		return idemkv.Claim{}, false, s.dbErr("claim: mark uncertain", err)
 	}

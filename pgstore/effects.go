@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // effects collects what an apply function writes, and reads through the
@@ -31,6 +32,9 @@ type effects struct {
 	size   int
 	events []idemkv.Event
 	result *idemkv.Result
+	// blind: the writes go out in RunLocal's statement, which cannot
+	// check reads (Get refuses, and says so in readRefused).
+	blind, readRefused bool
 }
 
 func (s *Store) newEffects(ctx context.Context) *effects {
@@ -71,6 +75,10 @@ func (fx *effects) Get(key []byte) ([]byte, error) {
 			return nil, fmt.Errorf("%w: data key %q (deleted by this operation)", idemkv.ErrNotFound, key)
 		}
 		return bytes.Clone(w.value), nil
+	}
+	if fx.blind {
+		fx.readRefused = true
+		return nil, errReads
 	}
 	if err := fx.begin(); err != nil {
 		return nil, err
@@ -254,4 +262,5 @@ func (s *Store) transactOnce(ctx context.Context, apply func(idemkv.Effects) err
 // querier is a pool or a transaction.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }

@@ -28,9 +28,12 @@ const completeRecSQL = `
 // settles at the time parameter at ("$5"): its class's window from then.
 // Class names are [a-z0-9_-] (package ttl), so they can be written into
 // the statement.
-func expiresSQL(o *Options, at string) string {
+func expiresSQL(o *Options, at string) string { return expiresOf(o, at, "class") }
+
+// expiresOf is expiresSQL of the class in the column reference class.
+func expiresOf(o *Options, at, class string) string {
 	var b []byte
-	b = fmt.Appendf(b, "(%s::timestamptz + (CASE class WHEN '' THEN %d", at, o.Retention.Microseconds())
+	b = fmt.Appendf(b, "(%s::timestamptz + (CASE %s WHEN '' THEN %d", at, class, o.Retention.Microseconds())
 	for _, n := range o.RetentionClasses.Names() {
 		b = fmt.Appendf(b, " WHEN '%s' THEN %d", n, o.RetentionClasses[n].Microseconds())
 	}
@@ -52,34 +55,47 @@ func (s *Store) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, a
 		return err
 	}
 	var events int64
-	err := s.transact(ctx, apply, func(fx *effects, q querier) error {
-		res := r
-		if fx.result != nil {
-			res = *fx.result
-		}
-		a, err := fx.args()
-		if err != nil {
-			return err
-		}
-		var n int64
-		err = q.QueryRow(ctx, s.sql.complete.pick(&a), a.args(l.Token, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key,
-			int32(res.Status), res.Pointer, res.Body, int32(len(a.setKeys)))...).Scan(&n, &events, new(int64))
-		if err != nil {
-			return s.dbErr("complete", err)
-		}
-		if n == 0 {
-			return s.fenced(l)
-		}
-		return nil
+	err := s.transact(ctx, apply, func(fx *effects, q querier) (err error) {
+		events, err = s.writeOutcome(ctx, q, l, r, fx)
+		return err
 	})
 	if err != nil {
 		return err
 	}
+	s.completed(events)
+	return nil
+}
+
+// writeOutcome runs the statement that completes l's record with r (or
+// the result fx's run set) and fx's writes and events, and returns how
+// many events it stored.
+func (s *Store) writeOutcome(ctx context.Context, q querier, l idemkv.Lease, r idemkv.Result, fx *effects) (events int64, err error) {
+	if fx.result != nil {
+		r = *fx.result
+	}
+	a, err := fx.args()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = q.QueryRow(ctx, s.sql.complete.pick(&a), a.args(l.Token, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key,
+		int32(r.Status), r.Pointer, r.Body, int32(len(a.setKeys)))...).Scan(&n, &events, new(int64))
+	if err != nil {
+		return 0, s.dbErr("complete", err)
+	}
+	if n == 0 {
+		return 0, s.fenced(l)
+	}
+	return events, nil
+}
+
+// completed counts a committed completion and wakes the relay if it
+// stored events.
+func (s *Store) completed(events int64) {
 	s.counter.completed.Add(1)
 	if events > 0 {
 		s.kickOutbox()
 	}
-	return nil
 }
 
 // Release implements idemkv.Store: the record is deleted if the lease

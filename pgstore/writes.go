@@ -17,21 +17,25 @@ import (
 // commit's time; the record's own follow from $6; the events' five
 // arrays come last.
 
-// dataSQL writes the business data.
-const dataSQL = `
+// dataSQL writes the business data, stamped with the writer's token
+// (token: an SQL expression).
+func dataSQL(token string) string {
+	return `
 sets AS (
 	INSERT INTO idemkv_data (k, v, token)
-	SELECT k, v, $3::bigint FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
+	SELECT k, v, ` + token + ` FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
 	WHERE EXISTS (SELECT 1 FROM rec)
 	ON CONFLICT (k) DO UPDATE SET v = excluded.v, token = excluded.token
 ),
 dels AS (
 	DELETE FROM idemkv_data WHERE k = ANY($4::bytea[]) AND EXISTS (SELECT 1 FROM rec)
 )`
+}
 
 // eventsSQL stores the events, whose five arrays (topics, entity keys,
 // payloads, headers, ids) are the parameters from first; notify is
-// notifySQL or noNotifySQL.
+// notifySQL or noNotifySQL. It ends in a CTE: the statement's own SELECT
+// follows (countsSQL, for most), which must read "notify" for it to run.
 //
 // The entities' rows are locked (upserted) before the commit's outbox
 // batch id is drawn (the batch CTE waits on a count of "ents"), so that
@@ -64,14 +68,20 @@ evs AS (
 	FROM ev JOIN ents ON ents.topic = ev.topic AND ents.entity = ev.entity, batch
 	RETURNING 1
 ),
-notify AS (%s)
-SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM notify)`,
+notify AS (%s)`,
 		first, first+1, first+2, first+3, first+4, notify)
 }
 
-// leanResultSQL ends the variant without events, with the same columns.
-const leanResultSQL = `
+// The SELECTs that end a write statement: the rows the record changed
+// (one or none), the events stored, and the notifications sent (a
+// SELECT's CTE runs only if the statement reads it); leanCountsSQL ends
+// the variant without events, with the same columns.
+const (
+	countsSQL = `
+SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM notify)`
+	leanCountsSQL = `
 SELECT (SELECT count(*) FROM rec), 0::bigint, 0::bigint`
+)
 
 // notifySQL wakes the relays of every process when a commit adds events
 // (delivered at commit); noNotifySQL stands in where there is no
@@ -87,8 +97,8 @@ type writeSQL struct{ lean, events string }
 // newWriteSQL builds the variants of a statement whose "rec" CTE is rec
 // and takes record parameters $6 to $(5+recParams).
 func newWriteSQL(rec string, recParams int, notify string) writeSQL {
-	head := "WITH rec AS (" + rec + "),\n" + dataSQL
-	return writeSQL{lean: head + leanResultSQL, events: head + eventsSQL(6+recParams, notify)}
+	head := "WITH rec AS (" + rec + "),\n" + dataSQL("$3::bigint")
+	return writeSQL{lean: head + leanCountsSQL, events: head + eventsSQL(6+recParams, notify) + countsSQL}
 }
 
 // pick returns the variant for a's writes.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -81,4 +82,17 @@ func storeRequest(ctx context.Context, s idemkv.Store, stream, i uint64, tenants
 	}
 	k, v := bench.Effect(c.Lease.ID, stream, i)
 	return s.Complete(ctx, c.Lease, bench.Result(stream, i, nil), func(fx idemkv.Effects) error { return fx.Set(k, v) })
+}
+
+// runLocal is the same request through pgstore's RunLocal: one
+// statement.
+func runLocal(ctx context.Context, s *pgstore.Store, stream, i uint64, tenants int) error {
+	id := bench.Key(stream, i, tenants)
+	k, v := bench.Effect(id, stream, i)
+	c, err := s.RunLocal(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: bench.Fingerprint(stream, i, false), Mode: idemkv.ModeLocal},
+		bench.Result(stream, i, nil), func(fx idemkv.Effects) error { return fx.Set(k, v) })
+	if err == nil && c.Outcome != idemkv.Acquired {
+		err = bench.Violation("run of new key %v: %v", id, c.Outcome)
+	}
+	return err
 }

@@ -65,11 +65,13 @@ func (o *Options) withDefaults() *Options {
 	return &c
 }
 
-// The stores measured.
+// The stores measured: pgstore by RunLocal (one statement a request),
+// pgstore by Claim and Complete (two), the naive baseline, and the engine.
 const (
-	Postgres = "pgstore"
-	Naive    = "naive"
-	Engine   = "engine"
+	Postgres    = "pgstore"
+	PostgresTwo = "pgstore-claim-complete"
+	Naive       = "naive"
+	Engine      = "engine"
 )
 
 // Side is one store's figures at one point.
@@ -86,12 +88,15 @@ type Side struct {
 type Point struct {
 	// Clients is the number of closed-loop clients.
 	Clients int `json:"clients"`
-	// Sides are the figures by store: "pgstore", "naive", "engine".
+	// Sides are the figures by store: "pgstore", "pgstore-claim-complete",
+	// "naive", "engine".
 	Sides map[string]Side `json:"sides"`
-	// Ratio is pgstore over the naive baseline: the geometric mean of
-	// the rounds' ratios. The engine runs once a point, after all the
-	// PostgreSQL points.
+	// Ratio is pgstore (RunLocal) over the naive baseline: the geometric
+	// mean of the rounds' ratios. The engine runs once a point, after all
+	// the PostgreSQL points.
 	Ratio float64 `json:"ratio"`
+	// RatioTwo is the same for pgstore by Claim and Complete.
+	RatioTwo float64 `json:"ratio_claim_complete"`
 }
 
 // Report is a run's figures.
@@ -102,7 +107,7 @@ type Report struct {
 	// it holds: tables and indexes after a VACUUM for PostgreSQL, live
 	// sstables after a full compaction for the engine.
 	BytesPerKey map[string]float64 `json:"bytes_per_key"`
-	// Keys is the number of keys each store completed in the run.
+	// Keys is the number of keys each side completed in the run.
 	Keys map[string]int64 `json:"keys"`
 }
 
@@ -127,9 +132,10 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	defer e.Close()
 
 	do := map[string]func(ctx context.Context, stream, i uint64) error{
-		Postgres: func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants) },
-		Naive:    func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants) },
-		Engine:   func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, e, s, i, o.Tenants) },
+		Postgres:    func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants) },
+		PostgresTwo: func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants) },
+		Naive:       func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants) },
+		Engine:      func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, e, s, i, o.Tenants) },
 	}
 	rep := &Report{Keys: map[string]int64{}}
 	var stream uint64
@@ -142,15 +148,15 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 		rep.Keys[name] += done
 		return float64(done) / o.Duration.Seconds(), nil
 	}
-	// The two PostgreSQL stores alternate, point by point; the engine
+	// The PostgreSQL sides take turns, point by point; the engine
 	// runs after all of them, so that its flushes and compactions do not
 	// take the CPU from a PostgreSQL side.
 	for _, n := range o.Concurrency {
 		pt := Point{Clients: n, Sides: map[string]Side{}}
-		hists := map[string]*bench.Histogram{Postgres: bench.NewHistogram(), Naive: bench.NewHistogram()}
-		logRatio := 0.0
+		hists := map[string]*bench.Histogram{Postgres: bench.NewHistogram(), PostgresTwo: bench.NewHistogram(), Naive: bench.NewHistogram()}
+		logRatio, logRatioTwo := 0.0, 0.0
 		for round := range o.Rounds {
-			order := []string{Postgres, Naive}
+			order := []string{Postgres, PostgresTwo, Naive}
 			if round%2 == 1 {
 				slices.Reverse(order)
 			}
@@ -167,6 +173,7 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 				o.Logf("%d clients, round %d: %s %.0f/s", n, round+1, name, ps)
 			}
 			logRatio += math.Log(perSec[Postgres] / perSec[Naive])
+			logRatioTwo += math.Log(perSec[PostgresTwo] / perSec[Naive])
 		}
 		for name, h := range hists {
 			sd := pt.Sides[name]
@@ -174,6 +181,7 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 			pt.Sides[name] = sd
 		}
 		pt.Ratio = math.Exp(logRatio / float64(o.Rounds))
+		pt.RatioTwo = math.Exp(logRatioTwo / float64(o.Rounds))
 		rep.Points = append(rep.Points, pt)
 	}
 	for i, n := range o.Concurrency {
@@ -252,7 +260,7 @@ func bytesPerKey(ctx context.Context, pg *pgstore.Store, nv *naive, e *engine.En
 	if err != nil {
 		return nil, err
 	}
-	out[Postgres] = b / float64(keys[Postgres])
+	out[Postgres] = b / float64(keys[Postgres]+keys[PostgresTwo]) // both sides' keys, in the same tables
 	if b, err = size("naive_records", "naive_data"); err != nil {
 		return nil, err
 	}
@@ -274,10 +282,11 @@ func bytesPerKey(ctx context.Context, pg *pgstore.Store, nv *naive, e *engine.En
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "clients\tpgstore/s\tnaive SQL/s\tratio\tengine/s\tpgstore p50 / p99\tnaive p50 / p99\t")
+	fmt.Fprintln(tw, "clients\tpgstore/s\tratio\tclaim+complete/s\tratio\tnaive SQL/s\tengine/s\tpgstore p50 / p99\tnaive p50 / p99\t")
 	for _, p := range r.Points {
-		pg, nv, en := p.Sides[Postgres], p.Sides[Naive], p.Sides[Engine]
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f×\t%.0f\t%s / %s\t%s / %s\t\n", p.Clients, pg.PerSec, nv.PerSec, p.Ratio, en.PerSec,
+		pg, two, nv, en := p.Sides[Postgres], p.Sides[PostgresTwo], p.Sides[Naive], p.Sides[Engine]
+		fmt.Fprintf(tw, "%d\t%.0f\t%.2f×\t%.0f\t%.2f×\t%.0f\t%.0f\t%s / %s\t%s / %s\t\n", p.Clients, pg.PerSec, p.Ratio,
+			two.PerSec, p.RatioTwo, nv.PerSec, en.PerSec,
 			ms(pg.Latency.P50), ms(pg.Latency.P99), ms(nv.Latency.P50), ms(nv.Latency.P99))
 	}
 	if err := tw.Flush(); err != nil {
