@@ -133,6 +133,33 @@ type Outbox interface {
 	OutboxNotify() <-chan struct{}
 }
 
+// A SharedOutbox is an Outbox that several relays, in several processes,
+// can publish together: each claims events no other relay holds, so that
+// no event is published by two relays at once, and each entity's events
+// are still published in their order (events of different entities may be
+// published out of Seq order). A store that a fleet of processes shares
+// implements it. All the relays of one store must then claim: a relay
+// reading with ReadOutbox does not see what the others hold.
+type SharedOutbox interface {
+	Outbox
+	// ClaimOutbox takes up to limit events that no other claim holds, in
+	// Seq order: the earliest unpublished event of some entities, and
+	// the events that follow each in its entity. An empty claim holds
+	// nothing. The events are held until the claim is finished.
+	ClaimOutbox(ctx context.Context, limit int) (OutboxClaim, error)
+}
+
+// An OutboxClaim is a relay's hold on some events (SharedOutbox).
+type OutboxClaim interface {
+	// Events are the events held, in Seq order.
+	Events() []StoredEvent
+	// Finish removes the first published of Events as published and gives
+	// the rest back to be claimed again. It must be called once, even
+	// after ctx ended (it then only gives the events back). A claim
+	// whose process dies is given back by the store.
+	Finish(ctx context.Context, published int) error
+}
+
 // Validate reports whether ev is an event every store keeps and every
 // relay can publish unchanged: a topic and key within their limits and
 // rules (see Event), and headers a broker would neither refuse nor change,

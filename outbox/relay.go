@@ -39,6 +39,13 @@ type Options struct {
 	After func(time.Duration) <-chan time.Time
 	// Logf, if set, is told of publish failures and recoveries.
 	Logf func(format string, args ...any)
+	// Shared makes the relay claim its events (idemkv.SharedOutbox), so
+	// that relays in several processes publish one store's outbox
+	// together: none publishes an event another holds, and each entity's
+	// events keep their order. Every relay of the store must then be
+	// shared. A claim's events are marked published when its last
+	// publish returns, so AckInterval and AckEvery do not apply.
+	Shared bool
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -86,11 +93,13 @@ type Stats struct {
 
 // A Relay publishes a store's outbox: it reads the events in commit
 // order, publishes them one at a time, and acknowledges them to the store
-// once the broker has them. Run one relay per store.
+// once the broker has them. Run one relay per store, or, with
+// Options.Shared, one in each process of a fleet sharing a store.
 type Relay struct {
-	src idemkv.Outbox
-	pub Publisher
-	o   Options
+	src    idemkv.Outbox
+	shared idemkv.SharedOutbox // src, if Options.Shared
+	pub    Publisher
+	o      Options
 
 	mu    sync.Mutex
 	stats Stats
@@ -112,7 +121,15 @@ func New(src idemkv.Outbox, pub Publisher, o *Options) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{src: src, pub: pub, o: c}, nil
+	r := &Relay{src: src, pub: pub, o: c}
+	if c.Shared {
+		so, ok := src.(idemkv.SharedOutbox)
+		if !ok {
+			return nil, fmt.Errorf("%w: outbox relay: a shared relay needs a store that lets relays claim events (idemkv.SharedOutbox)", idemkv.ErrInvalidArgument)
+		}
+		r.shared = so
+	}
+	return r, nil
 }
 
 // Run relays until ctx ends, and then returns ctx's error. It is woken by
@@ -173,6 +190,9 @@ func (r *Relay) Drain(ctx context.Context) (int, error) { return r.drain(ctx, tr
 // drain publishes every event committed so far, acknowledging them when
 // AckEvery are unacknowledged, and at the end if all.
 func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
+	if r.shared != nil {
+		return r.drainShared(ctx)
+	}
 	acked, last, err := r.src.OutboxCursor(ctx)
 	if err != nil {
 		return 0, err
@@ -208,6 +228,44 @@ func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 		return n, r.ack(ctx)
 	}
 	return n, nil
+}
+
+// drainShared claims events and publishes them until a claim comes back
+// empty: everything committed is published, or held by other relays.
+func (r *Relay) drainShared(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		acked, last, err := r.src.OutboxCursor(ctx)
+		if err != nil {
+			return n, err
+		}
+		c, err := r.shared.ClaimOutbox(ctx, r.o.Batch)
+		if err != nil {
+			return n, err
+		}
+		evs := c.Events()
+		published := 0
+		var perr error
+		for i := range evs {
+			r.setLag(acked, max(last, evs[i].Seq), evs[i].Created)
+			if perr = r.publish(ctx, evs[i]); perr != nil {
+				break
+			}
+			published++
+		}
+		ferr := c.Finish(ctx, published)
+		n += published
+		if perr != nil || ferr != nil {
+			return n, errors.Join(perr, ferr)
+		}
+		if len(evs) == 0 {
+			r.setLag(acked, last, time.Time{})
+			r.mu.Lock()
+			r.stats.Acked = acked
+			r.mu.Unlock()
+			return n, nil
+		}
+	}
 }
 
 // ack tells the store that the broker has every event up to published.

@@ -169,7 +169,9 @@ func TestRunLocalApply(t *testing.T) {
 	requireData(t, s, "err", "")
 
 	c, err := s.RunLocal(ctx, idemkv.ClaimRequest{ID: reviewID("set"), Fingerprint: []byte{1}}, idemkv.Result{Status: 201},
-		func(fx idemkv.Effects) error { return fx.(idemkv.ResultSetter).SetResult(idemkv.Result{Status: 409, Pointer: "/conflict"}) })
+		func(fx idemkv.Effects) error {
+			return fx.(idemkv.ResultSetter).SetResult(idemkv.Result{Status: 409, Pointer: "/conflict"})
+		})
 	require.NoError(t, err)
 	require.Equal(t, idemkv.Result{Status: 409, Pointer: "/conflict"}, c.Record.Result)
 

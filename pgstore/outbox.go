@@ -125,11 +125,23 @@ func (s *Store) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idem
 	if err := s.sequence(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT seq, event_id, topic, entity, entity_seq, payload, headers, created
-		FROM idemkv_outbox WHERE seq > $1 ORDER BY seq LIMIT $2`, int64(after), limit)
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM idemkv_outbox WHERE seq > $1 ORDER BY seq LIMIT $2`,
+		int64(after), limit)
 	if err != nil {
 		return nil, s.dbErr("outbox: read", err)
 	}
+	evs, err := scanEvents(rows)
+	if err != nil {
+		return nil, s.dbErr("outbox: read", err)
+	}
+	return evs, nil
+}
+
+// eventColumns are the columns scanEvents reads, in its order.
+const eventColumns = `seq, event_id, topic, entity, entity_seq, payload, headers, created`
+
+// scanEvents reads rows of eventColumns, and closes rows.
+func scanEvents(rows pgx.Rows) ([]idemkv.StoredEvent, error) {
 	defer rows.Close()
 	var evs []idemkv.StoredEvent
 	for rows.Next() {
@@ -139,19 +151,17 @@ func (s *Store) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idem
 			headers     []byte
 		)
 		if err := rows.Scan(&seq, &ev.ID, &ev.Topic, &ev.Key, &entSeq, &ev.Payload, &headers, &ev.Created); err != nil {
-			return nil, s.dbErr("outbox: read", err)
+			return nil, err
 		}
 		ev.Seq, ev.EntitySeq = uint64(seq), uint64(entSeq)
 		ev.Created = ev.Created.UTC()
+		var err error
 		if ev.Headers, err = decodeHeaders(headers); err != nil {
-			return nil, fmt.Errorf("pgstore: outbox: event %d's headers: %w", seq, err)
+			return nil, fmt.Errorf("event %d's headers: %w", seq, err)
 		}
 		evs = append(evs, ev)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.dbErr("outbox: read", err)
-	}
-	return evs, nil
+	return evs, rows.Err()
 }
 
 // AckOutbox implements idemkv.Outbox. The acknowledged events are deleted

@@ -13,6 +13,7 @@ import (
 	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/pgstore"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -146,4 +147,38 @@ func TestOpenMigratesOnceWhenManyOpenAtOnce(t *testing.T) {
 	var v int
 	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT version FROM idemkv_schema WHERE id = 1`).Scan(&v))
 	require.Equal(t, pgstore.SchemaVersion, v)
+}
+
+// TestMigrateFromVersion1: a database left at schema version 1 with an
+// event in its outbox opens at the current version, and the event is
+// claimed and published by a shared relay.
+func TestMigrateFromVersion1(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, pgstore.MigrateTo(ctx, pool, 1))
+	_, err = pool.Exec(ctx, `INSERT INTO idemkv_outbox (batch, ord, seq, event_id, topic, entity, entity_seq, payload, created)
+		VALUES (1, 1, 1, 'ev1', 'things.created', 'e', 1, 'x', now())`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO idemkv_entities (topic, entity, seq) VALUES ('things.created', 'e', 1)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE idemkv_outbox_cursor SET last = 1`)
+	require.NoError(t, err)
+
+	s := open(t, dsn)
+	var v int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT version FROM idemkv_schema`).Scan(&v))
+	require.Equal(t, pgstore.SchemaVersion, v)
+	c, err := s.ClaimOutbox(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, c.Events(), 1)
+	require.Equal(t, "ev1", c.Events()[0].ID)
+	require.NoError(t, c.Finish(ctx, 1))
+	acked, last, err := s.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [2]uint64{1, 1}, [2]uint64{acked, last})
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
 }

@@ -12,7 +12,7 @@ import (
 
 // SchemaVersion is the version of the schema this code reads and writes.
 // Open migrates an older schema to it and refuses a newer one.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[v-1] takes the schema from version v-1 to v. Each runs in
 // one transaction with the version row, so a migration is applied whole
@@ -96,6 +96,13 @@ var migrations = [][]string{
 		)`,
 		`INSERT INTO idemkv_outbox_cursor (id, last, acked, relay) VALUES (1, 0, 0, '')`,
 	},
+	{
+		// Relays that share the outbox (ClaimOutbox) mark what they
+		// published; the acknowledged prefix is deleted. The index finds
+		// each entity's earliest unpublished event.
+		`ALTER TABLE idemkv_outbox ADD COLUMN published BOOL NOT NULL DEFAULT false`,
+		`CREATE INDEX idemkv_outbox_entity ON idemkv_outbox (topic, entity, entity_seq) WHERE NOT published`,
+	},
 }
 
 // migrate brings the schema to SchemaVersion. Several processes may open
@@ -103,16 +110,19 @@ var migrations = [][]string{
 // the whole migration, so one migrates and the others wait and then find
 // the work done. Creating the version table itself can race; a process
 // that loses that race retries.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+func migrate(ctx context.Context, pool *pgxpool.Pool) error { return migrateTo(ctx, pool, SchemaVersion) }
+
+// migrateTo brings the schema to version to.
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, to int) error {
 	for try := 0; ; try++ {
-		err := migrateOnce(ctx, pool)
+		err := migrateOnce(ctx, pool, to)
 		if err == nil || try == 5 || !retryableDDL(err) {
 			return err
 		}
 	}
 }
 
-func migrateOnce(ctx context.Context, pool *pgxpool.Pool) error {
+func migrateOnce(ctx context.Context, pool *pgxpool.Pool, to int) error {
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idemkv_schema (
 		id INT PRIMARY KEY, version INT NOT NULL)`); err != nil {
 		return fmt.Errorf("pgstore: create schema table: %w", err)
@@ -128,7 +138,7 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool) error {
 		if v > SchemaVersion {
 			return fmt.Errorf("%w: the database's idemkv schema is version %d; this build knows up to %d", errNewerSchema, v, SchemaVersion)
 		}
-		for ; v < SchemaVersion; v++ {
+		for ; v < to; v++ {
 			for _, stmt := range migrations[v] {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
 					return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)

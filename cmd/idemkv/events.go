@@ -67,9 +67,11 @@ func startEvents(c serveConfig, e eventSource, log *slog.Logger, reg prometheus.
 		stopEmb()
 		return nil, fmt.Errorf("--events %s: stream %s: %w", url, eventsStream, err)
 	}
+	_, shared := e.(idemkv.SharedOutbox) // a store a fleet shares: every process's relay claims its part
 	r, err := outbox.New(e, pub, &outbox.Options{
-		Clock: e,
-		Logf:  func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		Clock:  e,
+		Logf:   func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		Shared: shared,
 	})
 	if err != nil {
 		_ = pub.Close()
