@@ -110,7 +110,9 @@ var migrations = [][]string{
 // the whole migration, so one migrates and the others wait and then find
 // the work done. Creating the version table itself can race; a process
 // that loses that race retries.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error { return migrateTo(ctx, pool, SchemaVersion) }
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return migrateTo(ctx, pool, SchemaVersion)
+}
 
 // migrateTo brings the schema to version to.
 func migrateTo(ctx context.Context, pool *pgxpool.Pool, to int) error {
