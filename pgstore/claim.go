@@ -17,7 +17,10 @@ import (
 // replaces one that is absent to reads (completed and past its expiry), or
 // takes over an expired lease where that is safe (a local claim, or a
 // remote one whose caller resumes it), and otherwise writes nothing and
-// reads what is there. The row comes back with written set if this claim
+// reads what is there. It tries the insert only if its snapshot shows no
+// record it could not take (the NOT EXISTS): ON CONFLICT DO UPDATE locks
+// the row it meets even when it then updates nothing, and a lock is a
+// write the commit waits to flush, so a replay would cost a WAL flush. The row comes back with written set if this claim
 // wrote it. A takeover draws its token under the row's lock (in the
 // update, not the VALUES that every run draws), so that tokens increase
 // in the order the record is acquired.
@@ -35,7 +38,11 @@ const claimSQL = `
 WITH w AS (
 	INSERT INTO idemkv_records AS r (tenant, endpoint, key, state, mode, fingerprint, token, attempt,
 		operation_id, created, lease_expires, expires, class)
-	VALUES ($1, $2, $3, 1, $5, $4, nextval('idemkv_tokens'), 1, $11, $12, $8, $9, $10)
+	SELECT $1::text, $2::text, $3::text, 1, $5::smallint, $4::bytea, nextval('idemkv_tokens'), 1, $11::bytea,
+		$12::timestamptz, $8::timestamptz, $9::timestamptz, $10::text
+	WHERE NOT EXISTS (SELECT 1 FROM idemkv_records c WHERE c.tenant = $1 AND c.endpoint = $2 AND c.key = $3
+		AND NOT ((c.state = 3 AND c.expires <= $7)
+			OR (c.state = 1 AND c.lease_expires <= $7 AND c.fingerprint = $4 AND (c.mode = 0 OR ($5 = 1 AND $6)))))
 	ON CONFLICT (tenant, endpoint, key) DO UPDATE SET
 		state = 1,
 		mode = CASE WHEN r.state = 3 OR r.mode = 0 THEN excluded.mode ELSE 1 END,

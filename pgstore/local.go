@@ -14,7 +14,9 @@ import (
 // the record completed, or replaces one that Claim could take (absent to
 // reads, or a local claim whose lease ran out, with the same
 // fingerprint), and otherwise writes nothing. A takeover keeps the
-// record's creation and retention class, as Claim and Complete would.
+// record's creation and retention class, as Claim and Complete would. As
+// claimSQL, it tries the insert only if its snapshot shows no record it
+// could not take, so that a duplicate locks nothing.
 //
 // $3 fingerprint, $5 now, $6-$8 id, $9 class, $10 created, $11 expiry of
 // a new record, $12 status, $13 pointer, $14 body, $15 the count of
@@ -23,7 +25,11 @@ import (
 const localRecSQL = `
 	INSERT INTO idemkv_records AS r (tenant, endpoint, key, state, mode, fingerprint, token, attempt,
 		created, expires, class, status, pointer, body, effects)
-	VALUES ($6, $7, $8, 3, 0, $3, nextval('idemkv_tokens'), 1, $10, $11, $9, $12, $13, $14, $15)
+	SELECT $6::text, $7::text, $8::text, 3, 0, $3::bytea, nextval('idemkv_tokens'), 1, $10::timestamptz,
+		$11::timestamptz, $9::text, $12::int, $13::text, $14::bytea, $15::int
+	WHERE NOT EXISTS (SELECT 1 FROM idemkv_records c WHERE c.tenant = $6 AND c.endpoint = $7 AND c.key = $8
+		AND NOT ((c.state = 3 AND c.expires <= $5)
+			OR (c.state = 1 AND c.mode = 0 AND c.lease_expires <= $5 AND c.fingerprint = $3)))
 	ON CONFLICT (tenant, endpoint, key) DO UPDATE SET
 		state = 3, mode = 0,
 		fingerprint = excluded.fingerprint,

@@ -25,10 +25,10 @@ import (
 // answer InProgress.
 //
 // To order the steps without sleeps, a third transaction holds the row
-// (FOR NO KEY UPDATE); Renew queues for it first, then the claim (after
-// taking its snapshot); the third transaction commits, Renew commits,
-// and the claim's ON CONFLICT arm sees the renewed row (no takeover) while
-// its fallback SELECT still reads the expired one from its snapshot.
+// (FOR NO KEY UPDATE); Renew queues for it first, then the claim (its
+// statement read the expired lease from its snapshot and wrote nothing,
+// and its abandonedSQL queues); the third transaction commits, Renew
+// commits, and abandonedSQL must see the renewed lease.
 func TestReviewAbandonAfterRenew(t *testing.T) {
 	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	s, dsn := reviewStore(t, func(o *pgstore.Options) { o.Clock = clock; o.NoListen = true })
@@ -96,7 +96,7 @@ func TestReviewAbandonAfterRenew(t *testing.T) {
 		c, err := s.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}, Mode: idemkv.ModeRemote})
 		claimed <- answer{c, err}
 	}()
-	waitFor("Claim", "%INSERT INTO idemkv_records AS r%")
+	waitFor("Claim", "%UPDATE idemkv_records SET state = 2%") // abandonedSQL
 	require.NoError(t, tx.Commit(ctx))
 
 	r := <-renewedc

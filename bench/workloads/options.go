@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/idemkv/idemkv/bench"
@@ -27,6 +28,9 @@ type Options struct {
 	// Targets are the stores measured. Default: EngineTarget(Engine),
 	// BaselineTarget(Engine). Comparisons relate the first to the second.
 	Targets []Target
+	// MoreTargets are measured after Targets, each point beside them
+	// (PostgresTarget, say).
+	MoreTargets []Target
 
 	// RetryFraction is the share of retry-workload requests that re-send a
 	// recent key. Default: 0.25.
@@ -114,6 +118,8 @@ func (o *Options) EnsureDefaults() *Options {
 	if len(c.Targets) == 0 {
 		c.Targets = []Target{EngineTarget(c.Engine), BaselineTarget(c.Engine)}
 	}
+	c.Targets = append(slices.Clip(c.Targets), c.MoreTargets...)
+	c.MoreTargets = nil
 	c.Duration = cmp.Or(c.Duration, time.Second)
 	c.RetryFraction = cmp.Or(c.RetryFraction, 0.25)
 	c.HotDuplicates = cmp.Or(c.HotDuplicates, 32)

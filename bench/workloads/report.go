@@ -93,7 +93,10 @@ func (o *Options) describe() RunOptions {
 type Point struct {
 	Workload    string `json:"workload"`    // the workload's name
 	Concurrency int    `json:"concurrency"` // the number of concurrent clients
-	Target      string `json:"target"`      // the target's name: engine or baseline
+	Target      string `json:"target"`      // the target's name: engine, baseline or pgstore
+	// External: the target works in another process, and the fsync,
+	// batch, CPU and write-amplification figures are not its (zero).
+	External bool `json:"external,omitempty"`
 	// DurationSeconds is the measured time, from the start signal until the
 	// last client finished its last request, in seconds.
 	DurationSeconds float64       `json:"duration_seconds"`
@@ -234,11 +237,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if x, ok := ratios[[2]any{p.Workload, p.Concurrency}]; ok && p.Target == first {
 			ratio = fmt.Sprintf("%.2fx", x)
 		}
-		fmt.Fprintf(&b, "%-8s %5d %-9s %10s %9s %9s %9s %9s %9.2f %9.2f %9s %7.1f %6.2f %7s\n",
+		fsyncs, batches, cpu, wamp := fmt.Sprintf("%.2f", p.FsyncsPerRequest), fmt.Sprintf("%.2f", p.SyncedBatchesPerRequest),
+			bench.Micros(p.CPUSecondsPerRequest*1e6), fmt.Sprintf("%.2f", p.WriteAmp)
+		if p.External {
+			fsyncs, batches, cpu, wamp = "-", "-", "-", "-"
+		}
+		fmt.Fprintf(&b, "%-8s %5d %-9s %10s %9s %9s %9s %9s %9s %9s %9s %7.1f %6s %7s\n",
 			wl, p.Concurrency, p.Target, bench.Count(p.RequestsPerSec),
 			bench.Micros(p.Latency.P50), bench.Micros(p.Latency.P99), bench.Micros(p.Latency.P999), bench.Micros(p.Latency.Max),
-			p.FsyncsPerRequest, p.SyncedBatchesPerRequest, bench.Micros(p.CPUSecondsPerRequest*1e6),
-			p.DiskBytesPerKey, p.WriteAmp, ratio)
+			fsyncs, batches, cpu, p.DiskBytesPerKey, wamp, ratio)
 	}
 	r.writeReadOffs(&b)
 	r.Sizing.write(&b)

@@ -194,6 +194,11 @@ func (r *runner) point(ctx context.Context, wl *workload, t Target, shared *open
 		return Point{}, err
 	}
 	pt.Target = t.Name
+	if t.External {
+		pt.External = true
+		pt.FsyncsPerRequest, pt.WALFsyncsPerRequest, pt.SyncedBatchesPerRequest, pt.WALBytesPerRequest = 0, 0, 0, 0
+		pt.Fsyncs, pt.SyncedBatches, pt.CPUSecondsPerRequest = 0, 0, 0
+	}
 	if shared == nil {
 		o.disk, err = o.Settle(ctx)
 		pt.WriteAmp = o.disk.WriteAmp

@@ -38,6 +38,10 @@ type Disk struct {
 // Target is one implementation under test.
 type Target struct {
 	Name string
+	// External says the store does its work in another process (a
+	// database server): the harness's fsync, batch and CPU counters do
+	// not see it, and the report leaves them out.
+	External bool
 	// Open opens the store in dir, creating it if needed, on fs: the
 	// harness passes a filesystem that counts syncs.
 	Open func(dir string, fs vfs.FS) (Store, error)

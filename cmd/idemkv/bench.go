@@ -18,6 +18,7 @@ import (
 	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/bench/workloads"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -25,7 +26,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		args:    "[--profile quick|full] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--scale N,...] [--scale-rounds R] [--json FILE] [--plot DIR]",
+		args:    "[--profile quick|full] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--scale N,...] [--scale-rounds R] [--postgres] [--json FILE] [--plot DIR]",
 		summary: "measure the engine against a hand-written raw-Pebble baseline, side by side (docs/benchmarks.md)",
 		flags:   benchWorkloadsFlags,
 	})
@@ -79,7 +80,18 @@ func benchWorkloadsFlags(fs *flag.FlagSet) func(context.Context, io.Writer) erro
 	fs.StringVar(&f.data, "data", "", "create the stores in a temporary directory under `DIR` (removed afterwards; default the system's)")
 	fs.StringVar(&f.json, "json", "", "write every figure as JSON to `FILE`")
 	fs.StringVar(&f.plot, "plot", "", "write PNG charts into `DIR` (created if needed)")
+	fs.BoolVar(&f.postgres, "postgres", false, "also measure the PostgreSQL store (pgstore) at every point, in a PostgreSQL 15 server started in a temporary directory (fsync on)")
 	return func(ctx context.Context, stdout io.Writer) error {
+		if f.postgres {
+			srv, err := pgtest.StartServer()
+			if err != nil {
+				return fmt.Errorf("--postgres: start PostgreSQL: %w", err)
+			}
+			defer srv.Close()
+			f.more = append(f.more, workloads.PostgresTarget(func(_ context.Context, name string) (string, error) {
+				return srv.CreateDatabaseNamed(name)
+			}, nil))
+		}
 		return runBench(ctx, f, stdout, os.Stderr)
 	}
 }
@@ -130,6 +142,8 @@ type benchFlags struct {
 	bg              backgroundFlags
 	data            string
 	json, plot      string
+	postgres        bool
+	more            []workloads.Target // measured beside the engine and the baseline
 }
 
 // pebbleFlags are the engine's Pebble settings that bench and bench http
@@ -198,6 +212,7 @@ func runBench(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.Fi
 	cfg.RetryFraction = f.retryFraction
 	cfg.RemoteLatency = f.remoteLatency
 	cfg.Dir = f.data
+	cfg.MoreTargets = f.more
 	if f.claimFilterBits != 0 {
 		if cfg.Engine == nil {
 			cfg.Engine = &engine.Options{}
