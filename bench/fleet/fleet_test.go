@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestRun(t *testing.T) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	rep, err := Run(context.Background(), &Options{DSN: dsn, EngineDir: t.TempDir(), Concurrency: []int{4},
-		Duration: 200 * time.Millisecond, Rounds: 2})
+		Duration: 200 * time.Millisecond, Rounds: 2, Warmup: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.Len(t, rep.Points, 1)
 	p := rep.Points[0]

@@ -38,6 +38,11 @@ type Options struct {
 	// suggests 2 to 4 a core, and more connections than the cores can run
 	// only add contention in the server.
 	Pool int32
+	// Warmup is how long each PostgreSQL side runs, unmeasured, before
+	// the first point: a server just started plans, caches and extends
+	// its files, and the first side measured would pay for it. Default
+	// 2 s.
+	Warmup time.Duration
 	// Logf, if set, reports progress.
 	Logf func(format string, args ...any)
 }
@@ -49,6 +54,9 @@ func (o *Options) withDefaults() *Options {
 	}
 	if c.Duration == 0 {
 		c.Duration = 3 * time.Second
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 2 * time.Second
 	}
 	if c.Rounds == 0 {
 		c.Rounds = 2
@@ -147,6 +155,12 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 		}
 		rep.Keys[name] += done
 		return float64(done) / o.Duration.Seconds(), nil
+	}
+	for _, name := range []string{Postgres, PostgresTwo, Naive} {
+		stream += uint64(o.Concurrency[0]) + 1
+		if _, err := drive(ctx, o.Concurrency[0], o.Warmup, stream, bench.NewHistogram(), do[name]); err != nil {
+			return nil, fmt.Errorf("%s, warming up: %w", name, err)
+		}
 	}
 	// The PostgreSQL sides take turns, point by point; the engine
 	// runs after all of them, so that its flushes and compactions do not

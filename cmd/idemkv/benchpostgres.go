@@ -18,7 +18,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench postgres",
-		args:    "[--url URL] [--concurrency 16,64] [--duration D] [--rounds N] [--pool N] [--data DIR] [--json FILE]",
+		args:    "[--url URL] [--concurrency 16,64] [--duration D] [--warmup D] [--rounds N] [--pool N] [--data DIR] [--json FILE]",
 		summary: "measure the PostgreSQL store against a naive SQL baseline on the same server, with the engine beside them, and their bytes per key (docs/benchmarks.md)",
 		flags:   benchPostgresFlags,
 	})
@@ -32,6 +32,7 @@ func benchPostgresFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error
 	fs.StringVar(&url, "url", "", "measure in the PostgreSQL database at `URL` (its idemkv_* tables must be new; naive_* tables are dropped); default: a PostgreSQL 15 server started in a temporary directory, fsync on")
 	intsFlag(fs, "concurrency", "comma-separated `list` of closed-loop clients (default 16,64)", 1, 1024, "bad concurrency %q (want 1..1024)", &o.Concurrency)
 	durationFlag(fs, "duration", "how long each store runs at each point, each round (default 3s)", 1, &o.Duration)
+	durationFlag(fs, "warmup", "how long each PostgreSQL side runs, unmeasured, before the first point (default 2s)", 1, &o.Warmup)
 	fs.Func("pool", "connections of each PostgreSQL store's pool (default 16)", func(s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {

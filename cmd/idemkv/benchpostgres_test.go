@@ -15,7 +15,7 @@ func TestBenchPostgres(t *testing.T) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	var out, errOut strings.Builder
 	code := run(context.Background(), []string{"bench", "postgres", "--url", dsn, "--concurrency", "2",
-		"--duration", "100ms", "--rounds", "1", "--data", t.TempDir()}, &out, &errOut)
+		"--duration", "100ms", "--warmup", "50ms", "--rounds", "1", "--data", t.TempDir()}, &out, &errOut)
 	require.Equal(t, exitOK, code, "%s%s", out.String(), errOut.String())
 	require.Contains(t, out.String(), "bytes per completed key at rest")
 }
