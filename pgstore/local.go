@@ -55,13 +55,15 @@ UNION ALL
 SELECT ` + recordColumns + `, false, 0, 0 FROM idemkv_records
 WHERE tenant = $6 AND endpoint = $7 AND key = $8 AND NOT EXISTS (SELECT 1 FROM rec)`
 
-// newLocalSQL builds the two variants of RunLocal's statement.
+// newLocalSQL builds the variants of RunLocal's statement.
 func newLocalSQL(o *Options, notify string) writeSQL {
-	head := "WITH rec AS (" + fmt.Sprintf(localRecSQL, expiresOf(o, "$5", "r.class")) + "),\n" + dataSQL("(SELECT token FROM rec)")
-	return writeSQL{
-		lean:   head + fmt.Sprintf(localResultSQL, "0::bigint, 0::bigint"),
-		events: head + eventsSQL(16, notify) + fmt.Sprintf(localResultSQL, "(SELECT count(*) FROM evs), (SELECT count(*) FROM notify)"),
-	}
+	head := "WITH rec AS (" + fmt.Sprintf(localRecSQL, expiresOf(o, "$5", "r.class")) + "),"
+	return buildWriteSQL(head, "(SELECT token FROM rec)", func(events bool) string {
+		if events {
+			return eventsSQL(16, notify) + fmt.Sprintf(localResultSQL, "(SELECT count(*) FROM evs), (SELECT count(*) FROM notify)")
+		}
+		return fmt.Sprintf(localResultSQL, "0::bigint, 0::bigint")
+	})
 }
 
 // RunLocal runs a local operation in one statement: it runs apply, then

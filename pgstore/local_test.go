@@ -203,3 +203,50 @@ func TestRunLocalApply(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
 }
+
+// TestDeletes: each statement variant that deletes data keys (Complete
+// and RunLocal, with and without events) deletes them with the outcome,
+// and a fenced Complete deletes nothing.
+func TestDeletes(t *testing.T) {
+	s, _ := reviewStore(t, nil)
+	require.NoError(t, s.Update(ctx, func(fx idemkv.Effects) error {
+		for _, k := range []string{"a", "b", "c", "d", "e"} {
+			if err := fx.Set([]byte("v/"+k), []byte("x")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	del := func(key string, event bool) func(idemkv.Effects) error {
+		return func(fx idemkv.Effects) error {
+			if err := fx.Delete([]byte("v/" + key)); err != nil {
+				return err
+			}
+			if event {
+				return fx.Emit(idemkv.Event{Topic: "things.deleted", Key: key})
+			}
+			return nil
+		}
+	}
+	for i, event := range []bool{false, true} {
+		l := reviewClaim(t, s, reviewID(fmt.Sprint("complete", i)), idemkv.ModeLocal)
+		require.NoError(t, s.Complete(ctx, l, idemkv.Result{Status: 200}, del([]string{"a", "b"}[i], event)))
+		c, err := s.RunLocal(ctx, idemkv.ClaimRequest{ID: reviewID(fmt.Sprint("local", i)), Fingerprint: []byte{1}},
+			idemkv.Result{Status: 200}, del([]string{"c", "d"}[i], event))
+		require.NoError(t, err)
+		require.Equal(t, idemkv.Acquired, c.Outcome)
+	}
+	fenced := reviewClaim(t, s, reviewID("fenced"), idemkv.ModeLocal)
+	require.NoError(t, s.Release(ctx, fenced))
+	require.ErrorIs(t, s.Complete(ctx, fenced, idemkv.Result{Status: 200}, del("e", true)), idemkv.ErrFenced)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		requireData(t, s, k, "")
+	}
+	requireData(t, s, "e", "x")
+	evs, err := s.ReadOutbox(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+}

@@ -9,8 +9,9 @@ import (
 // together with an operation's writes and events. Each is one statement
 // of CTEs: "rec" changes the record (a compare-and-set on its token), and
 // the writes and events happen only if it changed a row, so a fenced
-// holder writes nothing. Each comes in two variants: without events
-// (most operations), and with the CTEs that number and store events.
+// holder writes nothing. Each comes in four variants (writeSQL): with or
+// without the CTEs that number and store events, and with or without the
+// DELETE of data keys; most operations need neither.
 //
 // Parameters: $1 to $5 are the data writes' (writeArgs.args): the keys
 // set and their values, the writer's token, the keys deleted, and the
@@ -18,18 +19,26 @@ import (
 // arrays come last.
 
 // dataSQL writes the business data, stamped with the writer's token
-// (token: an SQL expression).
-func dataSQL(token string) string {
+// (token: an SQL expression). Without deletes, the DELETE is left out:
+// even with an empty array it was a tenth of a small statement's cost,
+// and most operations delete nothing. Its parameter keeps its place, in a
+// CTE that is never run.
+func dataSQL(token string, deletes bool) string {
+	dels := `
+dels AS (SELECT $4::bytea[])`
+	if deletes {
+		dels = `
+dels AS (
+	DELETE FROM idemkv_data WHERE k = ANY($4::bytea[]) AND EXISTS (SELECT 1 FROM rec)
+)`
+	}
 	return `
 sets AS (
 	INSERT INTO idemkv_data (k, v, token)
 	SELECT k, v, ` + token + ` FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
 	WHERE EXISTS (SELECT 1 FROM rec)
 	ON CONFLICT (k) DO UPDATE SET v = excluded.v, token = excluded.token
-),
-dels AS (
-	DELETE FROM idemkv_data WHERE k = ANY($4::bytea[]) AND EXISTS (SELECT 1 FROM rec)
-)`
+),` + dels
 }
 
 // eventsSQL stores the events, whose five arrays (topics, entity keys,
@@ -91,22 +100,43 @@ const (
 	noNotifySQL = `SELECT 1 WHERE false`
 )
 
-// writeSQL is one write statement's two variants.
-type writeSQL struct{ lean, events string }
+// writeSQL is one write statement's variants, by whether the writes
+// carry events and deletes: [events][deletes].
+type writeSQL [2][2]string
 
 // newWriteSQL builds the variants of a statement whose "rec" CTE is rec
 // and takes record parameters $6 to $(5+recParams).
 func newWriteSQL(rec string, recParams int, notify string) writeSQL {
-	head := "WITH rec AS (" + rec + "),\n" + dataSQL("$3::bigint")
-	return writeSQL{lean: head + leanCountsSQL, events: head + eventsSQL(6+recParams, notify) + countsSQL}
+	return buildWriteSQL("WITH rec AS ("+rec+"),", "$3::bigint", func(events bool) string {
+		if events {
+			return eventsSQL(6+recParams, notify) + countsSQL
+		}
+		return leanCountsSQL
+	})
+}
+
+// buildWriteSQL builds the variants of head, then dataSQL with token, then
+// tail(events).
+func buildWriteSQL(head, token string, tail func(events bool) string) writeSQL {
+	var w writeSQL
+	for ev := range 2 {
+		for del := range 2 {
+			w[ev][del] = head + dataSQL(token, del == 1) + tail(ev == 1)
+		}
+	}
+	return w
 }
 
 // pick returns the variant for a's writes.
-func (w writeSQL) pick(a *writeArgs) string {
-	if len(a.topics) > 0 {
-		return w.events
+func (w *writeSQL) pick(a *writeArgs) string {
+	return w[b2i(len(a.topics) > 0)][b2i(len(a.delKeys) > 0)]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	return w.lean
+	return 0
 }
 
 // args returns a statement's parameters: the data writes', the record's
