@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/natstest"
 	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/pgstore"
 )
@@ -43,8 +44,9 @@ func TestServeFleetKillLoop(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0x666c6565))
 	purl := startFlakyProcessor(t, seed)
 	dsn := pgtest.Shared(t).CreateDatabase(t)
+	ns := natstest.Start(t)
 	flags := []string{"--store", dsn, "--processor", purl, "--processor-timeout", "200ms",
-		"--reconcile-interval", "50ms", "--reconcile-grace", "300ms"}
+		"--reconcile-interval", "50ms", "--reconcile-grace", "300ms", "--events", ns.URL()}
 
 	var (
 		mu   sync.Mutex
@@ -99,6 +101,11 @@ func TestServeFleetKillLoop(t *testing.T) {
 	settle := time.Since(start)
 	lost, doubled := countPayments(t, hc, srvs[0].url, q, keys)
 	charges := requireOneChargePerKey(t, purl, keys)
+	for lag := -1; lag != 0; { // the relays drain what the kills left
+		require.Less(t, time.Since(start), 3*time.Minute, "the outbox did not drain")
+		lag = outboxLag(t, srvs[0].url)
+	}
+	msgs := requireOneMessagePerPayment(t, ns, q, keys)
 
 	for _, srv := range srvs {
 		require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
@@ -107,8 +114,8 @@ func TestServeFleetKillLoop(t *testing.T) {
 	requireStoreCheckClean(t, dsn, "at the end")
 	requireNothingToSettle(t, dsn)
 	t.Logf("%d kill cycles over 3 processes, %d requests, %d payments acknowledged, lost %d, doubled %d, %d requests cut off by a kill; "+
-		"processor: %d charges for %d keys; recovery settled everything in %v",
-		cycles, q.sent.Load(), len(q.acked), lost, doubled, cut.Load(), charges, keys, settle.Round(time.Millisecond))
+		"processor: %d charges for %d keys; stream: %d messages; recovery settled everything in %v",
+		cycles, q.sent.Load(), len(q.acked), lost, doubled, cut.Load(), charges, keys, msgs, settle.Round(time.Millisecond))
 }
 
 // requireStoreCheckClean runs "idemkv check --store url".
