@@ -64,43 +64,68 @@ func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(rep); err != nil {
-				return err
-			}
-		} else {
-			var b strings.Builder
-			fmt.Fprintf(&b, "records  %d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)\n",
-				rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired)
-			fmt.Fprintf(&b, "effects  %d: %d paired with their outcome, %d of expired outcomes; %d outcomes with effects since overwritten\n",
-				rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded)
-			fmt.Fprintf(&b, "epoch    %d\n", rep.Epoch)
-			if rep.Passes > 1 {
-				fmt.Fprintf(&b, "passes   %d (pairing needed more than --memory-mib)\n", rep.Passes)
-			}
-			if rep.SweepCursor {
-				b.WriteString("sweeper  a pass is under way\n")
-			}
-			for _, p := range rep.Problems {
-				fmt.Fprintf(&b, "problem  %s\n", p)
-			}
-			if more := rep.ProblemCount - len(rep.Problems); more > 0 {
-				fmt.Fprintf(&b, "problem  ... and %d more\n", more)
-			}
-			if rep.ProblemCount == 0 {
-				b.WriteString("ok: every invariant holds\n")
-			}
-			if _, err := io.WriteString(stdout, b.String()); err != nil {
-				return err
-			}
+		problems := make([]string, len(rep.Problems))
+		for i, p := range rep.Problems {
+			problems[i] = p.String()
 		}
-		if rep.ProblemCount > 0 {
-			return fmt.Errorf("%d broken invariants", rep.ProblemCount)
+		var lines []string
+		if rep.Passes > 1 {
+			lines = append(lines, fmt.Sprintf("passes   %d (pairing needed more than --memory-mib)", rep.Passes))
 		}
-		return nil
+		if rep.SweepCursor {
+			lines = append(lines, "sweeper  a pass is under way")
+		}
+		return printCheck(stdout, asJSON, rep, checkSummary{
+			records: fmt.Sprintf("%d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)",
+				rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired),
+			effects: fmt.Sprintf("%d: %d paired with their outcome, %d of expired outcomes; %d outcomes with effects since overwritten",
+				rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded),
+			more:     append([]string{fmt.Sprintf("epoch    %d", rep.Epoch)}, lines...),
+			problems: problems, count: rep.ProblemCount,
+		})
 	}
+}
+
+// checkSummary is what printCheck writes of a store's check report.
+type checkSummary struct {
+	records, effects string   // the counts after "records" and "effects"
+	more             []string // the store's own lines
+	problems         []string // the problems the report lists
+	count            int      // the problems found, listed or not
+}
+
+// printCheck writes a check report, as JSON (rep) or as lines
+// (summary), and fails if it found problems.
+func printCheck(stdout io.Writer, asJSON bool, rep any, sum checkSummary) error {
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		var b strings.Builder
+		fmt.Fprintf(&b, "records  %s\neffects  %s\n", sum.records, sum.effects)
+		for _, l := range sum.more {
+			b.WriteString(l + "\n")
+		}
+		for _, p := range sum.problems {
+			fmt.Fprintf(&b, "problem  %s\n", p)
+		}
+		if more := sum.count - len(sum.problems); more > 0 {
+			fmt.Fprintf(&b, "problem  ... and %d more\n", more)
+		}
+		if sum.count == 0 {
+			b.WriteString("ok: every invariant holds\n")
+		}
+		if _, err := io.WriteString(stdout, b.String()); err != nil {
+			return err
+		}
+	}
+	if sum.count > 0 {
+		return fmt.Errorf("%d broken invariants", sum.count)
+	}
+	return nil
 }
 
 // checkPostgres runs pgstore's Check on the store at url and prints its
@@ -117,32 +142,13 @@ func checkPostgres(ctx context.Context, url string, asJSON bool, stdout io.Write
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		var b strings.Builder
-		fmt.Fprintf(&b, "records  %d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)\n",
-			rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired)
-		fmt.Fprintf(&b, "effects  %d: %d paired with their outcome, %d written outside any record\n",
-			rep.Effects, rep.EffectsPaired, rep.EffectsStandalone)
-		fmt.Fprintf(&b, "outbox   %d events (%d not yet numbered), acknowledged through %d of %d\n",
-			rep.Events, rep.Unsequenced, rep.OutboxAcked, rep.OutboxLast)
-		for _, p := range rep.Problems {
-			fmt.Fprintf(&b, "problem  %s\n", p)
-		}
-		if rep.ProblemCount == 0 {
-			b.WriteString("ok: every invariant holds\n")
-		}
-		if _, err := io.WriteString(stdout, b.String()); err != nil {
-			return err
-		}
-	}
-	if rep.ProblemCount > 0 {
-		return fmt.Errorf("%d broken invariants", rep.ProblemCount)
-	}
-	return nil
+	return printCheck(stdout, asJSON, rep, checkSummary{
+		records: fmt.Sprintf("%d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)",
+			rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired),
+		effects: fmt.Sprintf("%d: %d paired with their outcome, %d written outside any record",
+			rep.Effects, rep.EffectsPaired, rep.EffectsStandalone),
+		more: []string{fmt.Sprintf("outbox   %d events (%d not yet numbered), acknowledged through %d of %d",
+			rep.Events, rep.Unsequenced, rep.OutboxAcked, rep.OutboxLast)},
+		problems: rep.Problems, count: rep.ProblemCount,
+	})
 }
