@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/idemkv/idemkv/engine"
+)
+
+func init() {
+	register(&command{
+		name:    "backup",
+		args:    "--data DIR --to DIR [--json]",
+		summary: "copy a Pebble store no process has open into a new directory, consistently (a PostgreSQL store is backed up with the database's own tools)",
+		flags:   backupFlags,
+	})
+	register(&command{
+		name:    "restore",
+		args:    "--from DIR --data DIR [--json]",
+		summary: "put a backup in place as a new store directory, and check it",
+		flags:   restoreFlags,
+	})
+}
+
+// backupReport is what backup and restore print with --json.
+type backupReport struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Bytes is the size of the files of the copy.
+	Bytes int64 `json:"bytes"`
+	// Check is the restored store's check, for restore.
+	Check *engine.CheckReport `json:"check,omitempty"`
+}
+
+func backupFlags(flags *flag.FlagSet) func(context.Context, io.Writer) error {
+	var (
+		dir, to string
+		asJSON  bool
+	)
+	flags.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
+	flags.StringVar(&to, "to", "", "the backup's directory (`DIR`), which must not exist")
+	flags.BoolVar(&asJSON, "json", false, "print what was done as JSON")
+	return func(ctx context.Context, stdout io.Writer) error {
+		if dir == "" || to == "" {
+			return usageError{errors.New("--data and --to are required")}
+		}
+		if _, err := os.Stat(dir); err != nil {
+			return err // do not create a store where none is
+		}
+		if _, err := os.Stat(to); !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s exists: back up into a new directory", to)
+		}
+		// Opened read-only, the store is locked against other processes
+		// and changed by nothing: a copy of its files is the store as it
+		// was closed. (Pebble's checkpoint, which a running service's
+		// Engine.Backup uses, needs a store opened for writing.)
+		e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
+		if err != nil {
+			return err
+		}
+		err = copyTree(dir, to, "LOCK")
+		if cerr := e.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("back up %s to %s: %w", dir, to, err)
+		}
+		rep := backupReport{From: dir, To: to}
+		if rep.Bytes, err = dirSize(to); err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(stdout, rep)
+		}
+		_, err = fmt.Fprintf(stdout, "backed up %s to %s (%d bytes)\n", dir, to, rep.Bytes)
+		return err
+	}
+}
+
+func restoreFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+	var (
+		from, dir string
+		asJSON    bool
+	)
+	fs.StringVar(&from, "from", "", "the backup's directory (`DIR`), as backup wrote it")
+	fs.StringVar(&dir, "data", "", "the new store's directory (`DIR`): it must not exist, or be empty")
+	fs.BoolVar(&asJSON, "json", false, "print what was done, and the check's report, as JSON")
+	return func(ctx context.Context, stdout io.Writer) error {
+		if from == "" || dir == "" {
+			return usageError{errors.New("--from and --data are required")}
+		}
+		if err := emptyOrAbsent(dir); err != nil {
+			return err
+		}
+		if err := copyTree(from, dir, ""); err != nil {
+			return fmt.Errorf("restore %s into %s: %w", from, dir, err)
+		}
+		e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
+		if err != nil {
+			return fmt.Errorf("restore: the copy does not open as a store: %w", err)
+		}
+		rep, err := e.Check(ctx)
+		if cerr := e.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		out := backupReport{From: from, To: dir, Check: &rep}
+		if out.Bytes, err = dirSize(dir); err != nil {
+			return err
+		}
+		if asJSON {
+			err = printJSON(stdout, out)
+		} else {
+			_, err = fmt.Fprintf(stdout, "restored %s into %s (%d bytes): %d records (%d completed, %d in progress, %d uncertain), %d effects; check: %d problems\n",
+				from, dir, out.Bytes, rep.Records, rep.Completed, rep.InProgress, rep.Uncertain, rep.Effects, rep.ProblemCount)
+		}
+		if err == nil && rep.ProblemCount > 0 {
+			err = fmt.Errorf("the restored store breaks %d invariants (idemkv check --data %s)", rep.ProblemCount, dir)
+		}
+		return err
+	}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// emptyOrAbsent refuses a directory that holds anything: a restore never
+// mixes a backup with other files.
+func emptyOrAbsent(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case len(entries) > 0:
+		return fmt.Errorf("%s is not empty: restore into a new directory", dir)
+	}
+	return nil
+}
+
+// copyTree copies the regular files and directories under from into to,
+// except a top-level file named skip, each file synced, then each
+// directory.
+func copyTree(from, to, skip string) error {
+	var dirs []string
+	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		switch {
+		case d.IsDir():
+			dirs = append(dirs, dst)
+			return os.MkdirAll(dst, 0o755)
+		case rel == skip:
+			return nil
+		case d.Type().IsRegular():
+			return copyFile(path, dst)
+		}
+		return fmt.Errorf("%s is neither a file nor a directory", path)
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := syncPath(dirs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	if err := dst.Sync(); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
+}
+
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// dirSize is the size of the regular files under dir.
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	return n, err
+}
