@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -17,8 +18,8 @@ import (
 func init() {
 	register(&command{
 		name:    "backup",
-		args:    "--data DIR --to DIR [--json]",
-		summary: "copy a Pebble store no process has open into a new directory, consistently (a PostgreSQL store is backed up with the database's own tools)",
+		args:    "(--data DIR | --server URL [--token-file FILE]) --to DIR [--json]",
+		summary: "copy a Pebble store consistently into a new directory: one no process has open (--data), or a running service's through its admin API (--server; DIR is then on its machine). A PostgreSQL store is backed up with the database's own tools",
 		flags:   backupFlags,
 	})
 	register(&command{
@@ -41,15 +42,23 @@ type backupReport struct {
 
 func backupFlags(flags *flag.FlagSet) func(context.Context, io.Writer) error {
 	var (
-		dir, to string
-		asJSON  bool
+		dir, to, server, tokenFile string
+		asJSON                     bool
 	)
 	flags.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
+	flags.StringVar(&server, "server", "", "back up the store of the service whose admin API is at `URL` (serve --admin-addr), while it runs")
+	flags.StringVar(&tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
 	flags.StringVar(&to, "to", "", "the backup's directory (`DIR`), which must not exist")
 	flags.BoolVar(&asJSON, "json", false, "print what was done as JSON")
 	return func(ctx context.Context, stdout io.Writer) error {
+		if server != "" {
+			if dir != "" || to == "" || !filepath.IsAbs(to) {
+				return usageError{errors.New("--server takes --to DIR, an absolute path on the service's machine, and no --data")}
+			}
+			return backupServer(ctx, server, tokenFile, filepath.Clean(to), asJSON, stdout)
+		}
 		if dir == "" || to == "" {
-			return usageError{errors.New("--data and --to are required")}
+			return usageError{errors.New("--data (or --server) and --to are required")}
 		}
 		if _, err := os.Stat(dir); err != nil {
 			return err // do not create a store where none is
@@ -82,6 +91,26 @@ func backupFlags(flags *flag.FlagSet) func(context.Context, io.Writer) error {
 		_, err = fmt.Fprintf(stdout, "backed up %s to %s (%d bytes)\n", dir, to, rep.Bytes)
 		return err
 	}
+}
+
+// backupServer asks the service at server for a backup into to.
+func backupServer(ctx context.Context, server, tokenFile, to string, asJSON bool, stdout io.Writer) error {
+	c, err := newAdminClient(server, tokenFile)
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Dir     string  `json:"dir"`
+		Seconds float64 `json:"seconds"`
+	}
+	if err := c.call(ctx, http.MethodPost, "/admin/v1/backup", map[string]string{"dir": to}, &out); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, backupReport{From: server, To: out.Dir})
+	}
+	_, err = fmt.Fprintf(stdout, "backed up the store of %s to %s on its machine (%.1fs)\n", server, out.Dir, out.Seconds)
+	return err
 }
 
 func restoreFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {

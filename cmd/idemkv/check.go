@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 
@@ -17,7 +18,7 @@ import (
 func init() {
 	register(&command{
 		name:    "check",
-		args:    "--data DIR | --store URL [--json] [--memory-mib N]",
+		args:    "--data DIR | --store URL | --server URL [--token-file FILE] [--json] [--memory-mib N]",
 		summary: "verify, read-only, the invariants of a store (a Pebble store no process has open, or a PostgreSQL store); exit 1 if any is broken",
 		flags:   checkFlags,
 	})
@@ -25,16 +26,23 @@ func init() {
 
 func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	var (
-		dir    string
-		store  string
-		asJSON bool
-		memMiB int64
+		dir, store, server, tokenFile string
+		asJSON                        bool
+		memMiB                        int64
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
 	fs.StringVar(&store, "store", "", "check the PostgreSQL store at `URL` instead (processes may be using it; its counts are then a moment's)")
+	fs.StringVar(&server, "server", "", "check the store of the running service whose admin API is at `URL` (serve --admin-addr)")
+	fs.StringVar(&tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.Int64Var(&memMiB, "memory-mib", 256, "memory for pairing effects with their outcomes, in `MiB`; a store that needs more is read in several passes")
 	return func(ctx context.Context, stdout io.Writer) error {
+		if server != "" {
+			if dir != "" || store != "" {
+				return usageError{errors.New("--server, --data and --store name three stores: give one")}
+			}
+			return checkServer(ctx, server, tokenFile, asJSON, stdout)
+		}
 		if store != "" {
 			if dir != "" {
 				return usageError{errors.New("--data and --store name two stores: give one")}
@@ -150,5 +158,37 @@ func checkPostgres(ctx context.Context, url string, asJSON bool, stdout io.Write
 		more: []string{fmt.Sprintf("outbox   %d events (%d not yet numbered), acknowledged through %d of %d",
 			rep.Events, rep.Unsequenced, rep.OutboxAcked, rep.OutboxLast)},
 		problems: rep.Problems, count: rep.ProblemCount,
+	})
+}
+
+// checkServer runs the check of a running service's store through its
+// admin API.
+func checkServer(ctx context.Context, server, tokenFile string, asJSON bool, stdout io.Writer) error {
+	c, err := newAdminClient(server, tokenFile)
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Problems int             `json:"problems"`
+		Report   json.RawMessage `json:"report"`
+	}
+	if err := c.call(ctx, http.MethodPost, "/admin/v1/check", nil, &out); err != nil {
+		return err
+	}
+	var rep struct {
+		Records    int   `json:"records"`
+		InProgress int   `json:"in_progress"`
+		Uncertain  int   `json:"uncertain"`
+		Completed  int   `json:"completed"`
+		Problems   []any `json:"problems"`
+	}
+	_ = json.Unmarshal(out.Report, &rep) // the fields both stores' reports share
+	problems := make([]string, len(rep.Problems))
+	for i, p := range rep.Problems {
+		problems[i] = fmt.Sprint(p)
+	}
+	return printCheck(stdout, asJSON, out.Report, checkSummary{
+		records: fmt.Sprintf("%d: %d in progress, %d uncertain, %d completed", rep.Records, rep.InProgress, rep.Uncertain, rep.Completed),
+		effects: "(see --json)", problems: problems, count: out.Problems,
 	})
 }

@@ -24,7 +24,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--account-limit N] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--admin-addr ADDR [--admin-token-file FILE] [--admin-allow-remote]] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--account-limit N] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -44,6 +44,11 @@ type serveConfig struct {
 	// metricsLn is its listener.
 	metricsAddr string
 	metricsLn   net.Listener
+	// adminAddr, if set, serves the admin API there (adminLn), with the
+	// token in adminTokenFile or the environment (serveadmin.go).
+	adminAddr, adminTokenFile string
+	adminRemote               bool
+	adminLn                   net.Listener
 	// reconcile configures the worker that settles uncertain payments.
 	reconcile reconcile.Options
 	// processorURL, if set, is an idemkv processor to charge over HTTP
@@ -65,6 +70,9 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `ADDR`")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "authenticate callers with the API keys in `FILE` (\"SECRET ACCOUNT\" lines, mode 600); without it the service runs in demo mode, where any bearer token is its account, and only on a loopback address")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on `ADDR` (a private or loopback address: metrics are not authenticated) instead of on --addr")
+	fs.StringVar(&c.adminAddr, "admin-addr", "", "serve the admin API (package admin) on `ADDR`, a loopback address unless --admin-allow-remote; off by default")
+	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
+	fs.BoolVar(&c.adminRemote, "admin-allow-remote", false, "let --admin-addr be other than loopback (the token then crosses the network in the clear)")
 	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR` (Pebble, this process's alone)")
 	fs.StringVar(&c.store, "store", "", "keep the store in the PostgreSQL database at `URL` (postgres://USER@HOST:PORT/DB?...), which several serve processes may share, instead of under --data")
 	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running waits for its outcome before a 409 (0: answer 409 at once)")
@@ -109,6 +117,9 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if c.apiKeys == "" && !isLoopback(c.addr) {
 			return usageError{fmt.Errorf("--addr %s is not a loopback address: give --api-keys FILE (without it any bearer token acts as its account)", c.addr)}
 		}
+		if c.adminAddr != "" && !c.adminRemote && !isLoopback(c.adminAddr) {
+			return usageError{fmt.Errorf("--admin-addr %s is not a loopback address (give --admin-allow-remote to serve it there anyway)", c.adminAddr)}
+		}
 		ln, err := net.Listen("tcp", c.addr)
 		if err != nil {
 			return err
@@ -116,6 +127,15 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if c.metricsAddr != "" {
 			if c.metricsLn, err = net.Listen("tcp", c.metricsAddr); err != nil {
 				ln.Close()
+				return err
+			}
+		}
+		if c.adminAddr != "" {
+			if c.adminLn, err = net.Listen("tcp", c.adminAddr); err != nil {
+				ln.Close()
+				if c.metricsLn != nil {
+					c.metricsLn.Close()
+				}
 				return err
 			}
 		}
@@ -138,6 +158,9 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		ln.Close()
 		if c.metricsLn != nil {
 			c.metricsLn.Close()
+		}
+		if c.adminLn != nil {
+			c.adminLn.Close()
 		}
 		e.Close()
 	}
@@ -181,7 +204,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	srv, cl := newServer(svc.Handler(), defaultLimits(lease+c.wait, st.maxConns), errLog)
 	ln = cl.Listener(ln)
 	servers := []*http.Server{srv}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	c.banner(stdout, ln.Addr(), st, keys == nil)
 	if c.metricsLn != nil {
 		mux := http.NewServeMux()
@@ -191,6 +214,16 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		fmt.Fprintf(stdout, "idemkv: metrics on http://%s/metrics\n", mln.Addr())
 		servers = append(servers, msrv)
 		go func() { errc <- msrv.Serve(mln) }()
+	}
+	if c.adminLn != nil {
+		asrv, aln, err := c.adminServer(e, errLog)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		fmt.Fprintf(stdout, "idemkv: admin API on http://%s/admin/v1/\n", aln.Addr())
+		servers = append(servers, asrv)
+		go func() { errc <- asrv.Serve(aln) }()
 	}
 	stopReconciler, err := startReconciler(e, svc, c.reconcile, log, svc.Registry())
 	if err != nil {

@@ -1,0 +1,228 @@
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/httpidem"
+)
+
+// MinTokenLen is the shortest bearer token New accepts, in bytes.
+const MinTokenLen = 16
+
+// maxBody bounds a request body: the API takes small JSON objects only.
+const maxBody = 64 << 10
+
+// Options configure the admin API. Token is required; each function that
+// is nil leaves its endpoint answering 404 (a store that cannot do it).
+type Options struct {
+	// Token is the bearer token every call must carry
+	// (Authorization: Bearer TOKEN), at least MinTokenLen bytes.
+	Token string
+	// Check runs the store's consistency check and returns its report
+	// and the number of problems it found.
+	Check func(ctx context.Context) (report any, problems int, err error)
+	// Sweep runs one pass of the expiry sweeper and returns its figures.
+	Sweep func(ctx context.Context) (pass any, err error)
+	// Backup writes a consistent copy of the store into dir, a path on
+	// the service's machine that must not exist (engine.Engine.Backup).
+	Backup func(ctx context.Context, dir string) error
+}
+
+// New returns the admin API on store, to be served on a listener of its
+// own (the service's, loopback by default: see package doc).
+func New(store idemkv.Store, o *Options) (http.Handler, error) {
+	if o == nil || len(o.Token) < MinTokenLen {
+		return nil, fmt.Errorf("%w: admin: a bearer token of at least %d bytes is required", idemkv.ErrInvalidArgument, MinTokenLen)
+	}
+	a := &api{store: store, o: *o, token: sha256.Sum256([]byte(o.Token))}
+	mux := http.NewServeMux()
+	mux.Handle("/admin/v1/record", only("GET", a.record))
+	mux.Handle("/admin/v1/records", only("GET", a.records))
+	mux.Handle("/admin/v1/check", only("POST", a.check))
+	mux.Handle("/admin/v1/sweep", only("POST", a.sweep))
+	mux.Handle("/admin/v1/backup", only("POST", a.backup))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "no such admin endpoint")
+	})
+	return a.authenticate(mux), nil
+}
+
+// only answers other methods than method with a problem+json 405.
+func only(method string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			writeProblem(w, http.StatusMethodNotAllowed, ProblemInvalidRequest, "this endpoint takes "+method)
+			return
+		}
+		h(w, r)
+	})
+}
+
+type api struct {
+	store idemkv.Store
+	o     Options
+	token [sha256.Size]byte
+}
+
+// authenticate lets through only requests with the bearer token. The
+// digests are compared in constant time, so the comparison's time says
+// nothing of the token.
+func (a *api) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], a.token[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemkv admin"`)
+			writeProblem(w, http.StatusUnauthorized, httpidem.ProblemUnauthenticated, "a valid admin bearer token is required")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// record answers GET /admin/v1/record?tenant=T&endpoint=E&key=K.
+func (a *api) record(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	id := idemkv.ID{Tenant: q.Get("tenant"), Endpoint: q.Get("endpoint"), Key: q.Get("key")}
+	rec, err := a.store.Get(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(&rec))
+}
+
+// records answers GET /admin/v1/records?escalated=B&tenant=T&after=C&limit=N.
+func (a *api) records(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := idemkv.ListRequest{Tenant: q.Get("tenant"), After: q.Get("after")}
+	if v := q.Get("escalated"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "escalated: want true or false")
+			return
+		}
+		req.Escalated = b
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "limit: want 1 to 1000")
+			return
+		}
+		req.Limit = n
+	}
+	page, err := a.store.List(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := listView{Records: make([]recordView, len(page.Records)), Next: page.Next}
+	for i := range page.Records {
+		out.Records[i] = viewOf(&page.Records[i])
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) check(w http.ResponseWriter, r *http.Request) {
+	if a.o.Check == nil {
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "this store has no check")
+		return
+	}
+	if !emptyBody(w, r) {
+		return
+	}
+	rep, problems, err := a.o.Check(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"problems": problems, "report": rep})
+}
+
+func (a *api) sweep(w http.ResponseWriter, r *http.Request) {
+	if a.o.Sweep == nil {
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "this store has no sweeper")
+		return
+	}
+	if !emptyBody(w, r) {
+		return
+	}
+	pass, err := a.o.Sweep(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pass)
+}
+
+// BackupRequest is the body of POST /admin/v1/backup.
+type BackupRequest struct {
+	// Dir is where the copy goes, on the service's machine: an absolute
+	// path that must not exist.
+	Dir string `json:"dir"`
+}
+
+func (a *api) backup(w http.ResponseWriter, r *http.Request) {
+	if a.o.Backup == nil {
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "this store is backed up with the database's own tools")
+		return
+	}
+	var req BackupRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if !filepath.IsAbs(req.Dir) || filepath.Clean(req.Dir) != req.Dir {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "dir: want a clean absolute path")
+		return
+	}
+	start := time.Now()
+	if err := a.o.Backup(r.Context(), req.Dir); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"dir": req.Dir, "seconds": time.Since(start).Seconds()})
+}
+
+// emptyBody refuses a request with a body where none is taken.
+func emptyBody(w http.ResponseWriter, r *http.Request) bool {
+	n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1))
+	if n > 0 {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "this endpoint takes no body")
+		return false
+	}
+	return true
+}
+
+// decode reads one JSON object of known fields into v, within maxBody.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemInvalidRequest, fmt.Sprintf("body over %d bytes", maxBody))
+		return false
+	case err != nil:
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "body: "+err.Error())
+		return false
+	}
+	return true
+}

@@ -1,0 +1,104 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/httpidem"
+)
+
+// Problem types of the admin API, appended to httpidem.ProblemBase
+// (docs/http.md describes each).
+const (
+	ProblemInvalidRequest = "admin-invalid-request" // 400, 405, 413: a malformed parameter or body, another method
+	ProblemNotFound       = "admin-not-found"       // 404: no such record, endpoint or capability
+	ProblemConflict       = "admin-conflict"        // 409: the record is not in a state the call takes, or the backup's dir exists
+	ProblemUnavailable    = "admin-unavailable"     // 503: the store is closed or failed
+	ProblemInternal       = "admin-internal"        // 500
+)
+
+// writeError answers a store's error: the contract's errors by what they
+// mean, anything else as a 500 whose detail is generic (the log has it).
+func writeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, idemkv.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "no such record")
+	case errors.Is(err, idemkv.ErrInvalidKey), errors.Is(err, idemkv.ErrInvalidScope),
+		errors.Is(err, idemkv.ErrInvalidArgument), errors.Is(err, idemkv.ErrInvalidResult):
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, err.Error())
+	case errors.Is(err, os.ErrExist):
+		writeProblem(w, http.StatusConflict, ProblemConflict, "the backup's directory exists")
+	case errors.Is(err, idemkv.ErrWrongState), errors.Is(err, idemkv.ErrFenced):
+		writeProblem(w, http.StatusConflict, ProblemConflict, err.Error())
+	case errors.Is(err, idemkv.ErrClosed), errors.Is(err, idemkv.ErrFailed):
+		writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "the store is not serving")
+	default:
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "the store failed the call")
+	}
+}
+
+func writeProblem(w http.ResponseWriter, status int, kind, detail string) {
+	httpidem.WriteProblem(w, kind, status, detail, 0)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "encoding the answer failed")
+		return
+	}
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// recordView is a record as the admin API shows it.
+type recordView struct {
+	Tenant       string     `json:"tenant"`
+	Endpoint     string     `json:"endpoint"`
+	Key          string     `json:"key"`
+	State        string     `json:"state"`
+	Escalated    bool       `json:"escalated,omitempty"`
+	Mode         string     `json:"mode"`
+	Token        uint64     `json:"token"`
+	Attempt      uint32     `json:"attempt"`
+	OperationID  string     `json:"operation_id,omitempty"`
+	Created      time.Time  `json:"created"`
+	LeaseExpires *time.Time `json:"lease_expires,omitempty"`
+	Expires      time.Time  `json:"expires"`
+	Class        string     `json:"class,omitempty"`
+	Status       int        `json:"status,omitempty"`
+	Pointer      string     `json:"pointer,omitempty"`
+	BodyBytes    int        `json:"body_bytes,omitempty"`
+	Effects      int        `json:"effects,omitempty"`
+	Note         string     `json:"note,omitempty"`
+}
+
+type listView struct {
+	Records []recordView `json:"records"`
+	Next    string       `json:"next,omitempty"`
+}
+
+func viewOf(r *idemkv.Record) recordView {
+	v := recordView{Tenant: r.ID.Tenant, Endpoint: r.ID.Endpoint, Key: r.ID.Key, State: r.State.String(),
+		Escalated: r.Escalated, Mode: r.Mode.String(), Token: r.Token, Attempt: r.Attempt,
+		Created: r.Created, Expires: r.Expires, Class: r.Class, Status: r.Result.Status,
+		Pointer: r.Result.Pointer, BodyBytes: len(r.Result.Body), Effects: r.Effects, Note: r.Note}
+	if r.Mode == idemkv.ModeRemote {
+		v.OperationID = r.OperationID.String()
+	}
+	if !r.LeaseExpires.IsZero() {
+		le := r.LeaseExpires
+		v.LeaseExpires = &le
+	}
+	return v
+}

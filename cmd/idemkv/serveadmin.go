@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/idemkv/idemkv/admin"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/pgstore"
+)
+
+// adminTokenEnv holds the admin API's bearer token when no
+// --admin-token-file is given (never a flag value: flags show in ps).
+const adminTokenEnv = "IDEMKV_ADMIN_TOKEN"
+
+// adminToken reads the admin API's token from file, or else from the
+// environment; surrounding white space is not part of it.
+func adminToken(file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("admin token: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if tok := strings.TrimSpace(os.Getenv(adminTokenEnv)); tok != "" {
+		return tok, nil
+	}
+	return "", errors.New("the admin API needs a token: --admin-token-file FILE, or " + adminTokenEnv)
+}
+
+// adminHandler is the admin API on the served store, with what that
+// store can do besides the Store contract.
+func adminHandler(st serveStore, token string) (http.Handler, error) {
+	o := &admin.Options{Token: token}
+	switch s := st.(type) {
+	case *engine.Engine:
+		o.Check = func(ctx context.Context) (any, int, error) {
+			rep, err := s.Check(ctx)
+			return rep, rep.ProblemCount, err
+		}
+		o.Sweep = func(ctx context.Context) (any, error) { return s.Sweep(ctx) }
+		o.Backup = s.Backup
+	case *pgstore.Store:
+		o.Check = func(ctx context.Context) (any, int, error) {
+			rep, err := s.Check(ctx)
+			return rep, rep.ProblemCount, err
+		}
+		o.Sweep = func(ctx context.Context) (any, error) { return s.Sweep(ctx) }
+	}
+	return admin.New(st, o)
+}
+
+// adminServer is the admin API's server, with the public server's limits
+// on connections and time, on c.adminLn.
+func (c *serveConfig) adminServer(st serveStore, errLog *log.Logger) (*http.Server, net.Listener, error) {
+	tok, err := adminToken(c.adminTokenFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := adminHandler(st, tok)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, cl := newServer(h, defaultLimits(adminCallTime, adminConns), errLog)
+	return srv, cl.Listener(c.adminLn), nil
+}
+
+// adminConns bounds the admin API's open connections: an operator's
+// tools, not traffic. adminCallTime is what a call may take on top of the
+// public limits: a check reads the whole store.
+const (
+	adminConns    = 16
+	adminCallTime = 10 * time.Minute
+)
