@@ -38,6 +38,8 @@ type Options struct {
 	// Backup writes a consistent copy of the store into dir, a path on
 	// the service's machine that must not exist (engine.Engine.Backup).
 	Backup func(ctx context.Context, dir string) error
+	// Stats returns the store's figures.
+	Stats func(ctx context.Context) (any, error)
 }
 
 // New returns the admin API on store, to be served on a listener of its
@@ -50,6 +52,7 @@ func New(store idemkv.Store, o *Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/admin/v1/record", only("GET", a.record))
 	mux.Handle("/admin/v1/records", only("GET", a.records))
+	mux.Handle("/admin/v1/stats", only("GET", a.stats))
 	mux.Handle("/admin/v1/check", only("POST", a.check))
 	mux.Handle("/admin/v1/sweep", only("POST", a.sweep))
 	mux.Handle("/admin/v1/backup", only("POST", a.backup))
@@ -102,7 +105,7 @@ func (a *api) record(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(&rec))
+	writeJSON(w, http.StatusOK, ViewOf(&rec))
 }
 
 // records answers GET /admin/v1/records?escalated=B&tenant=T&after=C&limit=N.
@@ -130,11 +133,24 @@ func (a *api) records(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := listView{Records: make([]recordView, len(page.Records)), Next: page.Next}
+	out := listView{Records: make([]RecordView, len(page.Records)), Next: page.Next}
 	for i := range page.Records {
-		out.Records[i] = viewOf(&page.Records[i])
+		out.Records[i] = ViewOf(&page.Records[i])
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+	if a.o.Stats == nil {
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "this store has no figures")
+		return
+	}
+	st, err := a.o.Stats(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (a *api) check(w http.ResponseWriter, r *http.Request) {

@@ -39,6 +39,7 @@ func serve(t *testing.T) (*engine.Engine, *httptest.Server) {
 		},
 		Sweep:  func(ctx context.Context) (any, error) { return e.Sweep(ctx) },
 		Backup: e.Backup,
+		Stats:  func(context.Context) (any, error) { return e.Stats() },
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
@@ -84,6 +85,7 @@ func TestAuthentication(t *testing.T) {
 	for _, tc := range []struct{ method, path, body string }{
 		{"GET", recordPath("p1"), ""},
 		{"GET", "/admin/v1/records", ""},
+		{"GET", "/admin/v1/stats", ""},
 		{"POST", "/admin/v1/check", ""},
 		{"POST", "/admin/v1/sweep", ""},
 		{"POST", "/admin/v1/backup", fmt.Sprintf(`{"dir": %q}`, dir)},
@@ -126,6 +128,9 @@ func TestRecordsAndOperations(t *testing.T) {
 	require.Equal(t, "p2", records[0].(map[string]any)["key"])
 	require.Equal(t, "timed out", records[0].(map[string]any)["note"])
 
+	status, st, _ := call(t, srv, "GET", "/admin/v1/stats", "", token)
+	require.Equal(t, http.StatusOK, status)
+	require.NotEmpty(t, st)
 	status, chk, _ := call(t, srv, "POST", "/admin/v1/check", "", token)
 	require.Equal(t, http.StatusOK, status)
 	require.EqualValues(t, 0, chk["problems"])

@@ -16,12 +16,13 @@
 //	GET  /admin/v1/record?tenant=T&endpoint=E&key=K   the record, in any state
 //	GET  /admin/v1/records?escalated=B&tenant=T&after=C&limit=N
 //	                                                 what awaits reconciliation, or the escalated, oldest first
+//	GET  /admin/v1/stats                             the store's figures
 //	POST /admin/v1/check                             the store's check: {"problems": N, "report": {...}}
 //	POST /admin/v1/sweep                             one sweeper pass
 //	POST /admin/v1/backup  {"dir": "/abs/path"}      a consistent copy, while the service runs
 //
-// "idemkv serve --admin-addr" serves it, and "idemkv backup|check
-// --server URL" call it.
+// "idemkv serve --admin-addr" serves it, and "idemkv
+// inspect|backup|check --server URL" call it.
 //
 // # Caveats
 //

@@ -61,8 +61,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(body)
 }
 
-// recordView is a record as the admin API shows it.
-type recordView struct {
+// RecordView is a record as the admin API shows it (and "idemkv inspect"
+// prints it): its response body only as a size.
+type RecordView struct {
 	Tenant       string     `json:"tenant"`
 	Endpoint     string     `json:"endpoint"`
 	Key          string     `json:"key"`
@@ -84,12 +85,13 @@ type recordView struct {
 }
 
 type listView struct {
-	Records []recordView `json:"records"`
+	Records []RecordView `json:"records"`
 	Next    string       `json:"next,omitempty"`
 }
 
-func viewOf(r *idemkv.Record) recordView {
-	v := recordView{Tenant: r.ID.Tenant, Endpoint: r.ID.Endpoint, Key: r.ID.Key, State: r.State.String(),
+// ViewOf returns r's view.
+func ViewOf(r *idemkv.Record) RecordView {
+	v := RecordView{Tenant: r.ID.Tenant, Endpoint: r.ID.Endpoint, Key: r.ID.Key, State: r.State.String(),
 		Escalated: r.Escalated, Mode: r.Mode.String(), Token: r.Token, Attempt: r.Attempt,
 		Created: r.Created, Expires: r.Expires, Class: r.Class, Status: r.Result.Status,
 		Pointer: r.Result.Pointer, BodyBytes: len(r.Result.Body), Effects: r.Effects, Note: r.Note}

@@ -48,7 +48,9 @@ func adminHandler(st serveStore, token string) (http.Handler, error) {
 		}
 		o.Sweep = func(ctx context.Context) (any, error) { return s.Sweep(ctx) }
 		o.Backup = s.Backup
+		o.Stats = func(context.Context) (any, error) { return s.Stats() }
 	case *pgstore.Store:
+		o.Stats = func(context.Context) (any, error) { return s.Stats(), nil }
 		o.Check = func(ctx context.Context) (any, int, error) {
 			rep, err := s.Check(ctx)
 			return rep, rep.ProblemCount, err

@@ -45,6 +45,16 @@ func TestServeAdminAPI(t *testing.T) {
 	require.Contains(t, out.String(), "ok: every invariant holds")
 	require.Contains(t, out.String(), "3 completed")
 
+	out.Reset()
+	require.Equal(t, exitOK, run(ctx, []string{"inspect", "--server", adminURL, "--token-file", tokFile,
+		"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "order-b"}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "completed")
+	require.Contains(t, out.String(), "201 /v1/payments/")
+	errOut.Reset()
+	require.Equal(t, exitFail, run(ctx, []string{"inspect", "--server", adminURL, "--token-file", tokFile,
+		"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "nope"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "404")
+
 	backup := filepath.Join(t.TempDir(), "backup")
 	out.Reset()
 	require.Equal(t, exitOK, run(ctx, []string{"backup", "--server", adminURL, "--token-file", tokFile, "--to", backup}, &out, &errOut), errOut.String())
@@ -65,6 +75,11 @@ func TestServeAdminAPI(t *testing.T) {
 	require.Equal(t, "true", replayed)
 	require.Equal(t, bodies[0], body)
 	require.NoError(t, stop())
+
+	out.Reset()
+	require.Equal(t, exitOK, run(ctx, []string{"inspect", "--data", dir, "--json",
+		"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "order-c"}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), `"state": "completed"`)
 
 	restored := filepath.Join(t.TempDir(), "restored")
 	out.Reset()
