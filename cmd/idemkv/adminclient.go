@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/admin"
 	"github.com/idemkv/idemkv/httpidem"
 )
 
@@ -73,4 +78,50 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 		return errors.Join(errors.New("admin API: unreadable answer"), err)
 	}
 	return nil
+}
+
+// listRecords pages through the service's listing up to req.Limit
+// records, as the store would list them (what the admin API shows).
+func (c *adminClient) listRecords(ctx context.Context, req idemkv.ListRequest) ([]idemkv.Record, error) {
+	var out []idemkv.Record
+	for len(out) < req.Limit {
+		q := url.Values{"escalated": {strconv.FormatBool(req.Escalated)}, "limit": {strconv.Itoa(min(req.Limit-len(out), 1000))}}
+		if req.Tenant != "" {
+			q.Set("tenant", req.Tenant)
+		}
+		if req.After != "" {
+			q.Set("after", req.After)
+		}
+		var page struct {
+			Records []admin.RecordView `json:"records"`
+			Next    string             `json:"next"`
+		}
+		if err := c.call(ctx, http.MethodGet, "/admin/v1/records?"+q.Encode(), nil, &page); err != nil {
+			return nil, err
+		}
+		for i := range page.Records {
+			out = append(out, recordOfView(&page.Records[i]))
+		}
+		if page.Next == "" {
+			break
+		}
+		req.After = page.Next
+	}
+	return out, nil
+}
+
+// recordOfView is the part of a record its admin view carries that the
+// listing prints.
+func recordOfView(v *admin.RecordView) idemkv.Record {
+	r := idemkv.Record{ID: idemkv.ID{Tenant: v.Tenant, Endpoint: v.Endpoint, Key: v.Key}, Escalated: v.Escalated,
+		Token: v.Token, Attempt: v.Attempt, Created: v.Created, Expires: v.Expires, Note: v.Note}
+	for _, s := range []idemkv.State{idemkv.StateInProgress, idemkv.StateUncertain, idemkv.StateCompleted} {
+		if s.String() == v.State {
+			r.State = s
+		}
+	}
+	if b, err := hex.DecodeString(v.OperationID); err == nil {
+		copy(r.OperationID[:], b)
+	}
+	return r
 }

@@ -55,6 +55,14 @@ func TestServeAdminAPI(t *testing.T) {
 		"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "nope"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "404")
 
+	out.Reset()
+	require.Equal(t, exitOK, run(ctx, []string{"pending", "--server", adminURL, "--token-file", tokFile}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "AGE") // nothing pending: the header only
+	require.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
+	out.Reset()
+	require.Equal(t, exitOK, run(ctx, []string{"sweep", "--server", adminURL, "--token-file", tokFile, "--json"}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), `"examined"`)
+
 	backup := filepath.Join(t.TempDir(), "backup")
 	out.Reset()
 	require.Equal(t, exitOK, run(ctx, []string{"backup", "--server", adminURL, "--token-file", tokFile, "--to", backup}, &out, &errOut), errOut.String())

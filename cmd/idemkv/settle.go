@@ -25,8 +25,8 @@ import (
 func init() {
 	register(&command{
 		name:    "pending",
-		args:    "--data DIR [--escalated] [--tenant T] [--limit N] [--json]",
-		summary: "list the records awaiting reconciliation (uncertain, or abandoned by a crashed holder), or the escalated ones, oldest first, in a store no process has open",
+		args:    "(--data DIR | --server URL [--token-file FILE]) [--escalated] [--tenant T] [--limit N] [--json]",
+		summary: "list the records awaiting reconciliation (uncertain, or abandoned by a crashed holder), or the escalated ones, oldest first: in a store no process has open (--data), or a running service's (--server)",
 		flags:   pendingFlags,
 	})
 	register(&command{
@@ -39,30 +39,42 @@ func init() {
 
 func pendingFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	var (
-		dir    string
-		req    idemkv.ListRequest
-		asJSON bool
+		dir, server, tokenFile string
+		req                    idemkv.ListRequest
+		asJSON                 bool
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
+	fs.StringVar(&server, "server", "", "list the records of the running service whose admin API is at `URL` (serve --admin-addr)")
+	fs.StringVar(&tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
 	fs.BoolVar(&req.Escalated, "escalated", false, "list the escalated records, which wait for an operator")
 	fs.StringVar(&req.Tenant, "tenant", "", "list only this tenant's records")
 	fs.IntVar(&req.Limit, "limit", 100, "list at most `N` records")
 	fs.BoolVar(&asJSON, "json", false, "print JSON lines, one record each")
 	return func(ctx context.Context, stdout io.Writer) error {
-		if dir == "" {
-			return usageError{errors.New("--data is required")}
+		if (dir == "") == (server == "") {
+			return usageError{errors.New("give one of --data and --server")}
 		}
 		if req.Limit < 1 {
 			return usageError{fmt.Errorf("--limit %d: must be at least 1", req.Limit)}
 		}
-		e, err := openExisting(dir, true)
-		if err != nil {
-			return err
-		}
-		defer e.Close()
-		recs, err := listRecords(ctx, e, req)
-		if err != nil {
-			return err
+		var recs []idemkv.Record
+		if server != "" {
+			c, err := newAdminClient(server, tokenFile)
+			if err != nil {
+				return err
+			}
+			if recs, err = c.listRecords(ctx, req); err != nil {
+				return err
+			}
+		} else {
+			e, err := openExisting(dir, true)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			if recs, err = listRecords(ctx, e, req); err != nil {
+				return err
+			}
 		}
 		if asJSON {
 			enc := json.NewEncoder(stdout)
