@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -40,6 +41,10 @@ type Options struct {
 	Backup func(ctx context.Context, dir string) error
 	// Stats returns the store's figures.
 	Stats func(ctx context.Context) (any, error)
+	// Logger, if set, is told of every call the store failed (answered
+	// 500 or 503): the answer says only that it failed. Keys are not
+	// logged.
+	Logger *slog.Logger
 }
 
 // New returns the admin API on store, to be served on a listener of its
@@ -49,6 +54,9 @@ func New(store idemkv.Store, o *Options) (http.Handler, error) {
 		return nil, fmt.Errorf("%w: admin: a bearer token of at least %d bytes is required", idemkv.ErrInvalidArgument, MinTokenLen)
 	}
 	a := &api{store: store, o: *o, token: sha256.Sum256([]byte(o.Token))}
+	if a.o.Logger == nil {
+		a.o.Logger = slog.New(slog.DiscardHandler)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/admin/v1/record", only("GET", a.record))
 	mux.Handle("/admin/v1/records", only("GET", a.records))
@@ -102,7 +110,7 @@ func (a *api) record(w http.ResponseWriter, r *http.Request) {
 	id := idemkv.ID{Tenant: q.Get("tenant"), Endpoint: q.Get("endpoint"), Key: q.Get("key")}
 	rec, err := a.store.Get(r.Context(), id)
 	if err != nil {
-		writeError(w, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, ViewOf(&rec))
@@ -130,7 +138,7 @@ func (a *api) records(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := a.store.List(r.Context(), req)
 	if err != nil {
-		writeError(w, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := listView{Records: make([]RecordView, len(page.Records)), Next: page.Next}
@@ -147,7 +155,7 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := a.o.Stats(r.Context())
 	if err != nil {
-		writeError(w, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -163,7 +171,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, problems, err := a.o.Check(r.Context())
 	if err != nil {
-		writeError(w, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"problems": problems, "report": rep})
@@ -179,7 +187,7 @@ func (a *api) sweep(w http.ResponseWriter, r *http.Request) {
 	}
 	pass, err := a.o.Sweep(r.Context())
 	if err != nil {
-		writeError(w, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, pass)
@@ -207,7 +215,7 @@ func (a *api) backup(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	if err := a.o.Backup(r.Context(), req.Dir); err != nil {
-		writeError(w, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"dir": req.Dir, "seconds": time.Since(start).Seconds()})

@@ -24,7 +24,7 @@ const (
 
 // writeError answers a store's error: the contract's errors by what they
 // mean, anything else as a 500 whose detail is generic (the log has it).
-func writeError(w http.ResponseWriter, err error) {
+func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, idemkv.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, ProblemNotFound, "no such record")
@@ -36,8 +36,10 @@ func writeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, idemkv.ErrWrongState), errors.Is(err, idemkv.ErrFenced):
 		writeProblem(w, http.StatusConflict, ProblemConflict, err.Error())
 	case errors.Is(err, idemkv.ErrClosed), errors.Is(err, idemkv.ErrFailed):
+		a.o.Logger.Error("admin call failed", "path", r.URL.Path, "err", err)
 		writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "the store is not serving")
 	default:
+		a.o.Logger.Error("admin call failed", "path", r.URL.Path, "err", err)
 		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "the store failed the call")
 	}
 }

@@ -27,6 +27,11 @@ func (e *Engine) Backup(ctx context.Context, dir string) error {
 		return err
 	}
 	defer e.gate.exit()
+	// One backup at a time: two into one directory would both pass
+	// Pebble's check that it does not exist, and the cleanup of a failed
+	// one would remove the other's.
+	e.backupMu.Lock()
+	defer e.backupMu.Unlock()
 	var opts []pebble.CheckpointOption
 	if !e.opts.ReadOnly {
 		// Sync the log first: the copy then has every commit that

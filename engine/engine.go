@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -50,6 +51,8 @@ type Engine struct {
 	seq   atomic.Uint64
 
 	counters counters
+	// backupMu runs one Backup at a time (backup.go).
+	backupMu sync.Mutex
 	// pending counts the pending index by kind (pending.go).
 	pending pendingCounts
 	// outbox is the outbox's acknowledged cursor (outbox.go).

@@ -41,8 +41,8 @@
 // update or delete conditional on the fencing token, in one statement.
 // These run at READ COMMITTED: each is a single statement whose row lock
 // and re-check of the condition on the latest row version decide it. The
-// pool's sessions use generic plans (plan_cache_mode, unless the
-// connection string sets it): the statements are point reads and writes
+// pool's sessions use generic plans (SET plan_cache_mode once connected,
+// unless the connection string names it): the statements are point reads and writes
 // by key, and planning each execution again was a fifth of their cost.
 //
 // An apply function that reads (Effects.Get) runs in a SERIALIZABLE

@@ -168,10 +168,9 @@ func (s *Store) runLocalInTwo(ctx context.Context, req idemkv.ClaimRequest, r id
 		_ = s.Release(context.WithoutCancel(ctx), c.Lease)
 		return idemkv.Claim{}, err
 	}
-	rec, err := s.Get(ctx, req.ID)
-	if err != nil {
-		return idemkv.Claim{}, err
+	// The outcome has committed: what follows only fills in the answer.
+	if rec, err := s.Get(context.WithoutCancel(ctx), req.ID); err == nil {
+		c.Record = rec
 	}
-	c.Record = rec
 	return c, nil
 }

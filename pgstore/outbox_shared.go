@@ -2,11 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Relays that share the outbox (idemkv.SharedOutbox). A claim is a
@@ -40,6 +42,20 @@ WHERE seq IS NOT NULL AND NOT published
 	AND (topic, entity) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 ORDER BY seq LIMIT $3`
 
+// claimIdle bounds how long a claim's transaction may wait, idle, for its
+// relay to publish: a relay that takes longer has its claim ended, and its
+// Finish fails (its events are published again, which the broker's
+// duplicate window absorbs).
+const claimIdle = 5 * time.Minute
+
+// advanceLockTimeout bounds how long an advance waits for a row lock. The
+// claims of other relays can hold locks on published rows they met and
+// skipped (FOR UPDATE re-checks a row it has locked and keeps the lock),
+// and an advance that waited for them would hold the cursor row, and so
+// every sequencer, meanwhile. One that times out leaves the prefix to the
+// next.
+const advanceLockTimeout = "100ms"
+
 // advanceSQL deletes the published prefix of the outbox and moves acked
 // past it. Its subqueries read one snapshot: events published by claims
 // that commit after it look unpublished and end the prefix early (the
@@ -67,12 +83,20 @@ func (s *Store) ClaimOutbox(ctx context.Context, limit int) (idemkv.OutboxClaim,
 	if err := s.sequence(ctx); err != nil {
 		return nil, err
 	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, s.dbErr("outbox: claim", err)
 	}
 	c := &outboxClaim{s: s, tx: tx}
-	if c.events, err = claimEvents(ctx, tx, limit, s.now()); err != nil {
+	// A relay that hangs with its claim open (its host stalls, its network
+	// goes) would hold its entities until the server noticed the dead
+	// connection: the server ends the claim's session after this long
+	// idle instead, and the events are claimed again.
+	_, err = tx.Exec(ctx, fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", claimIdle.Milliseconds()))
+	if err == nil {
+		c.events, err = claimEvents(ctx, tx, limit, s.now())
+	}
+	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, s.dbErr("outbox: claim", err)
 	}
@@ -134,16 +158,35 @@ func (c *outboxClaim) Finish(ctx context.Context, published int) error {
 	for i := range seqs {
 		seqs[i] = int64(c.events[i].Seq)
 	}
-	if _, err := c.tx.Exec(ctx, `UPDATE idemkv_outbox SET published = true WHERE seq = ANY($1)`, seqs); err != nil {
+	// What the broker has is marked even if ctx has ended (a relay
+	// stopping): otherwise it would all be published again.
+	if _, err := c.tx.Exec(bg, `UPDATE idemkv_outbox SET published = true WHERE seq = ANY($1)`, seqs); err != nil {
 		_ = c.tx.Rollback(bg)
 		return c.s.dbErr("outbox: mark published", err)
 	}
-	if err := c.tx.Commit(ctx); err != nil {
+	if err := c.tx.Commit(bg); err != nil {
 		return c.s.dbErr("outbox: mark published", err)
 	}
-	if _, err := c.s.pool.Exec(ctx, advanceSQL); err != nil {
-		// The events are marked: the next advance deletes them.
-		return c.s.dbErr("outbox: advance", err)
+	return c.s.advance(bg)
+}
+
+// advance deletes the outbox's published prefix (advanceSQL), unless a
+// row lock held elsewhere would make it wait: the events stay marked, and
+// the next advance deletes them.
+func (s *Store) advance(ctx context.Context) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+advanceLockTimeout+"'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, advanceSQL)
+		return err
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
+		return nil
+	}
+	if err != nil {
+		return s.dbErr("outbox: advance", err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/outbox"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -210,4 +211,61 @@ func TestClaimOutbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
 	require.Zero(t, rep.Events)
+}
+
+// TestAdvanceDoesNotWaitForRowLocks: a published event still in the
+// outbox whose row another transaction holds locked (as a claim that met
+// and skipped it does, until it ends) does not stall Finish, nor the
+// sequencer behind the cursor row; the prefix is deleted by a later
+// advance, once the lock is gone.
+func TestAdvanceDoesNotWaitForRowLocks(t *testing.T) {
+	s, dsn := reviewStore(t, nil)
+	emit := func(key, ent string) {
+		_, err := s.RunLocal(ctx, idemkv.ClaimRequest{ID: reviewID(key), Fingerprint: []byte{1}}, idemkv.Result{Status: 201},
+			func(fx idemkv.Effects) error { return fx.Emit(idemkv.Event{Topic: "t", Key: ent}) })
+		require.NoError(t, err)
+	}
+	emit("k1", "x")
+	emit("k2", "y")
+	_, _, err := s.OutboxCursor(ctx) // numbers them
+	require.NoError(t, err)
+	locker, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	// Another relay published x#1 and its advance has not run yet; a
+	// claim holds its row.
+	_, err = locker.Exec(ctx, `UPDATE idemkv_outbox SET published = true WHERE seq = 1`)
+	require.NoError(t, err)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM idemkv_outbox WHERE seq = 1 FOR UPDATE`)
+	require.NoError(t, err)
+
+	c, err := s.ClaimOutbox(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, c.Events(), 1)
+	finished := make(chan error, 1)
+	go func() { finished <- c.Finish(ctx, 1) }()
+	select {
+	case err := <-finished:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Finish waited for the row lock")
+	}
+	emit("k3", "z")
+	acked, last, err := s.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [2]uint64{0, 3}, [2]uint64{acked, last}, "the prefix waits for the lock")
+
+	require.NoError(t, tx.Rollback(ctx))
+	c, err = s.ClaimOutbox(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, c.Events(), 1)
+	require.NoError(t, c.Finish(ctx, 1))
+	acked, last, err = s.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [2]uint64{3, 3}, [2]uint64{acked, last})
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
 }

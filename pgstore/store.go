@@ -77,12 +77,23 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
+	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok &&
+		!strings.Contains(cfg.ConnConfig.RuntimeParams["options"], "plan_cache_mode") {
 		// The store's statements are point reads and writes by key, which
 		// pgx prepares once a connection: a generic plan serves every
 		// execution, where the server's default would plan most of them
-		// again (about a fifth of the one-statement RunLocal's cost).
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		// again (about a fifth of the one-statement RunLocal's cost). Set
+		// after connecting, not as a startup parameter, which a pooler
+		// such as PgBouncer refuses; a server without the setting keeps
+		// its default.
+		after := cfg.AfterConnect
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			_, _ = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+			if after != nil {
+				return after(ctx, conn)
+			}
+			return nil
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

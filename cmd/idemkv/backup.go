@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/idemkv/idemkv/engine"
 )
@@ -182,8 +183,13 @@ func emptyOrAbsent(dir string) error {
 
 // copyTree copies the regular files and directories under from into to,
 // except a top-level file named skip, each file synced, then each
-// directory.
+// directory. It refuses a destination inside the source, which the walk
+// would copy into itself without end, and a source inside the
+// destination.
 func copyTree(from, to, skip string) error {
+	if err := apart(from, to); err != nil {
+		return err
+	}
 	var dirs []string
 	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -260,4 +266,50 @@ func dirSize(dir string) (int64, error) {
 		return err
 	})
 	return n, err
+}
+
+// apart refuses two directories of which one is, or is inside, the other
+// (to need not exist yet: its nearest existing parent decides).
+func apart(from, to string) error {
+	a, err := resolved(from)
+	if err != nil {
+		return err
+	}
+	b, err := resolved(to)
+	if err != nil {
+		return err
+	}
+	within := func(x, y string) bool { // x is y or inside it
+		rel, err := filepath.Rel(y, x)
+		return err == nil && (rel == "." || !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && rel != "..")
+	}
+	if within(a, b) || within(b, a) {
+		return fmt.Errorf("%s and %s overlap: copy to a directory outside the source", from, to)
+	}
+	return nil
+}
+
+// resolved is path made absolute with its symbolic links followed, as far
+// as it exists.
+func resolved(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	var rest []string
+	for {
+		real, err := filepath.EvalSymlinks(abs)
+		if err == nil {
+			return filepath.Join(append([]string{real}, rest...)...), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(abs)
+		if parent == abs {
+			return abs, nil
+		}
+		rest = append([]string{filepath.Base(abs)}, rest...)
+		abs = parent
+	}
 }

@@ -39,6 +39,14 @@ func TestBackupRestoreCommands(t *testing.T) {
 	errOut.Reset()
 	require.Equal(t, exitFail, run(ctx, []string{"backup", "--data", dir, "--to", backup}, &out, &errOut), "an existing backup is not overwritten")
 	require.Equal(t, exitUsage, run(ctx, []string{"backup", "--data", dir}, &out, &errOut))
+	// A copy into the source itself would never end.
+	errOut.Reset()
+	require.Equal(t, exitFail, run(ctx, []string{"backup", "--data", dir, "--to", filepath.Join(dir, "bk")}, &out, &errOut))
+	require.Contains(t, errOut.String(), "overlap")
+	require.NoDirExists(t, filepath.Join(dir, "bk"))
+	errOut.Reset()
+	require.Equal(t, exitFail, run(ctx, []string{"restore", "--from", backup, "--data", filepath.Join(backup, "sub", "restored")}, &out, &errOut))
+	require.Contains(t, errOut.String(), "overlap")
 
 	restored := filepath.Join(t.TempDir(), "restored")
 	out.Reset()

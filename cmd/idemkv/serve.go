@@ -216,12 +216,12 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		go func() { errc <- msrv.Serve(mln) }()
 	}
 	if c.adminLn != nil {
-		asrv, aln, err := c.adminServer(e, errLog)
+		asrv, aln, err := c.adminServer(e, log, errLog)
 		if err != nil {
 			closeAll()
 			return err
 		}
-		fmt.Fprintf(stdout, "idemkv: admin API on http://%s/admin/v1/\n", aln.Addr())
+		fmt.Fprintf(stdout, "idemkv: admin API on http://%s (idemkv inspect|pending|check|sweep|backup --server http://%s)\n", aln.Addr(), aln.Addr())
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -38,8 +39,8 @@ func adminToken(file string) (string, error) {
 
 // adminHandler is the admin API on the served store, with what that
 // store can do besides the Store contract.
-func adminHandler(st serveStore, token string) (http.Handler, error) {
-	o := &admin.Options{Token: token}
+func adminHandler(st serveStore, token string, log *slog.Logger) (http.Handler, error) {
+	o := &admin.Options{Token: token, Logger: log}
 	switch s := st.(type) {
 	case *engine.Engine:
 		o.Check = func(ctx context.Context) (any, int, error) {
@@ -62,12 +63,12 @@ func adminHandler(st serveStore, token string) (http.Handler, error) {
 
 // adminServer is the admin API's server, with the public server's limits
 // on connections and time, on c.adminLn.
-func (c *serveConfig) adminServer(st serveStore, errLog *log.Logger) (*http.Server, net.Listener, error) {
+func (c *serveConfig) adminServer(st serveStore, logger *slog.Logger, errLog *log.Logger) (*http.Server, net.Listener, error) {
 	tok, err := adminToken(c.adminTokenFile)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := adminHandler(st, tok)
+	h, err := adminHandler(st, tok, logger)
 	if err != nil {
 		return nil, nil, err
 	}
