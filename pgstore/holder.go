@@ -98,8 +98,18 @@ func (s *Store) completed(events int64) {
 	}
 }
 
-// Release implements idemkv.Store: the record is deleted if the lease
-// still holds it.
+// absentSQL makes a record absent to every read without deleting its
+// row: completed, expired long ago (before any time a concurrent call
+// read), with nothing of its outcome. The sweeper deletes it in time. A claim waiting on a row that another
+// transaction deletes inserts its own row when the delete commits, with
+// the token and lease it computed before it waited, which may be lower
+// than the token of a holder acquired meanwhile; a row made absent in
+// place is instead taken over under its lock, with a token drawn there.
+const absentSQL = `state = 3, escalated = false, lease_expires = NULL, expires = '1970-01-01 00:00:00+00',
+	status = 0, pointer = '', body = NULL, effects = 0, note = ''`
+
+// Release implements idemkv.Store: the record becomes absent (absentSQL)
+// if the lease still holds it.
 func (s *Store) Release(ctx context.Context, l idemkv.Lease) error {
 	if err := validateLease(&l); err != nil {
 		return err
@@ -107,7 +117,7 @@ func (s *Store) Release(ctx context.Context, l idemkv.Lease) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idemkv_records
+	tag, err := s.pool.Exec(ctx, `UPDATE idemkv_records SET `+absentSQL+`
 		WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1`,
 		l.ID.Tenant, l.ID.Endpoint, l.ID.Key, int64(l.Token))
 	if err != nil {

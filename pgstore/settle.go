@@ -20,7 +20,7 @@ const settleableSQL = `tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3
 
 // resolveRecSQL completes a settleable record with the reconciler's
 // result ($9 status, $10 pointer, $11 body, $12 values set, $13 note;
-// %s: expiresSQL); resolveNoEffectRecSQL removes it.
+// %s: expiresSQL); resolveNoEffectRecSQL makes it absent (absentSQL).
 const (
 	resolveRecSQL = `
 	UPDATE idemkv_records SET state = 3, escalated = false, lease_expires = NULL, expires = %s,
@@ -29,7 +29,7 @@ const (
 	RETURNING 1`
 
 	resolveNoEffectRecSQL = `
-	DELETE FROM idemkv_records WHERE ` + settleableSQL + `
+	UPDATE idemkv_records SET ` + absentSQL + ` WHERE ` + settleableSQL + `
 	RETURNING 1`
 
 	// escalateSQL: $1 now, $2-$4 id, $5 token, $6 note.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,14 @@ import (
 	"github.com/idemkv/idemkv/admin"
 	"github.com/idemkv/idemkv/httpidem"
 )
+
+// adminFlags defines --server (usage says what the command does there)
+// and --token-file, the flags of a command that calls a running
+// service's admin API.
+func adminFlags(fs *flag.FlagSet, server, tokenFile *string, usage string) {
+	fs.StringVar(server, "server", "", usage)
+	fs.StringVar(tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
+}
 
 // adminClient calls a running service's admin API (package admin).
 type adminClient struct {

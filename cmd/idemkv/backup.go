@@ -47,8 +47,7 @@ func backupFlags(flags *flag.FlagSet) func(context.Context, io.Writer) error {
 		asJSON                     bool
 	)
 	flags.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
-	flags.StringVar(&server, "server", "", "back up the store of the service whose admin API is at `URL` (serve --admin-addr), while it runs")
-	flags.StringVar(&tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
+	adminFlags(flags, &server, &tokenFile, "back up the store of the service whose admin API is at `URL` (serve --admin-addr), while it runs")
 	flags.StringVar(&to, "to", "", "the backup's directory (`DIR`), which must not exist")
 	flags.BoolVar(&asJSON, "json", false, "print what was done as JSON")
 	return func(ctx context.Context, stdout io.Writer) error {

@@ -32,8 +32,7 @@ func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
 	fs.StringVar(&store, "store", "", "check the PostgreSQL store at `URL` instead (processes may be using it; its counts are then a moment's)")
-	fs.StringVar(&server, "server", "", "check the store of the running service whose admin API is at `URL` (serve --admin-addr)")
-	fs.StringVar(&tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
+	adminFlags(fs, &server, &tokenFile, "check the store of the running service whose admin API is at `URL` (serve --admin-addr)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.Int64Var(&memMiB, "memory-mib", 256, "memory for pairing effects with their outcomes, in `MiB`; a store that needs more is read in several passes")
 	return func(ctx context.Context, stdout io.Writer) error {

@@ -32,8 +32,7 @@ func inspectFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		asJSON                 bool
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
-	fs.StringVar(&server, "server", "", "ask the running service whose admin API is at `URL` (serve --admin-addr)")
-	fs.StringVar(&tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
+	adminFlags(fs, &server, &tokenFile, "ask the running service whose admin API is at `URL` (serve --admin-addr)")
 	fs.StringVar(&id.Tenant, "tenant", "", "the record's tenant (the payments service's: the account)")
 	fs.StringVar(&id.Endpoint, "endpoint", "", "the record's endpoint, for example \"POST /v1/payments\"")
 	fs.StringVar(&id.Key, "key", "", "the record's idempotency key")

@@ -44,8 +44,7 @@ func pendingFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		asJSON                 bool
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
-	fs.StringVar(&server, "server", "", "list the records of the running service whose admin API is at `URL` (serve --admin-addr)")
-	fs.StringVar(&tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
+	adminFlags(fs, &server, &tokenFile, "list the records of the running service whose admin API is at `URL` (serve --admin-addr)")
 	fs.BoolVar(&req.Escalated, "escalated", false, "list the escalated records, which wait for an operator")
 	fs.StringVar(&req.Tenant, "tenant", "", "list only this tenant's records")
 	fs.IntVar(&req.Limit, "limit", 100, "list at most `N` records")

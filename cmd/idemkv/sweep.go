@@ -41,8 +41,7 @@ func sweepFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		asJSON                 bool
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
-	fs.StringVar(&server, "server", "", "run the sweeper of the running service whose admin API is at `URL` (serve --admin-addr)")
-	fs.StringVar(&tokenFile, "token-file", "", "with --server: the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
+	adminFlags(fs, &server, &tokenFile, "run the sweeper of the running service whose admin API is at `URL` (serve --admin-addr)")
 	fs.Float64Var(&rate, "rate", -1, "records examined per second at most (`N`); negative: as fast as the disk allows")
 	fs.BoolVar(&compact, "compact", false, "compact the store afterwards, so that the space of deleted records returns to the filesystem now")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
