@@ -33,8 +33,7 @@ type Options struct {
 	Rounds int
 	// Tenants the keys spread over. Default 16.
 	Tenants int
-	// Pool is the connection pool of each PostgreSQL store (pgstore has
-	// two of this size, one for local claims). Default 16: docs/operations.md
+	// Pool is the connection pool of each PostgreSQL side. Default 16: docs/operations.md
 	// suggests 2 to 4 a core, and more connections than the cores can run
 	// only add contention in the server.
 	Pool int32
