@@ -179,6 +179,13 @@ func (e *Engine) loadBuckets() error {
 //
 // REQUIRES: the key's shard mutex held (see shard).
 func (e *Engine) readBucketsLocked(it *pebble.Iterator, k []byte, now time.Time) (idemkv.Record, bool, error) {
+	_, rec, found, err := e.findInBucketsLocked(it, k, now)
+	return rec, found, err
+}
+
+// findInBucketsLocked is readBucketsLocked that also returns the expiry
+// key the record is stored under (a fresh slice).
+func (e *Engine) findInBucketsLocked(it *pebble.Iterator, k []byte, now time.Time) ([]byte, idemkv.Record, bool, error) {
 	var probe []byte
 	unix := uint64(now.Unix())
 	for _, b := range e.buckets.load() {
@@ -191,15 +198,15 @@ func (e *Engine) readBucketsLocked(it *pebble.Iterator, k []byte, now time.Time)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return idemkv.Record{}, false, err
+			return nil, idemkv.Record{}, false, err
 		}
 		rec, err := record.Decode(v)
 		if err != nil {
-			return idemkv.Record{}, false, err
+			return nil, idemkv.Record{}, false, err
 		}
 		if now.Before(rec.Expires) {
-			return rec, true, nil
+			return probe, rec, true, nil
 		}
 	}
-	return idemkv.Record{}, false, it.Error()
+	return nil, idemkv.Record{}, false, it.Error()
 }

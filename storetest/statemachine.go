@@ -14,7 +14,7 @@ import (
 
 // stateMachine drives a store with random sequences of claims, completions,
 // releases, uncertain marks, renewals, resolutions, escalations, reads,
-// listings, clock advances and reopen cycles, and checks every answer against a plain in-memory
+// listings, scans, evictions, clock advances and reopen cycles, and checks every answer against a plain in-memory
 // model of the contract.
 func stateMachine(t *testing.T, newHarness NewHarness) {
 	rapid.Check(t, func(rt *rapid.T) {
@@ -29,6 +29,8 @@ func stateMachine(t *testing.T, newHarness NewHarness) {
 			"resolve":   m.resolve,
 			"escalate":  m.escalate,
 			"list":      m.list,
+			"scan":      m.scan,
+			"evict":     m.evict,
 			"get":       m.get,
 			"advance":   m.advance,
 			"reopen":    m.reopen,

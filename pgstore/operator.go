@@ -1,0 +1,125 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/jackc/pgx/v5"
+)
+
+// scanSQL pages through the live records in primary-key order: $1 now,
+// $2 tenant or '', $3 state or 0, $4 created before (NULL: any), $5
+// whether a cursor follows, $6-$8 the cursor, $9 the limit.
+const scanSQL = `SELECT tenant, endpoint, key, ` + recordColumns + ` FROM idemkv_records
+WHERE NOT (state = 3 AND expires <= $1)
+	AND ($2 = '' OR tenant = $2)
+	AND ($3 = 0 OR state = $3)
+	AND ($4::timestamptz IS NULL OR created < $4)
+	AND (NOT $5 OR (tenant, endpoint, key) > ($6, $7, $8))
+ORDER BY tenant, endpoint, key
+LIMIT $9`
+
+// Scan implements idemkv.Scanner, in (tenant, endpoint, key) order along
+// the primary key. Each page is a snapshot of its own.
+func (s *Store) Scan(ctx context.Context, req idemkv.ScanRequest) (idemkv.ScanPage, error) {
+	if err := req.Validate(); err != nil {
+		return idemkv.ScanPage{}, err
+	}
+	if !pgText(req.Tenant) {
+		return idemkv.ScanPage{}, fmt.Errorf("%w: a tenant with a NUL byte", idemkv.ErrInvalidScope)
+	}
+	var after [3]string
+	if req.After != "" {
+		b, err := base64.RawURLEncoding.DecodeString(req.After)
+		if err == nil {
+			err = json.Unmarshal(b, &after)
+		}
+		if err != nil {
+			return idemkv.ScanPage{}, fmt.Errorf("%w: malformed scan cursor", idemkv.ErrInvalidArgument)
+		}
+	}
+	if err := s.open(); err != nil {
+		return idemkv.ScanPage{}, err
+	}
+	limit := min(cmp.Or(req.Limit, 100), maxListLimit)
+	var before *time.Time
+	if !req.CreatedBefore.IsZero() {
+		before = &req.CreatedBefore
+	}
+	rows, err := s.pool.Query(ctx, scanSQL, s.now(), req.Tenant, int16(req.State), before,
+		req.After != "", after[0], after[1], after[2], limit)
+	if err != nil {
+		return idemkv.ScanPage{}, s.dbErr("scan", err)
+	}
+	defer rows.Close()
+	var page idemkv.ScanPage
+	for rows.Next() {
+		var id idemkv.ID
+		rec, err := scanRecord(rowPrefix{rows, []any{&id.Tenant, &id.Endpoint, &id.Key}}, idemkv.ID{})
+		if err != nil {
+			return idemkv.ScanPage{}, s.dbErr("scan", err)
+		}
+		rec.ID = id
+		page.Records = append(page.Records, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return idemkv.ScanPage{}, s.dbErr("scan", err)
+	}
+	if len(page.Records) == limit {
+		last := page.Records[limit-1].ID
+		b, _ := json.Marshal([3]string{last.Tenant, last.Endpoint, last.Key})
+		page.Next = base64.RawURLEncoding.EncodeToString(b)
+	}
+	return page, nil
+}
+
+// evictSQL makes an evictable record absent in place (absentSQL, so that
+// a claim waiting on its row takes it over with a token drawn under the
+// lock) and returns it as it was: $1 now, $2-$4 id, $5 token or 0.
+const evictSQL = `UPDATE idemkv_records r SET ` + absentSQL + `
+FROM (SELECT tenant, endpoint, key, ` + recordColumns + ` FROM idemkv_records
+	WHERE tenant = $2 AND endpoint = $3 AND key = $4 FOR UPDATE) old
+WHERE r.tenant = old.tenant AND r.endpoint = old.endpoint AND r.key = old.key
+	AND ($5 = 0 OR old.token = $5)
+	AND (old.state = 2 OR (old.state = 1 AND old.mode = 1 AND old.lease_expires <= $1)
+		OR (old.state = 3 AND old.expires > $1 AND old.effects = 0))
+RETURNING old.state, old.mode, old.fingerprint, old.token, old.attempt, old.operation_id, old.created,
+	old.lease_expires, old.expires, old.class, old.status, old.pointer, old.body, old.effects, old.note, old.escalated`
+
+// Evict implements idemkv.Evicter. When nothing was evicted, a read says
+// why, as of just after.
+func (s *Store) Evict(ctx context.Context, req idemkv.EvictRequest) (idemkv.Record, error) {
+	if err := validateID(req.ID); err != nil {
+		return idemkv.Record{}, err
+	}
+	if err := s.open(); err != nil {
+		return idemkv.Record{}, err
+	}
+	id := req.ID
+	now := s.now()
+	rec, err := scanRecord(s.pool.QueryRow(ctx, evictSQL, now, id.Tenant, id.Endpoint, id.Key, int64(req.Token)), id)
+	if err == nil {
+		return rec, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return idemkv.Record{}, s.dbErr("evict", err)
+	}
+	cur, err := s.get(ctx, s.pool, id, now)
+	switch {
+	case err != nil:
+		return idemkv.Record{}, err
+	case cur.State == idemkv.StateInProgress && (cur.Mode != idemkv.ModeRemote || now.Before(cur.LeaseExpires)):
+		return idemkv.Record{}, fmt.Errorf("%w: %q is in progress under a live lease", idemkv.ErrWrongState, id.Key)
+	case cur.State == idemkv.StateCompleted && cur.Effects > 0:
+		return idemkv.Record{}, fmt.Errorf("%w: %q committed %d effects with its outcome, which would be left without it", idemkv.ErrWrongState, id.Key, cur.Effects)
+	case req.Token != 0 && cur.Token != req.Token:
+		return idemkv.Record{}, fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
+	}
+	return idemkv.Record{}, fmt.Errorf("%w: %q changed while it was evicted; try again", idemkv.ErrConflict, id.Key)
+}
