@@ -14,7 +14,7 @@ import (
 )
 
 // scanSQL pages through the live records in primary-key order: $1 now,
-// $2 tenant or ”, $3 state or 0, $4 created before (NULL: any), $5
+// $2 tenant (empty: any), $3 state or 0, $4 created before (NULL: any), $5
 // whether a cursor follows, $6-$8 the cursor, $9 the limit.
 const scanSQL = `SELECT tenant, endpoint, key, ` + recordColumns + ` FROM idemkv_records
 WHERE NOT (state = 3 AND expires <= $1)
