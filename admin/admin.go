@@ -41,6 +41,13 @@ type Options struct {
 	Backup func(ctx context.Context, dir string) error
 	// Stats returns the store's figures.
 	Stats func(ctx context.Context) (any, error)
+	// Audit, if set, records every resolve and evict; without it those
+	// endpoints answer 404: an operator's write is never made
+	// unrecorded.
+	Audit *AuditLog
+	// Now is the time listings measure age and lapsed leases against:
+	// the store's clock (default time.Now).
+	Now func() time.Time
 	// Logger, if set, is told of every call the store failed (answered
 	// 500 or 503): the answer says only that it failed. Keys are not
 	// logged.
@@ -54,12 +61,19 @@ func New(store idemkv.Store, o *Options) (http.Handler, error) {
 		return nil, fmt.Errorf("%w: admin: a bearer token of at least %d bytes is required", idemkv.ErrInvalidArgument, MinTokenLen)
 	}
 	a := &api{store: store, o: *o, token: sha256.Sum256([]byte(o.Token))}
+	if a.o.Now == nil {
+		a.o.Now = time.Now
+	}
 	if a.o.Logger == nil {
 		a.o.Logger = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/admin/v1/record", only("GET", a.record))
 	mux.Handle("/admin/v1/records", only("GET", a.records))
+	mux.Handle("/admin/v1/pending", only("GET", a.pending))
+	mux.Handle("/admin/v1/export", only("GET", a.export))
+	mux.Handle("/admin/v1/resolve", only("POST", a.resolve))
+	mux.Handle("/admin/v1/evict", only("POST", a.evict))
 	mux.Handle("/admin/v1/stats", only("GET", a.stats))
 	mux.Handle("/admin/v1/check", only("POST", a.check))
 	mux.Handle("/admin/v1/sweep", only("POST", a.sweep))
@@ -116,8 +130,8 @@ func (a *api) record(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ViewOf(&rec))
 }
 
-// records answers GET /admin/v1/records?escalated=B&tenant=T&after=C&limit=N.
-func (a *api) records(w http.ResponseWriter, r *http.Request) {
+// pending answers GET /admin/v1/pending?escalated=B&tenant=T&after=C&limit=N.
+func (a *api) pending(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := idemkv.ListRequest{Tenant: q.Get("tenant"), After: q.Get("after")}
 	if v := q.Get("escalated"); v != "" {

@@ -85,6 +85,10 @@ func TestAuthentication(t *testing.T) {
 	for _, tc := range []struct{ method, path, body string }{
 		{"GET", recordPath("p1"), ""},
 		{"GET", "/admin/v1/records", ""},
+		{"GET", "/admin/v1/pending", ""},
+		{"GET", "/admin/v1/export", ""},
+		{"POST", "/admin/v1/resolve", `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","no_effect":true,"note":"x"}`},
+		{"POST", "/admin/v1/evict", `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","reason":"x"}`},
 		{"GET", "/admin/v1/stats", ""},
 		{"POST", "/admin/v1/check", ""},
 		{"POST", "/admin/v1/sweep", ""},
@@ -121,7 +125,7 @@ func TestRecordsAndOperations(t *testing.T) {
 	require.EqualValues(t, 2, rec["body_bytes"])
 	require.NotContains(t, rec, "body")
 
-	status, page, _ := call(t, srv, "GET", "/admin/v1/records?limit=10", "", token)
+	status, page, _ := call(t, srv, "GET", "/admin/v1/pending?limit=10", "", token)
 	require.Equal(t, http.StatusOK, status)
 	records := page["records"].([]any)
 	require.Len(t, records, 1)
@@ -165,8 +169,17 @@ func TestBadInput(t *testing.T) {
 		{"GET", "/admin/v1/record?tenant=t&endpoint=e&key=" + strings.Repeat("k", 1000), "", 400},
 		{"GET", "/admin/v1/records?limit=0", "", 400},
 		{"GET", "/admin/v1/records?limit=abc", "", 400},
-		{"GET", "/admin/v1/records?escalated=maybe", "", 400},
+		{"GET", "/admin/v1/pending?escalated=maybe", "", 400},
+		{"GET", "/admin/v1/pending?after=%21%21", "", 400},
 		{"GET", "/admin/v1/records?after=%21%21", "", 400},
+		{"GET", "/admin/v1/records?state=done", "", 400},
+		{"GET", "/admin/v1/records?older_than=yesterday", "", 400},
+		{"GET", "/admin/v1/records?older_than=-1h", "", 400},
+		{"GET", "/admin/v1/records?stat=uncertain", "", 400},
+		{"GET", "/admin/v1/records?limit=1001", "", 400},
+		{"GET", "/admin/v1/export?outbox=perhaps", "", 400},
+		{"POST", "/admin/v1/resolve", `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","note":"x"}`, 404}, // no audit log
+		{"POST", "/admin/v1/evict", `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","reason":"x"}`, 404},
 		{"POST", "/admin/v1/record", "", 405},
 		{"DELETE", "/admin/v1/records", "", 405},
 		{"POST", "/admin/v1/check", "{}", 400},
@@ -200,7 +213,10 @@ func TestBadInput(t *testing.T) {
 func FuzzAdmin(f *testing.F) {
 	for _, seed := range []struct{ method, target, body string }{
 		{"GET", "/admin/v1/record?tenant=acct_1&endpoint=POST+%2Fv1%2Fpayments&key=p1", ""},
-		{"GET", "/admin/v1/records?limit=5&escalated=true&after=eyJ9", ""},
+		{"GET", "/admin/v1/pending?limit=5&escalated=true&after=eyJ9", ""},
+		{"GET", "/admin/v1/records?state=completed&older_than=1h&limit=3", ""},
+		{"GET", "/admin/v1/export?outbox=true", ""},
+		{"POST", "/admin/v1/evict", `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","reason":"fuzz"}`},
 		{"POST", "/admin/v1/backup", `{"dir":"/nonexistent/deeper/x"}`},
 		{"POST", "/admin/v1/check", ""},
 		{"GET", "/admin/v1/stats", ""},
@@ -220,7 +236,8 @@ func FuzzAdmin(f *testing.F) {
 			return rep, rep.ProblemCount, err
 		},
 		Stats: func(context.Context) (any, error) { return e.Stats() },
-		// No Backup: a fuzzed path must not write into the filesystem.
+		// No Backup: a fuzzed path must not write into the filesystem;
+		// no Audit, so resolve and evict answer 404 and p1 stays.
 	})
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, method, target, body string) {

@@ -13,6 +13,11 @@ import (
 	"github.com/idemkv/idemkv/internal/record"
 )
 
+var (
+	_ idemkv.Scanner = (*Engine)(nil)
+	_ idemkv.Evicter = (*Engine)(nil)
+)
+
 // maxScanKeys bounds the keys one Scan page reads, so that a filter that
 // matches little cannot make one call read the whole store: such a page
 // holds fewer records than asked for, and Next goes on from where it

@@ -13,6 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+var (
+	_ idemkv.Scanner = (*Store)(nil)
+	_ idemkv.Evicter = (*Store)(nil)
+)
+
 // scanSQL pages through the live records in primary-key order: $1 now,
 // $2 tenant (empty: any), $3 state or 0, $4 created before (NULL: any), $5
 // whether a cursor follows, $6-$8 the cursor, $9 the limit.

@@ -48,37 +48,14 @@ func newAdminClient(server, tokenFile string) (*adminClient, error) {
 // call sends method path with body (JSON, if not nil) and decodes a 2xx
 // answer into out; any other answer is an error holding its problem.
 func (c *adminClient) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	resp, err := c.do(ctx, method, path, body)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
+	defer resp.Close()
+	b, err := io.ReadAll(io.LimitReader(resp, 64<<20))
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var p httpidem.Problem
-		if json.Unmarshal(b, &p) == nil && p.Title != "" {
-			return fmt.Errorf("admin API: %d %s: %s", resp.StatusCode, p.Title, p.Detail)
-		}
-		return fmt.Errorf("admin API: %s", resp.Status)
 	}
 	if out == nil {
 		return nil
@@ -87,6 +64,47 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 		return errors.Join(errors.New("admin API: unreadable answer"), err)
 	}
 	return nil
+}
+
+// stream sends method path and returns a 2xx answer's body, to be read
+// and closed by the caller.
+func (c *adminClient) stream(ctx context.Context, method, path string) (io.ReadCloser, error) {
+	return c.do(ctx, method, path, nil)
+}
+
+// do sends the request and returns a 2xx answer's body; any other answer
+// is an error holding its problem.
+func (c *adminClient) do(ctx context.Context, method, path string, body any) (io.ReadCloser, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp.Body, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var p httpidem.Problem
+	if json.Unmarshal(b, &p) == nil && p.Title != "" {
+		return nil, fmt.Errorf("admin API: %d %s: %s", resp.StatusCode, p.Title, p.Detail)
+	}
+	return nil, fmt.Errorf("admin API: %s", resp.Status)
 }
 
 // listRecords pages through the service's listing up to req.Limit
@@ -105,7 +123,7 @@ func (c *adminClient) listRecords(ctx context.Context, req idemkv.ListRequest) (
 			Records []admin.RecordView `json:"records"`
 			Next    string             `json:"next"`
 		}
-		if err := c.call(ctx, http.MethodGet, "/admin/v1/records?"+q.Encode(), nil, &page); err != nil {
+		if err := c.call(ctx, http.MethodGet, "/admin/v1/pending?"+q.Encode(), nil, &page); err != nil {
 			return nil, err
 		}
 		for i := range page.Records {

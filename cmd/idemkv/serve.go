@@ -24,7 +24,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--admin-addr ADDR [--admin-token-file FILE] [--admin-allow-remote]] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--account-limit N] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--admin-addr ADDR [--admin-token-file FILE] [--admin-audit-log FILE] [--admin-allow-remote]] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--account-limit N] [--gomaxprocs N] [--background-nice N]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -47,6 +47,7 @@ type serveConfig struct {
 	// adminAddr, if set, serves the admin API there (adminLn), with the
 	// token in adminTokenFile or the environment (serveadmin.go).
 	adminAddr, adminTokenFile string
+	adminAuditLog             string
 	adminRemote               bool
 	adminLn                   net.Listener
 	// reconcile configures the worker that settles uncertain payments.
@@ -72,6 +73,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on `ADDR` (a private or loopback address: metrics are not authenticated) instead of on --addr")
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "serve the admin API (package admin) on `ADDR`, a loopback address unless --admin-allow-remote; off by default")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
+	fs.StringVar(&c.adminAuditLog, "admin-audit-log", "", "record the admin API's resolves and evictions in `FILE` (JSON lines; default DIR/audit.log with --data; with --store, resolve and evict answer 404 without it)")
 	fs.BoolVar(&c.adminRemote, "admin-allow-remote", false, "let --admin-addr be other than loopback (the token then crosses the network in the clear)")
 	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR` (Pebble, this process's alone)")
 	fs.StringVar(&c.store, "store", "", "keep the store in the PostgreSQL database at `URL` (postgres://USER@HOST:PORT/DB?...), which several serve processes may share, instead of under --data")
@@ -216,12 +218,13 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		go func() { errc <- msrv.Serve(mln) }()
 	}
 	if c.adminLn != nil {
-		asrv, aln, err := c.adminServer(e, log, errLog)
+		asrv, aln, closeAudit, err := c.adminServer(e, log, errLog)
 		if err != nil {
 			closeAll()
 			return err
 		}
-		fmt.Fprintf(stdout, "idemkv: admin API on http://%s (idemkv inspect|pending|check|sweep|backup --server http://%s)\n", aln.Addr(), aln.Addr())
+		defer closeAudit()
+		fmt.Fprintf(stdout, "idemkv: admin API on http://%s (idemkv inspect|list|pending|resolve|evict|export|check|sweep|backup --server http://%s)\n", aln.Addr(), aln.Addr())
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}

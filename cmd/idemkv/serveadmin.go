@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -39,8 +40,8 @@ func adminToken(file string) (string, error) {
 
 // adminHandler is the admin API on the served store, with what that
 // store can do besides the Store contract.
-func adminHandler(st serveStore, token string, log *slog.Logger) (http.Handler, error) {
-	o := &admin.Options{Token: token, Logger: log}
+func adminHandler(st serveStore, token string, audit *admin.AuditLog, log *slog.Logger) (http.Handler, error) {
+	o := &admin.Options{Token: token, Logger: log, Audit: audit}
 	switch s := st.(type) {
 	case *engine.Engine:
 		o.Check = func(ctx context.Context) (any, int, error) {
@@ -62,18 +63,34 @@ func adminHandler(st serveStore, token string, log *slog.Logger) (http.Handler, 
 }
 
 // adminServer is the admin API's server, with the public server's limits
-// on connections and time, on c.adminLn.
-func (c *serveConfig) adminServer(st serveStore, logger *slog.Logger, errLog *log.Logger) (*http.Server, net.Listener, error) {
+// on connections and time, on c.adminLn, and the function that closes its
+// audit log once the server is done.
+func (c *serveConfig) adminServer(st serveStore, logger *slog.Logger, errLog *log.Logger) (*http.Server, net.Listener, func(), error) {
 	tok, err := adminToken(c.adminTokenFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	h, err := adminHandler(st, tok, logger)
+	path := c.adminAuditLog
+	if _, pebble := st.(*engine.Engine); path == "" && pebble {
+		path = filepath.Join(c.dir, "audit.log")
+	}
+	var audit *admin.AuditLog
+	closeAudit := func() {}
+	if path != "" {
+		if audit, err = admin.OpenAuditLog(path); err != nil {
+			return nil, nil, nil, err
+		}
+		closeAudit = func() { _ = audit.Close() }
+	} else {
+		logger.Warn("admin API: no --admin-audit-log, so resolve and evict are off")
+	}
+	h, err := adminHandler(st, tok, audit, logger)
 	if err != nil {
-		return nil, nil, err
+		closeAudit()
+		return nil, nil, nil, err
 	}
 	srv, cl := newServer(h, defaultLimits(adminCallTime, adminConns), errLog)
-	return srv, cl.Listener(c.adminLn), nil
+	return srv, cl.Listener(c.adminLn), closeAudit, nil
 }
 
 // adminConns bounds the admin API's open connections: an operator's

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/admin"
 	"github.com/idemkv/idemkv/engine"
-	"github.com/idemkv/idemkv/httpidem"
 )
 
 // The operator's side of reconciliation: list what needs settling, and
@@ -31,8 +31,8 @@ func init() {
 	})
 	register(&command{
 		name:    "resolve",
-		args:    "--data DIR --tenant T --endpoint E --key K (--applied [--status N] [--pointer P] [--body-file F] [--content-type T] [--raw] | --no-effect) --note TEXT [--token N]",
-		summary: "settle an uncertain, abandoned or escalated record by hand, in a store no process has open; the note is kept on the record and in DIR/audit.log",
+		args:    "(--data DIR | --server URL [--token-file FILE]) --tenant T --endpoint E --key K (--applied [--status N] [--pointer P] [--body-file F] [--content-type T] [--raw] | --no-effect) --note TEXT [--token N] [--json]",
+		summary: "settle an uncertain, abandoned or escalated record by hand: in a store no process has open (--data; audited in DIR/audit.log), or a running service's (--server; audited in its admin audit log)",
 		flags:   resolveFlags,
 	})
 }
@@ -143,124 +143,104 @@ func openExisting(dir string, readOnly bool) (*engine.Engine, error) {
 
 // resolveConfig is what the resolve flags set.
 type resolveConfig struct {
-	dir              string
-	id               idemkv.ID
-	status           int
-	pointer          string
-	bodyFile         string
-	contentType      string
-	applied          bool
-	raw              bool
-	noEffect         bool
-	note             string
-	expectTokenValue uint64
+	dir, server, tokenFile string
+	req                    admin.ResolveRequest
+	bodyFile               string
+	applied                bool
+	asJSON                 bool
 }
 
 func resolveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	var c resolveConfig
 	fs.StringVar(&c.dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
-	fs.StringVar(&c.id.Tenant, "tenant", "", "the record's tenant")
-	fs.StringVar(&c.id.Endpoint, "endpoint", "", "the record's endpoint, for example \"POST /v1/payments\"")
-	fs.StringVar(&c.id.Key, "key", "", "the record's idempotency key")
+	adminFlags(fs, &c.server, &c.tokenFile, "settle the record in the running service whose admin API is at `URL` (serve --admin-addr)")
+	fs.StringVar(&c.req.Tenant, "tenant", "", "the record's tenant")
+	fs.StringVar(&c.req.Endpoint, "endpoint", "", "the record's endpoint, for example \"POST /v1/payments\"")
+	fs.StringVar(&c.req.Key, "key", "", "the record's idempotency key")
 	fs.BoolVar(&c.applied, "applied", false, "the operation happened: store --status (default 200) as its outcome, replayed to every retry")
-	fs.IntVar(&c.status, "status", 0, "with --applied (which it implies): the HTTP `STATUS` to store")
-	fs.StringVar(&c.pointer, "pointer", "", "with --status: the object the operation created, for example /v1/payments/pay_42")
+	fs.IntVar(&c.req.Status, "status", 0, "with --applied (which it implies): the HTTP `STATUS` to store")
+	fs.StringVar(&c.req.Pointer, "pointer", "", "with --status: the object the operation created, for example /v1/payments/pay_42")
 	fs.StringVar(&c.bodyFile, "body-file", "", "with --status: replay the contents of `FILE` as the response body")
-	fs.StringVar(&c.contentType, "content-type", "application/json", "with --body-file: the body's Content-Type")
-	fs.BoolVar(&c.raw, "raw", false, "store --status, --pointer and the bytes of --body-file as they are, not as an HTTP response: for records no HTTP route wrote (a saga step's, whose output is the body)")
-	fs.BoolVar(&c.noEffect, "no-effect", false, "the operation provably did not happen: remove the record, so that a retry runs anew")
-	fs.StringVar(&c.note, "note", "", "who settles it and why (required; kept on the record and in DIR/audit.log)")
-	fs.Uint64Var(&c.expectTokenValue, "token", 0, "settle only if the record's token is still `N` (as pending printed it)")
+	fs.StringVar(&c.req.ContentType, "content-type", "application/json", "with --body-file: the body's Content-Type")
+	fs.BoolVar(&c.req.Raw, "raw", false, "store --status, --pointer and the bytes of --body-file as they are, not as an HTTP response: for records no HTTP route wrote (a saga step's, whose output is the body)")
+	fs.BoolVar(&c.req.NoEffect, "no-effect", false, "the operation provably did not happen: remove the record, so that a retry runs anew")
+	fs.StringVar(&c.req.Note, "note", "", "who settles it and why (required; kept on the record and in the audit log)")
+	fs.Uint64Var(&c.req.Token, "token", 0, "settle only if the record's token is still `N` (as pending or inspect printed it)")
+	fs.BoolVar(&c.asJSON, "json", false, "print the audit entry as JSON")
 	return func(ctx context.Context, stdout io.Writer) error {
 		if err := c.validate(); err != nil {
 			return usageError{err}
 		}
-		e, err := openExisting(c.dir, false)
+		if c.bodyFile != "" {
+			b, err := os.ReadFile(c.bodyFile)
+			if err != nil {
+				return err
+			}
+			c.req.Body = b
+		}
+		var entry admin.AuditEntry
+		err := onStore(ctx, c.dir, c.server, c.tokenFile, func(ac *adminClient) error {
+			return ac.call(ctx, http.MethodPost, "/admin/v1/resolve", c.req, &entry)
+		}, func(e *engine.Engine, audit *admin.AuditLog) (err error) {
+			entry, err = admin.Resolve(ctx, e, audit, c.req)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		err = c.resolve(ctx, e, stdout)
-		return errors.Join(err, e.Close())
+		return printAuditEntry(stdout, &entry, c.asJSON)
 	}
 }
 
 func (c *resolveConfig) validate() error {
-	if c.status != 0 {
+	if c.req.Status != 0 {
 		c.applied = true
 	}
-	if c.applied && c.status == 0 {
-		c.status = http.StatusOK
-	}
 	switch {
-	case c.dir == "":
-		return errors.New("--data is required")
-	case c.id.Validate() != nil:
-		return fmt.Errorf("--tenant, --endpoint and --key: %w", c.id.Validate())
-	case c.noEffect == c.applied:
+	case (c.dir == "") == (c.server == ""):
+		return errors.New("give one of --data and --server")
+	case c.req.NoEffect == c.applied:
 		return errors.New("give exactly one of --applied (it happened; --status N, default 200) and --no-effect (it did not)")
-	case c.status != 0 && (c.status < 100 || c.status > 599):
-		return fmt.Errorf("--status %d: not an HTTP status", c.status)
-	case c.noEffect && (c.pointer != "" || c.bodyFile != "" || c.raw):
+	case c.req.NoEffect && (c.bodyFile != "" || c.req.Pointer != "" || c.req.Raw):
 		return errors.New("--pointer, --body-file and --raw go with --applied, not --no-effect")
-	case strings.TrimSpace(c.note) == "":
-		return errors.New("--note is required: say who settles the record and why")
-	case len(c.note) > idemkv.MaxNoteLen:
-		return fmt.Errorf("--note is %d bytes, limit %d", len(c.note), idemkv.MaxNoteLen)
+	}
+	if c.req.NoEffect || c.bodyFile == "" {
+		c.req.ContentType = ""
+	}
+	if err := c.req.Validate(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), idemkv.ErrInvalidArgument.Error()+": "))
 	}
 	return nil
 }
 
-// resolve settles the record, audits it, and prints what it did.
-func (c *resolveConfig) resolve(ctx context.Context, e *engine.Engine, stdout io.Writer) error {
-	rec, err := e.Get(ctx, c.id)
+// onStore runs an operator's write on the running service at server
+// through its admin API (remote), or on the store in dir, which no
+// process may hold, with its audit log at DIR/audit.log (local).
+func onStore(ctx context.Context, dir, server, tokenFile string, remote func(*adminClient) error, local func(*engine.Engine, *admin.AuditLog) error) error {
+	if server != "" {
+		c, err := newAdminClient(server, tokenFile)
+		if err != nil {
+			return err
+		}
+		return remote(c)
+	}
+	e, err := openExisting(dir, false)
 	if err != nil {
 		return err
 	}
-	if c.expectTokenValue != 0 && rec.Token != c.expectTokenValue {
-		return fmt.Errorf("%w: the record's token is %d, not %d: it changed since it was listed", idemkv.ErrFenced, rec.Token, c.expectTokenValue)
+	audit, err := admin.OpenAuditLog(filepath.Join(dir, "audit.log"))
+	if err != nil {
+		return errors.Join(err, e.Close())
 	}
-	req := idemkv.ResolveRequest{ID: c.id, Token: rec.Token, NoEffect: c.noEffect, Note: c.note}
-	if !c.noEffect {
-		var body []byte
-		var h http.Header
-		if c.bodyFile != "" {
-			if body, err = os.ReadFile(c.bodyFile); err != nil {
-				return err
-			}
-			h = http.Header{"Content-Type": {c.contentType}}
-		}
-		if c.raw {
-			req.Result = idemkv.Result{Status: c.status, Pointer: c.pointer, Body: body}
-		} else {
-			req.Result = httpidem.Outcome(c.status, c.pointer, h, body)
-		}
-	}
-	if err := e.Resolve(ctx, req); err != nil {
-		return err
-	}
-	what := fmt.Sprintf("completed with status %d", c.status)
-	if c.noEffect {
-		what = "removed: the operation did not happen, a retry runs anew"
-	}
-	if err := c.audit(rec, what); err != nil {
-		return fmt.Errorf("the record is settled (%s), but the audit log was not written: %w", what, err)
-	}
-	_, err = fmt.Fprintf(stdout, "%s/%s/%q (%s, token %d): %s\n", c.id.Tenant, c.id.Endpoint, c.id.Key, stateOf(rec), rec.Token, what)
-	return err
+	err = local(e, audit)
+	return errors.Join(err, audit.Close(), e.Close())
 }
 
-// audit appends one JSON line to DIR/audit.log, synced: a removed record
-// keeps no note of its own.
-func (c *resolveConfig) audit(rec idemkv.Record, what string) error {
-	line, _ := json.Marshal(map[string]any{
-		"time": time.Now().UTC().Format(time.RFC3339), "action": "resolve", "tenant": c.id.Tenant,
-		"endpoint": c.id.Endpoint, "key": c.id.Key, "was": stateOf(rec), "token": rec.Token,
-		"operation_id": rec.OperationID.String(), "outcome": what, "note": c.note,
-	})
-	f, err := os.OpenFile(filepath.Join(c.dir, "audit.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
+// printAuditEntry prints what an operator's write did.
+func printAuditEntry(w io.Writer, e *admin.AuditEntry, asJSON bool) error {
+	if asJSON {
+		return printJSON(w, e)
 	}
-	_, err = f.Write(append(line, '\n'))
-	return errors.Join(err, f.Sync(), f.Close())
+	_, err := fmt.Fprintf(w, "%s/%s/%q (%s, token %d): %s\n", e.Tenant, e.Endpoint, e.Key, e.Was, e.Token, e.Outcome)
+	return err
 }

@@ -1,0 +1,93 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// AuditLog is an append-only file of JSON lines, one per operator's
+// write (resolve, evict), each synced before the call answers. A record
+// an eviction or a no-effect resolution removed keeps no note of its
+// own: the audit log is what is left of it.
+//
+// An entry holds the record's key: it names what was changed, for the
+// operator who asks later. The file is created readable by its owner
+// only.
+type AuditLog struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// OpenAuditLog opens the audit log at path, creating it if need be.
+func OpenAuditLog(path string) (*AuditLog, error) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("admin: audit log: %w", err)
+	}
+	return &AuditLog{f: f}, nil
+}
+
+// Close closes the file.
+func (a *AuditLog) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.f.Close()
+}
+
+// AuditEntry is one line of the audit log.
+type AuditEntry struct {
+	Time     time.Time `json:"time"`
+	Action   string    `json:"action"` // "resolve" or "evict"
+	Tenant   string    `json:"tenant"`
+	Endpoint string    `json:"endpoint"`
+	Key      string    `json:"key"`
+	// Was is the record's state before: in-progress (abandoned),
+	// uncertain, escalated or completed.
+	Was         string `json:"was"`
+	Token       uint64 `json:"token"`
+	OperationID string `json:"operation_id,omitempty"`
+	// Outcome says what the write did to the record.
+	Outcome string `json:"outcome"`
+	// Note is the operator's: who, and why.
+	Note string `json:"note"`
+}
+
+func newAuditEntry(action string, rec *idemkv.Record, outcome, note string) AuditEntry {
+	was := rec.State.String()
+	if rec.Escalated {
+		was = "escalated"
+	}
+	e := AuditEntry{Time: time.Now().UTC().Truncate(time.Second), Action: action, Tenant: rec.ID.Tenant,
+		Endpoint: rec.ID.Endpoint, Key: rec.ID.Key, Was: was, Token: rec.Token, Outcome: outcome, Note: note}
+	if rec.Mode == idemkv.ModeRemote {
+		e.OperationID = rec.OperationID.String()
+	}
+	return e
+}
+
+// ErrAudit wraps the failure to write an audit entry for a change that
+// was made.
+var ErrAudit = errors.New("admin: the change was made, but the audit log was not written")
+
+// record appends e, synced.
+func (a *AuditLog) record(e AuditEntry) error {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return errors.Join(ErrAudit, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.f.Write(append(line, '\n')); err != nil {
+		return errors.Join(ErrAudit, err)
+	}
+	if err := a.f.Sync(); err != nil {
+		return errors.Join(ErrAudit, err)
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/httpidem"
+)
+
+// An operator's writes: settling a record by hand (Resolve) and evicting
+// one (Evict). Each is a compare-and-set on the record's token and is
+// kept in the audit log. "idemkv resolve|evict" run the same functions on
+// a store no process holds, or call the API.
+
+// ResolveRequest is the body of POST /admin/v1/resolve: what an operator
+// learned of an uncertain, abandoned or escalated record.
+type ResolveRequest struct {
+	Tenant   string `json:"tenant"`
+	Endpoint string `json:"endpoint"`
+	Key      string `json:"key"`
+	// Token, if not zero, must be the record's current token (as inspect
+	// or list showed it); zero settles whatever attempt holds it now.
+	Token uint64 `json:"token,omitempty"`
+	// NoEffect: the operation provably did not happen; the record goes
+	// and a retry runs anew. Otherwise it happened, and Status (default
+	// 200), Pointer and Body are stored as its outcome.
+	NoEffect bool   `json:"no_effect,omitempty"`
+	Status   int    `json:"status,omitempty"`
+	Pointer  string `json:"pointer,omitempty"`
+	Body     []byte `json:"body,omitempty"`
+	// ContentType is the body's, replayed with it (default
+	// application/json).
+	ContentType string `json:"content_type,omitempty"`
+	// Raw stores Status, Pointer and Body as they are rather than as an
+	// HTTP response: for records no HTTP route wrote (a saga step's,
+	// whose output is the body).
+	Raw bool `json:"raw,omitempty"`
+	// Note says who settles the record and why (required).
+	Note string `json:"note"`
+}
+
+// ID is the record the request names.
+func (req *ResolveRequest) ID() idemkv.ID {
+	return idemkv.ID{Tenant: req.Tenant, Endpoint: req.Endpoint, Key: req.Key}
+}
+
+// Validate reports what is wrong with req, if anything; it sets the
+// default status of an applied outcome. Its errors wrap
+// idemkv.ErrInvalidArgument (or the ID's).
+func (req *ResolveRequest) Validate() error {
+	if req.Status == 0 && !req.NoEffect {
+		req.Status = http.StatusOK
+	}
+	if err := req.ID().Validate(); err != nil {
+		return err
+	}
+	switch {
+	case req.NoEffect && (req.Status != 0 || req.Pointer != "" || req.Body != nil || req.Raw):
+		return fmt.Errorf("%w: status, pointer, body and raw go with an applied outcome, not no_effect", idemkv.ErrInvalidArgument)
+	case !req.NoEffect && (req.Status < 100 || req.Status > 599):
+		return fmt.Errorf("%w: status %d is not an HTTP status", idemkv.ErrInvalidArgument, req.Status)
+	}
+	return validateNote("note", req.Note)
+}
+
+// EvictRequest is the body of POST /admin/v1/evict.
+type EvictRequest struct {
+	Tenant   string `json:"tenant"`
+	Endpoint string `json:"endpoint"`
+	Key      string `json:"key"`
+	// Token, if not zero, must be the record's current token.
+	Token uint64 `json:"token,omitempty"`
+	// Reason says who evicts the record and why (required); it goes to
+	// the audit log.
+	Reason string `json:"reason"`
+}
+
+// ID is the record the request names.
+func (req *EvictRequest) ID() idemkv.ID {
+	return idemkv.ID{Tenant: req.Tenant, Endpoint: req.Endpoint, Key: req.Key}
+}
+
+// Validate reports what is wrong with req, if anything.
+func (req *EvictRequest) Validate() error {
+	if err := req.ID().Validate(); err != nil {
+		return err
+	}
+	return validateNote("reason", req.Reason)
+}
+
+func validateNote(name, s string) error {
+	switch {
+	case strings.TrimSpace(s) == "":
+		return fmt.Errorf("%w: %s is required: say who does it and why", idemkv.ErrInvalidArgument, name)
+	case len(s) > idemkv.MaxNoteLen:
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", idemkv.ErrInvalidArgument, name, len(s), idemkv.MaxNoteLen)
+	}
+	return nil
+}
+
+// ErrNoAudit is returned by Resolve and Evict without an audit log: an
+// operator's write is never made unrecorded.
+var ErrNoAudit = errors.New("admin: no audit log to record the change in")
+
+// Resolve settles req's record in store and records it in audit, which
+// must not be nil. It returns the audit entry. The record is settled
+// even if the audit log then fails: the error says so.
+func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req ResolveRequest) (AuditEntry, error) {
+	if err := req.Validate(); err != nil {
+		return AuditEntry{}, err
+	}
+	if audit == nil {
+		return AuditEntry{}, ErrNoAudit
+	}
+	rec, err := store.Get(ctx, req.ID())
+	if err != nil {
+		return AuditEntry{}, err
+	}
+	if req.Token != 0 && rec.Token != req.Token {
+		return AuditEntry{}, fmt.Errorf("%w: the record's token is %d, not %d: it changed since it was read", idemkv.ErrFenced, rec.Token, req.Token)
+	}
+	sr := idemkv.ResolveRequest{ID: req.ID(), Token: rec.Token, NoEffect: req.NoEffect, Note: req.Note}
+	outcome := "removed: the operation did not happen, a retry runs anew"
+	if !req.NoEffect {
+		outcome = fmt.Sprintf("completed with status %d", req.Status)
+		if req.Raw {
+			sr.Result = idemkv.Result{Status: req.Status, Pointer: req.Pointer, Body: req.Body}
+		} else {
+			var h http.Header
+			if req.Body != nil {
+				h = http.Header{"Content-Type": {cmp.Or(req.ContentType, "application/json")}}
+			}
+			sr.Result = httpidem.Outcome(req.Status, req.Pointer, h, req.Body)
+		}
+	}
+	if err := store.Resolve(ctx, sr); err != nil {
+		return AuditEntry{}, err
+	}
+	entry := newAuditEntry("resolve", &rec, outcome, req.Note)
+	return entry, audit.record(entry)
+}
+
+// Evict removes req's record from store (an idemkv.Evicter) and records
+// it in audit, which must not be nil. It returns the audit entry. The
+// record is gone even if the audit log then fails: the error says so.
+func Evict(ctx context.Context, store idemkv.Evicter, audit *AuditLog, req EvictRequest) (AuditEntry, error) {
+	if err := req.Validate(); err != nil {
+		return AuditEntry{}, err
+	}
+	if audit == nil {
+		return AuditEntry{}, ErrNoAudit
+	}
+	rec, err := store.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: req.Token})
+	if err != nil {
+		return AuditEntry{}, err
+	}
+	entry := newAuditEntry("evict", &rec, "removed: the next request with its key runs anew", req.Reason)
+	return entry, audit.record(entry)
+}
+
+// resolve answers POST /admin/v1/resolve with the audit entry.
+func (a *api) resolve(w http.ResponseWriter, r *http.Request) {
+	if a.o.Audit == nil {
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "resolve needs an audit log (serve --admin-audit-log)")
+		return
+	}
+	var req ResolveRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	entry, err := Resolve(r.Context(), a.store, a.o.Audit, req)
+	a.answerWrite(w, r, entry, err)
+}
+
+// evict answers POST /admin/v1/evict with the audit entry.
+func (a *api) evict(w http.ResponseWriter, r *http.Request) {
+	ev, ok := a.store.(idemkv.Evicter)
+	switch {
+	case !ok:
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "this store cannot evict records")
+		return
+	case a.o.Audit == nil:
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "evict needs an audit log (serve --admin-audit-log)")
+		return
+	}
+	var req EvictRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	entry, err := Evict(r.Context(), ev, a.o.Audit, req)
+	a.answerWrite(w, r, entry, err)
+}
+
+// answerWrite answers an operator's write: its audit entry, or why not.
+// A change made without its audit entry is a 500 that says it was made,
+// so that the operator does not retry it.
+func (a *api) answerWrite(w http.ResponseWriter, r *http.Request, entry AuditEntry, err error) {
+	switch {
+	case errors.Is(err, ErrAudit):
+		a.o.Logger.Error("admin: audit log failed", "path", r.URL.Path, "err", err)
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, ErrAudit.Error())
+	case errors.Is(err, idemkv.ErrConflict):
+		writeProblem(w, http.StatusConflict, ProblemConflict, err.Error())
+	case err != nil:
+		a.writeError(w, r, err)
+	default:
+		a.o.Logger.Info("admin: "+entry.Action, "tenant", entry.Tenant, "endpoint", entry.Endpoint, "was", entry.Was, "token", entry.Token)
+		writeJSON(w, http.StatusOK, entry)
+	}
+}
