@@ -101,9 +101,12 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 	log := &migrationLog{}
 	opts := fixtureOptions(f, clock, log)
 
+	l, err := StoredLayout(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), l)
 	ro := *opts
 	ro.ReadOnly = true
-	_, err := Open(dir, &ro)
+	_, err = Open(dir, &ro)
 	require.ErrorIs(t, err, ErrLayout, "a read-only Open cannot migrate")
 
 	e, err := Open(dir, opts)
@@ -111,6 +114,9 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 	require.Equal(t, 1, log.count(), "the first read-write Open migrates")
 	requireFixtureStore(t, f, e)
 	require.NoError(t, e.Close())
+	l, err = StoredLayout(dir, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(Layout), l)
 
 	// A second Open finds layout 4 and migrates nothing; so does a
 	// read-only one now.
@@ -207,7 +213,8 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 }
 
 // TestOpenRefusesAFutureLayout: the fixture's store marked with layout 99
-// is refused read-write and read-only, and left unchanged.
+// is refused read-write and read-only, and left unchanged; StoredLayout
+// names it and refuses it too.
 func TestOpenRefusesAFutureLayout(t *testing.T) {
 	f := upgradetest.Load(t, layout3Fixture)
 	dir := f.CopyStore(t)
@@ -221,6 +228,9 @@ func TestOpenRefusesAFutureLayout(t *testing.T) {
 		require.ErrorIs(t, err, ErrLayout, "read-only %v", ro)
 		require.ErrorContains(t, err, "layout 99")
 	}
+	l, err := StoredLayout(dir, nil)
+	require.ErrorIs(t, err, ErrLayout)
+	require.Equal(t, uint64(99), l)
 	db, err = pebble.Open(dir, po)
 	require.NoError(t, err)
 	_, _, err = db.Get(pendingStart)
@@ -230,6 +240,26 @@ func TestOpenRefusesAFutureLayout(t *testing.T) {
 	require.Equal(t, uint64(99), binary.BigEndian.Uint64(v))
 	require.NoError(t, closer.Close())
 	require.NoError(t, db.Close())
+}
+
+// TestStoredLayoutOfNoStore: StoredLayout creates no store where there is
+// none (Pebble leaves its lock file), and reports a new, empty store as 0.
+func TestStoredLayoutOfNoStore(t *testing.T) {
+	dir := t.TempDir()
+	_, err := StoredLayout(dir, nil)
+	require.Error(t, err)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, ent := range entries {
+		require.Equal(t, "LOCK", ent.Name(), "only Pebble's lock file")
+	}
+
+	db, err := pebble.Open(dir, (&Options{}).EnsureDefaults().PebbleOptions())
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	l, err := StoredLayout(dir, nil)
+	require.NoError(t, err)
+	require.Zero(t, l)
 }
 
 // TestLayout3MigrationCrash opens the fixture's store on a crashable
