@@ -71,25 +71,30 @@ func checkFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err != nil {
 			return err
 		}
-		problems := make([]string, len(rep.Problems))
-		for i, p := range rep.Problems {
-			problems[i] = p.String()
-		}
-		var lines []string
-		if rep.Passes > 1 {
-			lines = append(lines, fmt.Sprintf("passes   %d (pairing needed more than --memory-mib)", rep.Passes))
-		}
-		if rep.SweepCursor {
-			lines = append(lines, "sweeper  a pass is under way")
-		}
-		return printCheck(stdout, asJSON, rep, checkSummary{
-			records: fmt.Sprintf("%d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)",
-				rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired),
-			effects: fmt.Sprintf("%d: %d paired with their outcome, %d of expired outcomes; %d outcomes with effects since overwritten",
-				rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded),
-			more:     append([]string{fmt.Sprintf("epoch    %d", rep.Epoch)}, lines...),
-			problems: problems, count: rep.ProblemCount,
-		})
+		return printCheck(stdout, asJSON, rep, engineCheckSummary(&rep))
+	}
+}
+
+// engineCheckSummary is what printCheck writes of a Pebble store's check.
+func engineCheckSummary(rep *engine.CheckReport) checkSummary {
+	problems := make([]string, len(rep.Problems))
+	for i, p := range rep.Problems {
+		problems[i] = p.String()
+	}
+	var lines []string
+	if rep.Passes > 1 {
+		lines = append(lines, fmt.Sprintf("passes   %d (pairing needed more than --memory-mib)", rep.Passes))
+	}
+	if rep.SweepCursor {
+		lines = append(lines, "sweeper  a pass is under way")
+	}
+	return checkSummary{
+		records: fmt.Sprintf("%d: %d in progress, %d uncertain, %d completed (%d past expiry, not yet swept)",
+			rep.Records, rep.InProgress, rep.Uncertain, rep.Completed, rep.Expired),
+		effects: fmt.Sprintf("%d: %d paired with their outcome, %d of expired outcomes; %d outcomes with effects since overwritten",
+			rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded),
+		more:     append([]string{fmt.Sprintf("epoch    %d", rep.Epoch)}, lines...),
+		problems: problems, count: rep.ProblemCount,
 	}
 }
 

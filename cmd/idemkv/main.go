@@ -6,6 +6,7 @@
 //	idemkv check --data DIR    verify a closed store's invariants, read-only
 //	idemkv demo [--data DIR]   play the guide's retry failures over HTTP against examples/payments
 //	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
+//	idemkv migrate --data DIR  bring a closed store to this version's layout, after a backup
 //	idemkv serve [flags]       run the payments service on loopback HTTP
 //	idemkv sweep --data DIR    delete a closed store's expired records
 //	idemkv help [COMMAND]      show usage

@@ -1,0 +1,327 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/upgradetest"
+)
+
+// layout3Fixture is the store written by the last code that wrote layout
+// 3, and the requests that wrote it (generate.go there).
+const layout3Fixture = "testdata/layout3"
+
+// migrationLog counts the engine's "store migrated" lines.
+type migrationLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *migrationLog) Infof(format string, args ...any) {
+	if s := fmt.Sprintf(format, args...); strings.Contains(s, "store migrated") {
+		l.mu.Lock()
+		l.lines = append(l.lines, s)
+		l.mu.Unlock()
+	}
+}
+func (l *migrationLog) Errorf(string, ...any) {}
+func (l *migrationLog) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+func (l *migrationLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
+}
+
+// fixtureOptions are the engine options the fixture was written with,
+// with the clock at now.
+func fixtureOptions(f *upgradetest.Fixture, clock *fakeclock.Clock, log *migrationLog) *Options {
+	return &Options{Clock: clock, Lease: f.Lease(), Retention: f.Retention(), RetentionClasses: f.Classes(),
+		NoBackgroundSweep: true, CacheSize: 1 << 20, MemTableSize: 1 << 20, Logger: log}
+}
+
+// requireFixtureStore checks a store opened from the fixture in the
+// current layout: every invariant holds, every record, effect and
+// unsettled record the old code wrote is there, and the pending index
+// (which layout 3 lacked) counts the unsettled ones.
+func requireFixtureStore(t *testing.T, f *upgradetest.Fixture, e *Engine) {
+	t.Helper()
+	rep, err := e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+	require.True(t, rep.Layout)
+	completed, uncertain, abandoned := len(f.Keys(upgradetest.Completed)), len(f.Keys(upgradetest.Uncertain)), len(f.Keys(upgradetest.Abandoned))
+	require.Equal(t, [4]int{completed + uncertain + abandoned, completed, uncertain, abandoned},
+		[4]int{rep.Records, rep.Completed, rep.Uncertain, rep.InProgress})
+	require.Equal(t, uncertain+abandoned, rep.Pending)
+	require.Equal(t, [2]int{len(f.Effects), len(f.Effects)}, [2]int{rep.Effects, rep.EffectsPaired})
+	st, err := e.Stats()
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{int64(uncertain), int64(abandoned)}, [2]int64{st.UncertainRecords, st.RemoteRecords})
+
+	effects := map[string]string{}
+	require.NoError(t, e.ScanData(nil, func(k, v []byte) bool {
+		effects[string(k)] = string(v)
+		return true
+	}))
+	require.Equal(t, f.Effects, effects)
+}
+
+// TestLayout3StoreUpgrades opens the store the layout-3 code wrote through
+// httpidem over HTTP: a read-write Open migrates it (and only the first
+// does); the outcomes it stored replay through today's middleware, which
+// proves that the fingerprints computed today equal the ones stored then,
+// and a changed payload under a stored key is a 422; the uncertain and
+// abandoned records are listed from the index the migration built; a
+// remote claim abandoned by the old process is resumed with its operation
+// id; retention classes keep the expiries they were written with.
+func TestLayout3StoreUpgrades(t *testing.T) {
+	f := upgradetest.Load(t, layout3Fixture)
+	require.Equal(t, 3, f.Layout)
+	dir := f.CopyStore(t)
+	clock := fakeclock.New(f.End.Add(time.Second))
+	log := &migrationLog{}
+	opts := fixtureOptions(f, clock, log)
+
+	l, err := StoredLayout(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), l)
+	ro := *opts
+	ro.ReadOnly = true
+	_, err = Open(dir, &ro)
+	require.ErrorIs(t, err, ErrLayout, "a read-only Open cannot migrate")
+
+	e, err := Open(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, 1, log.count(), "the first read-write Open migrates")
+	requireFixtureStore(t, f, e)
+	require.NoError(t, e.Close())
+	l, err = StoredLayout(dir, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(Layout), l)
+
+	// A second Open finds layout 4 and migrates nothing; so does a
+	// read-only one now.
+	r, err := Open(dir, &ro)
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	e, err = Open(dir, opts)
+	require.NoError(t, err)
+	defer e.Close()
+	require.Equal(t, 1, log.count(), "a migrated store is not migrated again")
+	requireFixtureStore(t, f, e)
+	db := e.db
+	v, closer, err := db.Get(layoutKey)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), binary.BigEndian.Uint64(v))
+	require.NoError(t, closer.Close())
+
+	// The middleware over the migrated store. A handler that runs records
+	// the operation it ran as: only the resumed refund may run.
+	var mu sync.Mutex
+	var ran []string
+	srv := f.Serve(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := httpidem.FromContext(r.Context())
+		mu.Lock()
+		ran = append(ran, op.Lease().ID.Key)
+		mu.Unlock()
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, op.Lease().OperationID)
+	}))
+	f.RequireReplays(t, srv.URL)
+
+	// A changed payload under a stored key: each route's fingerprint
+	// covers what it was configured to, then as now.
+	changed := map[string]func(q *upgradetest.Request){
+		"pay-1":        func(q *upgradetest.Request) { q.Headers = map[string]string{"X-Currency": "GBP"} },
+		"pay-declined": func(q *upgradetest.Request) { q.Body = strings.Replace(q.Body, "-5", "-6", 1) },
+		"cap-1":        func(q *upgradetest.Request) { q.Body = `{"amount": 99}` },
+		"ref-ok":       func(q *upgradetest.Request) { q.Body = strings.Replace(q.Body, `"ok"`, `"OK"`, 1) },
+		"note-1":       func(q *upgradetest.Request) { q.Body += " " },
+	}
+	for _, q := range f.Keys(upgradetest.Completed) {
+		change, ok := changed[q.Key]
+		require.True(t, ok, "no changed payload for %s", q.Key)
+		change(&q)
+		require.Equal(t, http.StatusUnprocessableEntity, upgradetest.Send(t, srv.URL, q).Status, "%s of %s", q.Key, q.Tenant)
+	}
+	// What a ModeFields route does not cover still replays.
+	for _, q := range f.Keys(upgradetest.Completed) {
+		if q.Key == "cap-1" {
+			q.Body = `{"memo": "other", "amount": 100}`
+			require.True(t, upgradetest.Send(t, srv.URL, q).Replayed)
+		}
+	}
+
+	// The uncertain refund awaits reconciliation; the abandoned one is
+	// listed once its lease (30 s from its claim) has run out.
+	unc, aband := f.Keys(upgradetest.Uncertain)[0], f.Keys(upgradetest.Abandoned)[0]
+	require.Equal(t, http.StatusConflict, upgradetest.Send(t, srv.URL, unc).Status)
+	listed := func() []string {
+		page, err := e.List(ctx, idemkv.ListRequest{})
+		require.NoError(t, err)
+		var keys []string
+		for _, r := range page.Records {
+			keys = append(keys, r.ID.Key)
+		}
+		return keys
+	}
+	require.Equal(t, []string{unc.Key}, listed(), "the abandoned claim's lease is live")
+	clock.Advance(f.Lease())
+	require.Equal(t, []string{unc.Key, aband.Key}, listed(), "oldest first")
+
+	// The abandoned refund is resumable: a retry takes it over under the
+	// operation id the old process sent downstream.
+	old, err := e.Get(ctx, f.ID(aband))
+	require.NoError(t, err)
+	got := upgradetest.Send(t, srv.URL, aband)
+	require.Equal(t, http.StatusCreated, got.Status)
+	require.Equal(t, fmt.Sprint(old.OperationID), got.Body)
+	require.Equal(t, []string{aband.Key}, ran, "only the takeover ran a handler")
+	require.Equal(t, []string{unc.Key}, listed())
+
+	// Retention: the note's class keeps it an hour from its completion,
+	// the payments' class 30 days.
+	clock.Advance(time.Hour)
+	for _, q := range f.Keys(upgradetest.Completed) {
+		_, err := e.Get(ctx, f.ID(q))
+		if q.Route == "note" {
+			require.ErrorIs(t, err, idemkv.ErrNotFound, "%s has expired", q.Key)
+		} else {
+			require.NoError(t, err, q.Key)
+		}
+	}
+}
+
+// TestOpenRefusesAFutureLayout: the fixture's store marked with layout 99
+// is refused read-write and read-only, and left unchanged; StoredLayout
+// names it and refuses it too.
+func TestOpenRefusesAFutureLayout(t *testing.T) {
+	f := upgradetest.Load(t, layout3Fixture)
+	dir := f.CopyStore(t)
+	po := (&Options{}).EnsureDefaults().PebbleOptions()
+	db, err := pebble.Open(dir, po)
+	require.NoError(t, err)
+	require.NoError(t, db.Set(layoutKey, binary.BigEndian.AppendUint64(nil, 99), pebble.Sync))
+	require.NoError(t, db.Close())
+	for _, ro := range []bool{false, true} {
+		_, err := Open(dir, &Options{ReadOnly: ro, NoBackgroundSweep: true})
+		require.ErrorIs(t, err, ErrLayout, "read-only %v", ro)
+		require.ErrorContains(t, err, "layout 99")
+	}
+	l, err := StoredLayout(dir, nil)
+	require.ErrorIs(t, err, ErrLayout)
+	require.Equal(t, uint64(99), l)
+	db, err = pebble.Open(dir, po)
+	require.NoError(t, err)
+	_, _, err = db.Get(pendingStart)
+	require.ErrorIs(t, err, pebble.ErrNotFound)
+	v, closer, err := db.Get(layoutKey)
+	require.NoError(t, err)
+	require.Equal(t, uint64(99), binary.BigEndian.Uint64(v))
+	require.NoError(t, closer.Close())
+	require.NoError(t, db.Close())
+}
+
+// TestStoredLayoutOfNoStore: StoredLayout creates no store where there is
+// none (Pebble leaves its lock file), and reports a new, empty store as 0.
+func TestStoredLayoutOfNoStore(t *testing.T) {
+	dir := t.TempDir()
+	_, err := StoredLayout(dir, nil)
+	require.Error(t, err)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, ent := range entries {
+		require.Equal(t, "LOCK", ent.Name(), "only Pebble's lock file")
+	}
+
+	db, err := pebble.Open(dir, (&Options{}).EnsureDefaults().PebbleOptions())
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	l, err := StoredLayout(dir, nil)
+	require.NoError(t, err)
+	require.Zero(t, l)
+}
+
+// TestLayout3MigrationCrash opens the fixture's store on a crashable
+// filesystem, taking a crash clone before every filesystem write of the
+// Open that migrates it and of its Close. Every clone opens (the crash
+// left layout 3 or layout 4, never a mix: the index, the marker and the
+// epoch are one synced batch), and is then in layout 4 with every record
+// and a complete pending index; the clones that crashed before the batch
+// was durable are migrated by that second Open.
+func TestLayout3MigrationCrash(t *testing.T) {
+	f := upgradetest.Load(t, layout3Fixture)
+	mem := vfs.NewCrashableMem()
+	const dir = "db"
+	require.NoError(t, mem.MkdirAll(dir, 0o755))
+	entries, err := os.ReadDir(filepath.Join(f.Dir, "store"))
+	require.NoError(t, err)
+	for _, ent := range entries {
+		b, err := os.ReadFile(filepath.Join(f.Dir, "store", ent.Name()))
+		require.NoError(t, err)
+		w, err := mem.Create(mem.PathJoin(dir, ent.Name()), vfs.WriteCategoryUnspecified)
+		require.NoError(t, err)
+		_, err = w.Write(b)
+		require.NoError(t, err)
+		require.NoError(t, w.Sync())
+		require.NoError(t, w.Close())
+	}
+	for _, name := range []string{dir, ""} { // the store's directory and its entry
+		d, err := mem.OpenDir(name)
+		require.NoError(t, err)
+		require.NoError(t, d.Sync())
+		require.NoError(t, d.Close())
+	}
+
+	cp := &crashPoints{mem: mem, rng: rand.New(rand.NewPCG(1, 2))}
+	clock := fakeclock.New(f.End.Add(time.Second))
+	opts := fixtureOptions(f, clock, &migrationLog{})
+	opts.FS = &crashFS{FS: mem, cp: cp}
+	cp.setArmed(true)
+	e, err := Open(dir, opts)
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	cp.gate() // a crash after the clean Close
+	cp.setArmed(false)
+	require.NotEmpty(t, cp.clones)
+
+	migratedAgain, unopenable := 0, 0
+	for _, cl := range cp.clones {
+		log := &migrationLog{}
+		o := fixtureOptions(f, clock, log)
+		o.FS = cl.fs
+		e, err := Open(dir, o)
+		if err != nil && cl.pct > 0 && cl.pct < 100 && strings.Contains(err.Error(), "could not open manifest file") {
+			unopenable++ // errManifestEntryLost: Pebble's manifest rotation, not the migration
+			continue
+		}
+		require.NoError(t, err, "crash before fs operation %d (%d%% unsynced kept)", cl.op, cl.pct)
+		migratedAgain += log.count()
+		requireFixtureStore(t, f, e)
+		require.NoError(t, e.Close())
+	}
+	t.Logf("%d crash clones: %d migrated by the Open after the crash, %d unopenable (manifest entry lost)",
+		len(cp.clones), migratedAgain, unopenable)
+	require.Positive(t, migratedAgain, "no clone crashed before the migration was durable")
+	require.Less(t, migratedAgain, len(cp.clones)-unopenable, "no clone crashed after the migration was durable")
+}
