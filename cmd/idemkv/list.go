@@ -54,6 +54,9 @@ func listFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if q.Limit < 1 || q.Limit > 1000 {
 			return usageError{fmt.Errorf("--limit %d: want 1 to 1000", q.Limit)}
 		}
+		if _, err := admin.ParseListQuery(q.Values()); err != nil {
+			return usageError{err}
+		}
 		var page listPage
 		if server != "" {
 			c, err := newAdminClient(server, tokenFile)

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv/examples/payments"
+	"github.com/idemkv/idemkv/reconcile"
+	"github.com/stretchr/testify/require"
+)
+
+// TestServeOperatorCommands: on either store, an operator lists a
+// running service's records by state and age, settles an uncertain
+// payment (its retry then replays what was settled), evicts it (the
+// next request runs anew), exports the store, and finds both writes in
+// the audit log; a completed payment that committed effects cannot be
+// evicted. On the engine, the same commands then work on the closed
+// store's directory.
+func TestServeOperatorCommands(t *testing.T) {
+	for _, sc := range storeCases {
+		t.Run(sc.name, func(t *testing.T) { testServeOperatorCommands(t, sc) })
+	}
+}
+
+func testServeOperatorCommands(t *testing.T, sc storeCase) {
+	ctx := context.Background()
+	cfg := sc.config(t)
+	cfg.adminTokenFile = filepath.Join(t.TempDir(), "admin-token")
+	require.NoError(t, os.WriteFile(cfg.adminTokenFile, []byte("operator-test-admin-token\n"), 0o600))
+	audit := filepath.Join(cfg.dir, "audit.log")
+	if cfg.store != "" {
+		audit = filepath.Join(t.TempDir(), "audit.log")
+		cfg.adminAuditLog = audit
+	}
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg.adminLn = aln
+	// The first two charges time out; the reconciler waits: the
+	// operator settles by hand.
+	var calls atomic.Int32
+	cfg.provider = payments.ProviderOptions{Fault: func(context.Context, string) error {
+		if calls.Add(1) <= 2 {
+			return payments.ErrProviderTimeout
+		}
+		return nil
+	}}
+	cfg.reconcile = reconcile.Options{Interval: time.Hour, Grace: time.Hour, MaxAttempts: 20, MaxAge: 24 * time.Hour}
+	url, stop := startServeOn(t, cfg)
+	server := []string{"--server", "http://" + aln.Addr().String(), "--token-file", cfg.adminTokenFile}
+	cli := func(want int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		require.Equal(t, want, run(ctx, args, &out, &errOut), "%v: %s%s", args, out.String(), errOut.String())
+		return out.String() + errOut.String()
+	}
+	id := []string{"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "order-u"}
+
+	status, _, body := payOnce(t, url, "order-u")
+	require.NotEqual(t, http.StatusCreated, status, body)
+	var page listPage
+	require.NoError(t, json.Unmarshal([]byte(cli(exitOK, append([]string{"list", "--state", "uncertain", "--json"}, server...)...)), &page))
+	require.Len(t, page.Records, 1)
+	require.Equal(t, "order-u", page.Records[0].Key)
+	require.Contains(t, cli(exitOK, append([]string{"list", "--older-than", "1h"}, server...)...), "AGE") // the header only
+	require.Contains(t, cli(exitUsage, append([]string{"list", "--state", "done"}, server...)...), "state")
+
+	out := cli(exitOK, append(append([]string{"resolve", "--applied", "--status", "201", "--pointer", "/v1/payments/pay_x",
+		"--note", "ops: charge seen at the processor", "--json"}, id...), server...)...)
+	require.Contains(t, out, `"was": "uncertain"`)
+	status, replayed, _ := payOnce(t, url, "order-u")
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, "true", replayed)
+	require.Contains(t, cli(exitFail, append(append([]string{"resolve", "--no-effect", "--note", "again"}, id...), server...)...), "409")
+
+	require.Contains(t, cli(exitOK, append(append([]string{"evict", "--reason", "ops: undo test"}, id...), server...)...), "removed")
+	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "again"}, id...), server...)...), "404")
+	status, replayed, _ = payOnce(t, url, "order-u")
+	require.Empty(t, replayed, "an evicted key runs anew")
+	require.NotEqual(t, http.StatusCreated, status)
+
+	// A completed payment that wrote its ledger entry keeps its outcome.
+	status, _, body = payOnce(t, url, "order-ok")
+	require.Equal(t, http.StatusCreated, status, body)
+	idOK := []string{"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "order-ok"}
+	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "x"}, idOK...), server...)...), "effects")
+	require.NoError(t, json.Unmarshal([]byte(cli(exitOK, append([]string{"list", "--state", "completed", "--json"}, server...)...)), &page))
+	require.Len(t, page.Records, 1)
+
+	file := filepath.Join(t.TempDir(), "export.jsonl")
+	require.Contains(t, cli(exitOK, append([]string{"export", "--out", file}, server...)...), "exported 2 records")
+	lines := readLines(t, file)
+	require.Len(t, lines, 2)
+	keys := map[any]map[string]any{}
+	for _, l := range lines {
+		require.Equal(t, "record", l["kind"])
+		require.NotEmpty(t, l["fingerprint"])
+		keys[l["key"]] = l
+	}
+	require.Equal(t, "uncertain", keys["order-u"]["state"])
+	require.NotEmpty(t, keys["order-ok"]["body"], "a completed record's stored response")
+	require.Contains(t, cli(exitFail, append([]string{"export", "--out", file}, server...)...), "exists")
+
+	entries := readLines(t, audit)
+	require.Len(t, entries, 2)
+	require.Equal(t, "resolve", entries[0]["action"])
+	require.Equal(t, "evict", entries[1]["action"])
+	require.Equal(t, "ops: undo test", entries[1]["note"])
+	require.NoError(t, stop())
+	sc.check(t, cfg)
+	if cfg.store != "" {
+		return
+	}
+
+	data := []string{"--data", cfg.dir}
+	require.Contains(t, cli(exitOK, append([]string{"list"}, data...)...), "order-u")
+	require.Contains(t, cli(exitOK, append([]string{"export"}, data...)...), `"kind":"record"`)
+	require.Contains(t, cli(exitOK, append(append([]string{"resolve", "--no-effect", "--note", "ops: never charged"}, id...), data...)...), "removed")
+	require.Len(t, readLines(t, audit), 3)
+	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "gone"}, id...), data...)...), "not found")
+}
+
+// readLines reads a file of JSON lines.
+func readLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "%s", sc.Text())
+		out = append(out, m)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
