@@ -14,15 +14,22 @@
 // are application/problem+json, as the public API's.
 //
 //	GET  /admin/v1/record?tenant=T&endpoint=E&key=K   the record, in any state
-//	GET  /admin/v1/records?escalated=B&tenant=T&after=C&limit=N
+//	GET  /admin/v1/records?state=S&tenant=T&older_than=D&after=C&limit=N
+//	                                                 records in any state, by state, tenant and age (idemkv.Scanner)
+//	GET  /admin/v1/pending?escalated=B&tenant=T&after=C&limit=N
 //	                                                 what awaits reconciliation, or the escalated, oldest first
+//	POST /admin/v1/resolve {...ResolveRequest}       settle a record by hand, audited
+//	POST /admin/v1/evict   {...EvictRequest}         remove a record (idemkv.Evicter), audited
+//	GET  /admin/v1/export?outbox=B&inbox=B           every record as JSON lines (Export)
 //	GET  /admin/v1/stats                             the store's figures
 //	POST /admin/v1/check                             the store's check: {"problems": N, "report": {...}}
 //	POST /admin/v1/sweep                             one sweeper pass
 //	POST /admin/v1/backup  {"dir": "/abs/path"}      a consistent copy, while the service runs
 //
 // "idemkv serve --admin-addr" serves it, and "idemkv
-// inspect|backup|check --server URL" call it.
+// inspect|list|pending|resolve|evict|export|check|sweep|backup --server
+// URL" call it. The same functions (List, Resolve, Evict, Export) serve
+// those commands on a store no process holds.
 //
 // # Caveats
 //
@@ -32,4 +39,7 @@
 //   - A record's answer holds its key and result pointer (the operator
 //     asked for them); its response body only as a size.
 //   - A backup's directory is a path on the service's machine.
+//   - Resolve and evict need an audit log (Options.Audit); without one
+//     they answer 404. The audit log holds keys; the Logger never does.
+//   - An export is read page by page, not from one snapshot.
 package admin

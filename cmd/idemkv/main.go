@@ -4,12 +4,19 @@
 //	idemkv bench ttl [flags]   measure retention: disk over time, sweeper cost
 //	idemkv bench http [flags]  measure the HTTP middleware's latency overhead
 //	idemkv check --data DIR    verify a closed store's invariants, read-only
+//	idemkv export --data DIR   write every record as JSON lines
+//	idemkv list --data DIR     list records by state, tenant and age
+//	idemkv evict --data DIR    remove a record by hand, audited
 //	idemkv demo [--data DIR]   play the guide's retry failures over HTTP against examples/payments
 //	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
 //	idemkv migrate --data DIR  bring a closed store to this version's layout, after a backup
 //	idemkv serve [flags]       run the payments service on loopback HTTP
 //	idemkv sweep --data DIR    delete a closed store's expired records
 //	idemkv help [COMMAND]      show usage
+//
+// The operator's commands (inspect, list, pending, resolve, evict,
+// export, check, sweep, backup) take --server URL instead of --data DIR to
+// call a running service's admin API.
 //
 // Each subcommand lives in a file of its own and registers itself with
 // register from an init function; main.go only dispatches. Exit status: 0 on
