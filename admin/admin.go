@@ -118,16 +118,38 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// record answers GET /admin/v1/record?tenant=T&endpoint=E&key=K.
+// record answers GET /admin/v1/record?tenant=T&endpoint=E&key=K with the
+// record and its history in the audit log. A key without a record but
+// with a history (evicted, say) is a 404 whose detail says what the
+// last operator did.
 func (a *api) record(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	id := idemkv.ID{Tenant: q.Get("tenant"), Endpoint: q.Get("endpoint"), Key: q.Get("key")}
 	rec, err := a.store.Get(r.Context(), id)
-	if err != nil {
+	if err != nil && !errors.Is(err, idemkv.ErrNotFound) {
 		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ViewOf(&rec))
+	var history []AuditEntry
+	if a.o.Audit != nil && id.Validate() == nil {
+		if history, err = a.o.Audit.History(id); err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+	}
+	if rec.State == 0 {
+		detail := "no such record"
+		if n := len(history); n > 0 {
+			last := history[n-1]
+			detail = fmt.Sprintf("no such record; the audit log's last entry for its key: %s %s (%s): %s",
+				last.Time.Format(time.RFC3339), last.Action, last.Outcome, last.Note)
+		}
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, detail)
+		return
+	}
+	v := ViewOf(&rec)
+	v.History = history
+	writeJSON(w, http.StatusOK, v)
 }
 
 // pending answers GET /admin/v1/pending?escalated=B&tenant=T&after=C&limit=N.

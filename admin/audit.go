@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +21,9 @@ import (
 // operator who asks later. The file is created readable by its owner
 // only.
 type AuditLog struct {
-	mu sync.Mutex
-	f  *os.File
+	mu   sync.Mutex
+	f    *os.File
+	path string
 }
 
 // OpenAuditLog opens the audit log at path, creating it if need be.
@@ -30,7 +32,7 @@ func OpenAuditLog(path string) (*AuditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: audit log: %w", err)
 	}
-	return &AuditLog{f: f}, nil
+	return &AuditLog{f: f, path: path}, nil
 }
 
 // Close closes the file.
@@ -90,4 +92,44 @@ func (a *AuditLog) record(e AuditEntry) error {
 		return errors.Join(ErrAudit, err)
 	}
 	return nil
+}
+
+// maxHistory bounds the entries History returns: the latest ones.
+const maxHistory = 50
+
+// History returns the audit log's entries for id, oldest first (at most
+// the last 50): what operators did to the key, including writes that
+// removed its record. It reads the whole file, which grows only with
+// operators' writes.
+func (a *AuditLog) History(id idemkv.ID) ([]AuditEntry, error) {
+	return ReadHistory(a.path, id)
+}
+
+// ReadHistory is History of the audit log at path, which need not exist
+// (no history).
+func ReadHistory(path string, id idemkv.ID) ([]AuditEntry, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admin: audit log: %w", err)
+	}
+	defer f.Close()
+	var out []AuditEntry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e AuditEntry
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue // a line cut by a crash mid-write
+		}
+		if e.Tenant == id.Tenant && e.Endpoint == id.Endpoint && e.Key == id.Key {
+			out = append(out, e)
+		}
+	}
+	if len(out) > maxHistory {
+		out = out[len(out)-maxHistory:]
+	}
+	return out, sc.Err()
 }

@@ -84,6 +84,9 @@ type RecordView struct {
 	BodyBytes    int        `json:"body_bytes,omitempty"`
 	Effects      int        `json:"effects,omitempty"`
 	Note         string     `json:"note,omitempty"`
+	// History is what operators did to the key, from the audit log
+	// (GET /admin/v1/record only).
+	History []AuditEntry `json:"history,omitempty"`
 }
 
 type listView struct {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,13 +61,23 @@ func inspectFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 				return err
 			}
 			rec, err := e.Get(ctx, id)
-			if cerr := e.Close(); err == nil {
-				err = cerr
+			if cerr := e.Close(); cerr != nil {
+				return cerr
+			}
+			history, herr := admin.ReadHistory(filepath.Join(dir, "audit.log"), id)
+			if herr != nil {
+				return herr
+			}
+			if errors.Is(err, idemkv.ErrNotFound) && len(history) > 0 {
+				last := history[len(history)-1]
+				return fmt.Errorf("%w; the audit log's last entry for its key: %s %s (%s): %s", err,
+					last.Time.Format(time.RFC3339), last.Action, last.Outcome, last.Note)
 			}
 			if err != nil {
 				return err
 			}
 			v = admin.ViewOf(&rec)
+			v.History = history
 		}
 		if asJSON {
 			return printJSON(stdout, v)
@@ -103,6 +114,9 @@ func printRecord(w io.Writer, v *admin.RecordView) error {
 		row("result", fmt.Sprintf("%d %s (body %d bytes, %d effects)", v.Status, v.Pointer, v.BodyBytes, v.Effects))
 	}
 	row("note", v.Note)
+	for _, h := range v.History {
+		row("history", fmt.Sprintf("%s %s (was %s, token %d): %s: %s", h.Time.UTC().Format(time.RFC3339), h.Action, h.Was, h.Token, h.Outcome, h.Note))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -81,9 +81,13 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	require.Equal(t, http.StatusCreated, status)
 	require.Equal(t, "true", replayed)
 	require.Contains(t, cli(exitFail, append(append([]string{"resolve", "--no-effect", "--note", "again"}, id...), server...)...), "409")
+	out = cli(exitOK, append(append([]string{"inspect"}, id...), server...)...)
+	require.Contains(t, out, "history")
+	require.Contains(t, out, "ops: charge seen at the processor")
 
 	require.Contains(t, cli(exitOK, append(append([]string{"evict", "--reason", "ops: undo test"}, id...), server...)...), "removed")
 	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "again"}, id...), server...)...), "404")
+	require.Contains(t, cli(exitFail, append(append([]string{"inspect"}, id...), server...)...), "evict (removed")
 	status, replayed, _ = payOnce(t, url, "order-u")
 	require.Empty(t, replayed, "an evicted key runs anew")
 	require.NotEqual(t, http.StatusCreated, status)
@@ -127,6 +131,7 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	require.Contains(t, cli(exitOK, append(append([]string{"resolve", "--no-effect", "--note", "ops: never charged"}, id...), data...)...), "removed")
 	require.Len(t, readLines(t, audit), 3)
 	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "gone"}, id...), data...)...), "not found")
+	require.Contains(t, cli(exitFail, append(append([]string{"inspect"}, id...), data...)...), "ops: never charged")
 }
 
 // readLines reads a file of JSON lines.
