@@ -177,11 +177,7 @@ func (a *api) pending(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	out := listView{Records: make([]RecordView, len(page.Records)), Next: page.Next}
-	for i := range page.Records {
-		out.Records[i] = ViewOf(&page.Records[i])
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, listViewOf(page.Records, page.Next))
 }
 
 func (a *api) stats(w http.ResponseWriter, r *http.Request) {

@@ -94,6 +94,14 @@ type listView struct {
 	Next    string       `json:"next,omitempty"`
 }
 
+func listViewOf(recs []idemkv.Record, next string) listView {
+	out := listView{Records: make([]RecordView, len(recs)), Next: next}
+	for i := range recs {
+		out.Records[i] = ViewOf(&recs[i])
+	}
+	return out
+}
+
 // ViewOf returns r's view.
 func ViewOf(r *idemkv.Record) RecordView {
 	v := RecordView{Tenant: r.ID.Tenant, Endpoint: r.ID.Endpoint, Key: r.ID.Key, State: r.State.String(),
