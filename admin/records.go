@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -81,6 +82,7 @@ func (q *ListQuery) Values() url.Values {
 }
 
 func (q *ListQuery) validate() error {
+	q.State = strings.ReplaceAll(q.State, "_", "-") // in_progress, as a JSON field would spell it
 	if _, err := stateOf(q.State); err != nil {
 		return err
 	}
@@ -107,7 +109,7 @@ func stateOf(s string) (idemkv.State, error) {
 
 // List returns a page of the records q asks for, as of now, from sc.
 func List(ctx context.Context, sc idemkv.Scanner, q ListQuery, now time.Time) (idemkv.ScanPage, error) {
-	if err := q.validate(); err != nil {
+	if err := q.validate(); err != nil { // q is a copy: validate may respell its state
 		return idemkv.ScanPage{}, err
 	}
 	state, _ := stateOf(q.State)

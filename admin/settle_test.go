@@ -125,6 +125,8 @@ func TestListAndExport(t *testing.T) {
 	}
 	recs, _ := list("state=uncertain")
 	require.Len(t, recs, 1)
+	recs, _ = list("state=in_progress")
+	require.Empty(t, recs)
 	recs, _ = list("state=escalated")
 	require.Empty(t, recs)
 	recs, _ = list("older_than=1h")
