@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/bench/internal/pgsize"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/pgstore"
 )
@@ -256,18 +257,8 @@ func drive(ctx context.Context, n int, d time.Duration, stream uint64, h *bench.
 func bytesPerKey(ctx context.Context, pg *pgstore.Store, nv *naive, e *engine.Engine, keys map[string]int64) (map[string]float64, error) {
 	out := map[string]float64{}
 	size := func(tables ...string) (float64, error) {
-		var total int64
-		for _, t := range tables {
-			if _, err := nv.pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
-				return 0, err
-			}
-			var n int64
-			if err := nv.pool.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass)`, t).Scan(&n); err != nil {
-				return 0, err
-			}
-			total += n
-		}
-		return float64(total), nil
+		n, err := pgsize.AtRest(ctx, nv.pool, tables...)
+		return float64(n), err
 	}
 	b, err := size("idemkv_records", "idemkv_data")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/idemkv/idemkv/bench/internal/pgsize"
 	"github.com/idemkv/idemkv/pgstore"
 )
 
@@ -61,16 +62,6 @@ type pgStore struct{ *pgstore.Store }
 // Settle vacuums the store's tables and returns their size with their
 // indexes (TOAST included).
 func (s pgStore) Settle(ctx context.Context) (Disk, error) {
-	var total uint64
-	for _, t := range []string{"idemkv_records", "idemkv_data"} {
-		if _, err := s.Pool().Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
-			return Disk{}, err
-		}
-		var n int64
-		if err := s.Pool().QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass)`, t).Scan(&n); err != nil {
-			return Disk{}, err
-		}
-		total += uint64(n)
-	}
-	return Disk{TableBytes: total}, nil
+	n, err := pgsize.AtRest(ctx, s.Pool(), "idemkv_records", "idemkv_data")
+	return Disk{TableBytes: uint64(n)}, err
 }
