@@ -101,3 +101,20 @@ func TestStepKey(t *testing.T) {
 	require.NotEqual(t, a.String(), a.StepKey(""), "never the operation id itself")
 	require.Equal(t, "0c77e70d5774072f", a.StepKey("charge")[:16], "the derivation is part of the contract: keys outlive upgrades")
 }
+
+func TestIDHash(t *testing.T) {
+	id := ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"}
+	// The value the documented shell pipeline prints: operators compute
+	// it by hand, so the derivation is part of the contract.
+	require.Equal(t, "5ae9936887c0116b", id.Hash())
+	for _, other := range []ID{
+		{Tenant: "acct_2", Endpoint: id.Endpoint, Key: id.Key},
+		{Tenant: id.Tenant, Endpoint: "PATCH /v1/payments", Key: id.Key},
+		{Tenant: id.Tenant, Endpoint: id.Endpoint, Key: "order-2"},
+		{Tenant: "acct_1POST /v1/payments", Endpoint: "", Key: id.Key}, // the separators keep the parts apart
+	} {
+		require.NotEqual(t, id.Hash(), other.Hash(), "%+v", other)
+	}
+	long := ID{Tenant: strings.Repeat("t", 300), Endpoint: "e", Key: "k"} // past the limits: still hashed, not a panic
+	require.Len(t, long.Hash(), 16)
+}

@@ -2,6 +2,8 @@ package httpidem_test
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
@@ -56,15 +59,17 @@ func BenchmarkFirstRun(b *testing.B) {
 	b.Run("bare", func(b *testing.B) {
 		run(b, handler(func(*http.Request, []byte) error { return nil }))
 	})
-	b.Run("middleware", func(b *testing.B) {
+	middleware := func(b *testing.B, opts httpidem.Options) {
 		e, err := engine.Open("bench", &engine.Options{FS: vfs.NewMem(), NoBackgroundSweep: true})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer e.Close()
-		m, err := httpidem.New(&httpidem.Options{Store: e, Tenant: func(r *http.Request) (string, error) {
+		opts.Store = e
+		opts.Tenant = func(r *http.Request) (string, error) {
 			return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), nil
-		}})
+		}
+		m, err := httpidem.New(&opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -77,5 +82,19 @@ func BenchmarkFirstRun(b *testing.B) {
 			b.Fatal(err)
 		}
 		run(b, h)
+	}
+	// The state changes logged at Info, as a service does, formatted and
+	// thrown away: the cost of the records themselves.
+	b.Run("middleware", func(b *testing.B) {
+		middleware(b, httpidem.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	})
+	// A logger whose level leaves the records out: what logging costs
+	// when it is off.
+	b.Run("middleware-nolog", func(b *testing.B) {
+		middleware(b, httpidem.Options{Logger: slog.New(slog.DiscardHandler)})
+	})
+	// A span per request, recorded by the SDK and dropped (no exporter).
+	b.Run("middleware-traced", func(b *testing.B) {
+		middleware(b, httpidem.Options{Logger: slog.New(slog.DiscardHandler), TracerProvider: sdktrace.NewTracerProvider()})
 	})
 }

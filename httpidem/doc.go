@@ -47,6 +47,19 @@
 //		w.WriteHeader(http.StatusCreated)
 //	}
 //
+// Options.Logger gets a structured record of every state change a
+// request causes (claimed, taken over, stored, released, marked
+// uncertain) at Info, and of every failure at Warn or Error, each naming
+// the tenant, endpoint, key_hash (idemkv.ID.Hash) and request_id
+// (HeaderRequestID); never the raw key, unless Options.LogRawKeys, and
+// never a body. Options.TracerProvider, if set, gives each request an
+// OpenTelemetry span (SpanName) that the handler runs under:
+//
+//	m, err := httpidem.New(&httpidem.Options{Store: eng, Tenant: accountOf, TracerProvider: tp})
+//
+// docs/operations.md ("Logs and traces") lists the records and
+// attributes.
+//
 // # Caveats
 //
 //   - Waiting (Route.Wait) works only for duplicates within one process;
@@ -58,4 +71,12 @@
 //   - The stored-body cap (Route.MaxStoredBody) must stay below the
 //     store's own bound on result bodies; a body the store refuses is
 //     stored without its body, like a streamed response.
+//   - The key hash in logs and spans hides a key from their readers, not
+//     from someone who can guess it: a short or sequential key can be
+//     confirmed by hashing the candidates.
+//   - The default Logger, slog.Default(), takes Info: a service that
+//     keeps it logs two records per first request. Give a Logger with a
+//     higher level to log failures only.
+//   - The request id is not sent back on the response: a client that
+//     wants its requests found in the logs sends X-Request-Id.
 package httpidem

@@ -47,18 +47,25 @@ func newFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc) *fixture {
 // newFixtureWith is newFixture with the engine options adjusted by opt.
 func newFixtureWith(t *testing.T, rt httpidem.Route, h http.HandlerFunc, opt func(*engine.Options)) *fixture {
 	t.Helper()
+	return buildFixture(t, rt, h, opt, nil)
+}
+
+// buildFixture is newFixture with the engine's options adjusted by eo and
+// the middleware's by mo (either may be nil).
+func buildFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc, eo func(*engine.Options), mo func(*httpidem.Options)) *fixture {
+	t.Helper()
 	f := &fixture{t: t, clock: fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), reports: make(chan httpidem.Report, 100)}
-	eo := &engine.Options{
+	eopts := &engine.Options{
 		Clock: f.clock, NoBackgroundSweep: true,
 		RetentionClasses: ttl.Classes{"money": 30 * 24 * time.Hour},
 	}
-	if opt != nil {
-		opt(eo)
+	if eo != nil {
+		eo(eopts)
 	}
-	eng, err := engine.Open(t.TempDir(), eo)
+	eng, err := engine.Open(t.TempDir(), eopts)
 	require.NoError(t, err)
 	f.eng = eng
-	m, err := httpidem.New(&httpidem.Options{
+	mopts := &httpidem.Options{
 		Store:  eng,
 		Tenant: bearer,
 		Observer: httpidem.ObserverFunc(func(r httpidem.Report) {
@@ -67,7 +74,11 @@ func newFixtureWith(t *testing.T, rt httpidem.Route, h http.HandlerFunc, opt fun
 			default: // a test that does not read reports must not block requests
 			}
 		}),
-	})
+	}
+	if mo != nil {
+		mo(mopts)
+	}
+	m, err := httpidem.New(mopts)
 	require.NoError(t, err)
 	wrapped, err := m.Wrap(h, rt)
 	require.NoError(t, err)

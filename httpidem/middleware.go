@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/fingerprint"
 )
@@ -60,9 +62,30 @@ type Options struct {
 	// route does not protect) are not reported.
 	Observer Observer
 
-	// Logger receives store errors and handler panics. Default:
-	// slog.Default().
+	// Logger receives a record of every state change a request causes
+	// (a key claimed or taken over, an outcome stored, a key released or
+	// marked uncertain) at Info; replays and 409s at Debug; a lost lease
+	// at Warn; store errors and handler panics at Error. Each names the
+	// request's tenant, endpoint, key_hash (idemkv.ID.Hash) and
+	// request_id (HeaderRequestID). Default: slog.Default(). A logger
+	// whose level leaves a record out costs the request nothing for it.
 	Logger *slog.Logger
+
+	// LogRawKeys adds the raw idempotency key to every log record, as
+	// "key". Default: off, and records name a key only by its key_hash:
+	// a key can carry customer data (an order number, an email). Turn it
+	// on only where the logs are guarded like that data. Request and
+	// response bodies are never logged.
+	LogRawKeys bool
+
+	// TracerProvider, if set, gives every request the middleware protects
+	// or rejects a span (SpanName), a child of the span in the request's
+	// context, under which the handler runs. The span carries the tenant,
+	// endpoint, key hash, request id, disposition and attempt; a store
+	// error is recorded on it, and a 5xx sets its status to Error. The raw
+	// key is never put on a span. Default: nil, no spans: the global
+	// provider (otel.GetTracerProvider) is never read.
+	TracerProvider trace.TracerProvider
 }
 
 // Route configures how one handler is protected. The zero Route protects
@@ -186,6 +209,8 @@ type Middleware struct {
 	challenge string
 	observer  Observer
 	log       *slog.Logger
+	rawKeys   bool
+	tracer    trace.Tracer // nil: no spans
 	flights   flights
 }
 
@@ -201,9 +226,13 @@ func New(opts *Options) (*Middleware, error) {
 	if opts.Tenant == nil {
 		return nil, errors.New("httpidem: Options.Tenant is required: keys must be scoped to an authenticated principal")
 	}
-	m := &Middleware{store: opts.Store, tenant: opts.Tenant, challenge: opts.Challenge, observer: opts.Observer, log: opts.Logger}
+	m := &Middleware{store: opts.Store, tenant: opts.Tenant, challenge: opts.Challenge, observer: opts.Observer,
+		log: opts.Logger, rawKeys: opts.LogRawKeys}
 	if m.log == nil {
 		m.log = slog.Default()
+	}
+	if opts.TracerProvider != nil {
+		m.tracer = opts.TracerProvider.Tracer(tracerName)
 	}
 	return m, nil
 }
@@ -283,11 +312,16 @@ type protected struct {
 // request is one protected request on its way through.
 type request struct {
 	start    time.Time
+	header   http.Header // the request's, for its request id
 	id       idemkv.ID
 	fpReq    fingerprint.Request
 	diag     []byte
 	report   Report
 	reported bool
+	attempt  uint32 // of the lease acquired, or of the record found
+	hash     string // keyHash, once computed
+	rid      string // requestID, once chosen
+	span     trace.Span
 }
 
 func (p *protected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -295,8 +329,11 @@ func (p *protected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.next.ServeHTTP(w, r)
 		return
 	}
-	q := &request{start: time.Now()}
-	defer p.observe(q)
+	q := &request{start: time.Now(), header: r.Header}
+	if p.m.tracer != nil {
+		r = p.startSpan(r, q)
+	}
+	defer p.finish(q)
 
 	key, err := ParseKey(r.Header.Values(HeaderKey))
 	switch {
@@ -400,10 +437,12 @@ func (p *protected) claim(w http.ResponseWriter, r *http.Request, q *request, re
 			p.mismatch(w, r, q)
 		case idemkv.Reconciling:
 			q.report.Disposition = Reconciling
+			p.logEvent(ctx, q, slog.LevelDebug, msgReconciling, disposition(q))
 			p.problem(w, q, ProblemReconciling, http.StatusConflict,
 				"an earlier attempt's outcome is unknown and is being reconciled; it will not be run again", ReconcilingRetryAfter)
 		default: // InProgress: held by another process, or past our wait
 			q.report.Disposition = Conflict
+			p.logEvent(ctx, q, slog.LevelDebug, msgInProgress, disposition(q))
 			p.problem(w, q, ProblemInProgress, http.StatusConflict,
 				"a request with this key is still running; retry with the same key to get its outcome", max(c.RetryAfter, time.Second))
 		}
@@ -419,8 +458,14 @@ func (p *protected) claimOnce(w http.ResponseWriter, r *http.Request, q *request
 		defer p.m.flights.end(fk, done)
 	}
 	c, err := p.m.store.Claim(r.Context(), req)
-	if err == nil && c.Outcome == idemkv.Acquired {
+	switch {
+	case err != nil:
+	case c.Outcome == idemkv.Acquired:
+		q.attempt = c.Lease.Attempt
+		p.logClaimed(r.Context(), q, c.Lease)
 		p.execute(w, r, q, c.Lease)
+	default:
+		q.attempt = c.Record.Attempt
 	}
 	return c, err
 }
@@ -471,17 +516,18 @@ func (p *protected) execute(w http.ResponseWriter, r *http.Request, q *request, 
 			p.observe(q)
 			panic(panicked)
 		}
-		p.m.log.Error("httpidem: handler panicked", "endpoint", q.id.Endpoint, "panic", panicked, "stack", string(stack))
+		p.logEvent(r.Context(), q, slog.LevelError, "httpidem: handler panicked",
+			slog.Any("panic", panicked), slog.String("stack", string(stack)))
 		if !c.streaming {
 			p.problem(w, q, ProblemHandlerPanic, http.StatusInternalServerError, "", 0)
 		}
 	case c.streaming:
 		q.report.Status = c.status
 	case c.dropped:
-		p.settleFailed(w, q, settleErr)
+		p.settleFailed(sctx, w, q, settleErr)
 	default:
 		if err := p.settle(sctx, q, op, c, true); err != nil {
-			p.settleFailed(w, q, err)
+			p.settleFailed(sctx, w, q, err)
 			return
 		}
 		var extra http.Header
@@ -514,6 +560,15 @@ func (p *protected) reject(w http.ResponseWriter, q *request, kind string, statu
 func (p *protected) problem(w http.ResponseWriter, q *request, kind string, status int, detail string, retryAfter time.Duration) {
 	q.report.Status = status
 	writeProblem(w, Problem{Type: ProblemBase + kind, Title: titleOf(kind), Status: status, Detail: detail}, retryAfter)
+}
+
+// finish ends q's span and reports q to the observer, last: once a
+// report is out, so is everything else the request made.
+func (p *protected) finish(q *request) {
+	if q.span != nil {
+		p.endSpan(q)
+	}
+	p.observe(q)
 }
 
 func (p *protected) observe(q *request) {

@@ -2,6 +2,7 @@ package httpidem
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 
@@ -18,7 +19,7 @@ func (p *protected) replay(w http.ResponseWriter, r *http.Request, q *request, r
 	}
 	if err != nil {
 		q.report.Err = err
-		p.m.log.Error("httpidem: stored outcome unreadable", "endpoint", q.id.Endpoint, "err", err)
+		p.logEvent(r.Context(), q, slog.LevelError, "httpidem: stored outcome unreadable", slog.Any("err", err))
 		p.problem(w, q, ProblemStoredResponse, http.StatusInternalServerError, "", 0)
 		return
 	}
@@ -28,6 +29,7 @@ func (p *protected) replay(w http.ResponseWriter, r *http.Request, q *request, r
 	}
 	h.Set(HeaderReplayed, "true")
 	q.report.Status = res.Status
+	p.logEvent(r.Context(), q, slog.LevelDebug, msgReplayed, disposition(q), slog.Int("status", res.Status))
 	switch {
 	case env.haveBody:
 		h.Set("Content-Length", strconv.Itoa(len(env.body)))
@@ -64,5 +66,6 @@ func (p *protected) mismatch(w http.ResponseWriter, r *http.Request, q *request)
 		}
 	}
 	q.report.Status = pr.Status
+	p.logEvent(r.Context(), q, slog.LevelInfo, msgMismatch, disposition(q))
 	writeProblem(w, pr, 0)
 }

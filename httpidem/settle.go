@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -28,22 +29,36 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 	switch {
 	case uncertain:
 		q.report.Disposition = Uncertain
-		return store.MarkUncertain(ctx, op.lease, clip(note, idemkv.MaxNoteLen))
+		note = clip(note, idemkv.MaxNoteLen)
+		err := store.MarkUncertain(ctx, op.lease, note)
+		if err == nil {
+			p.logEvent(ctx, q, slog.LevelInfo, msgUncertain, disposition(q), slog.Int("status", status), slog.String("note", note))
+		}
+		return err
 	case released || (!p.route.Storable(status) && op.lease.Mode != idemkv.ModeRemote):
 		q.report.Disposition = Released
-		return store.Release(ctx, op.lease)
+		err := store.Release(ctx, op.lease)
+		if err == nil {
+			p.logEvent(ctx, q, slog.LevelInfo, msgReleased, disposition(q), slog.Int("status", status))
+		}
+		return err
 	case !p.route.Storable(status):
 		// A remote route's 5xx proves nothing about the downstream: only
 		// the handler can say it had no effect (Op.Release).
 		q.report.Disposition = Uncertain
-		return store.MarkUncertain(ctx, op.lease, fmt.Sprintf("status %d without Op.Release: the downstream may have acted", status))
+		note = fmt.Sprintf("status %d without Op.Release: the downstream may have acted", status)
+		err := store.MarkUncertain(ctx, op.lease, note)
+		if err == nil {
+			p.logEvent(ctx, q, slog.LevelInfo, msgUncertain, disposition(q), slog.Int("status", status), slog.String("note", note))
+		}
+		return err
 	}
 	q.report.Disposition = Stored
 	if pointer == "" {
 		pointer = c.header.Get("Location")
 	}
 	if len(pointer) > idemkv.MaxPointerLen {
-		p.m.log.Warn("httpidem: pointer too long to store; dropped", "endpoint", q.id.Endpoint, "bytes", len(pointer))
+		p.logEvent(ctx, q, slog.LevelWarn, "httpidem: pointer too long to store; dropped", slog.Int("bytes", len(pointer)))
 		pointer = ""
 	}
 	env := envelope{header: replayableHeaders(c.header, p.route.ReplayHeaders), diag: q.diag}
@@ -63,7 +78,7 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 	if errors.Is(err, idemkv.ErrInvalidResult) && env.haveBody {
 		// The store bounds bodies more tightly than MaxStoredBody: keep
 		// the outcome without the body rather than lose it.
-		p.m.log.Warn("httpidem: response body refused by the store; stored without it", "endpoint", q.id.Endpoint, "err", err)
+		p.logEvent(ctx, q, slog.LevelWarn, "httpidem: response body refused by the store; stored without it", slog.Any("err", err))
 		env.haveBody, env.body = false, nil
 		res.Body = env.encode(pointer)
 		err = store.Complete(ctx, op.lease, res, apply)
@@ -71,6 +86,9 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 	if err != nil && applyErr != nil {
 		// Apply failed: nothing was written and the lease is still ours.
 		p.abandon(ctx, q, op, "storing the outcome failed: "+err.Error())
+	}
+	if err == nil {
+		p.logEvent(ctx, q, slog.LevelInfo, msgStored, disposition(q), slog.Int("status", status))
 	}
 	return err
 }
@@ -82,26 +100,31 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 func (p *protected) abandon(ctx context.Context, q *request, op *Op, why string) {
 	op.settle()
 	var err error
+	msg, why := msgReleased, clip(why, idemkv.MaxNoteLen)
 	if op.lease.Mode == idemkv.ModeRemote {
-		err = p.m.store.MarkUncertain(ctx, op.lease, clip(why, idemkv.MaxNoteLen))
+		msg = msgUncertain
+		err = p.m.store.MarkUncertain(ctx, op.lease, why)
 	} else {
 		err = p.m.store.Release(ctx, op.lease)
 	}
 	if err != nil {
-		p.m.log.Error("httpidem: could not give up the key; its lease bounds the wait", "endpoint", q.id.Endpoint, "err", err)
+		p.logEvent(ctx, q, slog.LevelError, "httpidem: could not give up the key; its lease bounds the wait", slog.Any("err", err))
+		return
 	}
+	p.logEvent(ctx, q, slog.LevelInfo, msg, slog.String("note", why))
 }
 
-func (p *protected) settleFailed(w http.ResponseWriter, q *request, err error) {
+func (p *protected) settleFailed(ctx context.Context, w http.ResponseWriter, q *request, err error) {
 	q.report.Err = err
 	if errors.Is(err, idemkv.ErrFenced) {
 		q.report.Disposition = LeaseLost
+		p.logEvent(ctx, q, slog.LevelWarn, msgLeaseLost, disposition(q), slog.Any("err", err))
 		p.problem(w, q, ProblemLeaseLost, http.StatusConflict,
 			"the request outlived its lease and another attempt took the key over; retry with the same key to get the outcome", time.Second)
 		return
 	}
 	q.report.Disposition = StoreError
-	p.m.log.Error("httpidem: storing the outcome failed", "endpoint", q.id.Endpoint, "err", err)
+	p.logEvent(ctx, q, slog.LevelError, "httpidem: storing the outcome failed", disposition(q), slog.Any("err", err))
 	p.problem(w, q, ProblemStoreUnavailable, http.StatusServiceUnavailable,
 		"the outcome could not be stored; retry with the same key", StoreRetryAfter)
 }
@@ -118,7 +141,7 @@ func (p *protected) storeFailed(w http.ResponseWriter, r *http.Request, q *reque
 			return
 		}
 	}
-	p.m.log.Error("httpidem: claim failed", "endpoint", q.id.Endpoint, "err", err, "fail_open", p.route.FailOpen)
+	p.logEvent(r.Context(), q, slog.LevelError, "httpidem: claim failed", slog.Any("err", err), slog.Bool("fail_open", p.route.FailOpen))
 	if p.route.FailOpen {
 		q.report.Disposition = Unprotected
 		p.next.ServeHTTP(w, r)

@@ -25,6 +25,10 @@
 // uncertain, is never re-run or asked about again, is listed apart
 // (ListRequest.Escalated) and waits for an operator (idemkv resolve).
 //
+// Options.Logger gets a record of each resolution, unknown answer and
+// escalation, naming the record by tenant, endpoint and key_hash
+// (idemkv.ID.Hash), never by its key.
+//
 // # Guarantees
 //
 //   - Exactly one outcome: every write is a compare-and-set on the token

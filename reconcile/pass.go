@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -161,10 +162,16 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 				s.Applied++
 			}
 		})
-		w.o.Logf("reconcile: %s/%s/%s settled: %s", rec.ID.Tenant, rec.ID.Endpoint, rec.ID.Key, ans.Verdict)
+		attrs := []slog.Attr{slog.String("verdict", ans.Verdict.String()), slog.String("state", rec.State.String()),
+			slog.Uint64("attempt", uint64(rec.Attempt))}
+		if !req.NoEffect {
+			attrs = append(attrs, slog.Int("status", req.Result.Status))
+		}
+		w.log(ctx, slog.LevelInfo, msgResolved, &rec, attrs...)
 	case lost(err):
 		w.forget(rec.ID)
 		w.update(func(s *Stats) { s.Lost++ })
+		w.log(ctx, slog.LevelDebug, msgLost, &rec, slog.Any("err", err))
 	case applyErr != nil, errors.Is(err, idemkv.ErrInvalidResult), errors.Is(err, idemkv.ErrInvalidArgument):
 		// The answer could not be stored (a bad result, or its Apply
 		// failed): as good as no answer.
@@ -172,6 +179,7 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 		w.unknown(ctx, rec, "the reconciler's answer could not be stored: "+err.Error())
 	default:
 		w.storeError(err)
+		w.log(ctx, slog.LevelWarn, msgStore, &rec, slog.Any("err", err))
 	}
 }
 
@@ -228,7 +236,7 @@ func (w *Worker) unknown(ctx context.Context, rec idemkv.Record, reason string) 
 		w.escalate(ctx, rec, fmt.Sprintf("reconciliation gave up after %d attempts: %s", attempts, reason))
 		return
 	}
-	w.o.Logf("reconcile: %s/%s/%s unknown (attempt %d): %s", rec.ID.Tenant, rec.ID.Endpoint, rec.ID.Key, attempts, reason)
+	w.log(ctx, slog.LevelWarn, msgUnknown, &rec, slog.Int("attempts", attempts), slog.String("reason", reason))
 }
 
 // backoffLocked is the wait after the given number of attempts: half of
@@ -255,15 +263,17 @@ func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
 	case err == nil:
 		w.forget(rec.ID)
 		w.update(func(s *Stats) { s.Escalated++ })
-		w.o.Logf("reconcile: %s/%s/%s escalated: %s", rec.ID.Tenant, rec.ID.Endpoint, rec.ID.Key, note)
+		w.log(ctx, slog.LevelError, msgEscalated, &rec, slog.String("state", rec.State.String()), slog.String("note", note))
 		if w.o.OnEscalate != nil {
 			w.o.OnEscalate(rec, note)
 		}
 	case lost(err):
 		w.forget(rec.ID)
 		w.update(func(s *Stats) { s.Lost++ })
+		w.log(ctx, slog.LevelDebug, msgLost, &rec, slog.Any("err", err))
 	default:
 		w.storeError(err)
+		w.log(ctx, slog.LevelWarn, msgStore, &rec, slog.Any("err", err))
 	}
 }
 
@@ -279,12 +289,12 @@ func (w *Worker) forget(id idemkv.ID) {
 	delete(w.backoff, id)
 }
 
+// storeError counts a failed store call; the caller logs it.
 func (w *Worker) storeError(err error) {
 	w.update(func(s *Stats) {
 		s.StoreErrors++
 		s.LastError = err.Error()
 	})
-	w.o.Logf("reconcile: %v", err)
 }
 
 func (w *Worker) update(fn func(*Stats)) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -124,7 +125,16 @@ type Options struct {
 	// OnEscalate, if set, is called after a record is escalated, with the
 	// record as it was and the note written on it: page someone.
 	OnEscalate func(rec idemkv.Record, note string)
-	// Logf logs what the worker does. Default: nothing.
+	// Logger receives a structured record of what the worker does to
+	// each record: resolved (Info), an unknown answer (Warn), escalated
+	// (Error), a settling write lost to another (Debug), a store error
+	// (Warn). Each names the record by tenant, endpoint, key_hash
+	// (idemkv.ID.Hash) and token, never by its key, which can carry
+	// customer data; the key is taken out of the errors and notes logged
+	// too. Default: none (see Logf).
+	Logger *slog.Logger
+	// Logf, if set and Logger is not, receives the same records as lines
+	// of text. Default: nothing.
 	Logf func(format string, args ...any)
 	// Rand draws the jitter. Default: a random seed.
 	Rand *rand.Rand
@@ -142,9 +152,6 @@ func (o Options) withDefaults() Options {
 	o.PerPass = cmp.Or(o.PerPass, 1000)
 	if o.Clock == nil {
 		o.Clock = wallClock{}
-	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
 	}
 	if o.Rand == nil {
 		o.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
@@ -227,7 +234,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		if err := w.Pass(ctx); err != nil && ctx.Err() == nil {
-			w.o.Logf("reconcile: pass failed, will retry: %v", err)
+			w.log(ctx, slog.LevelWarn, "reconcile: pass failed, will retry", nil, slog.Any("err", err))
 		}
 		select {
 		case <-ctx.Done():

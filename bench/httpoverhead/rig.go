@@ -3,8 +3,10 @@ package httpoverhead
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +65,10 @@ func newRig(o *Options, bareDir, engineDir string) (rg *rig, err error) {
 		return nil, err
 	}
 	rg.closers = append(rg.closers, rg.e.Close)
-	m, err := httpidem.New(&httpidem.Options{Store: rg.e, Tenant: tenant})
+	// Failures only: a record per request to stderr would measure the
+	// terminal, and the bare handler logs nothing.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m, err := httpidem.New(&httpidem.Options{Store: rg.e, Tenant: tenant, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -73,7 +75,9 @@ func (d *demo) open() error {
 	if err != nil {
 		return err
 	}
-	svc, err := payments.New(payments.Config{Store: e, Processor: d.proc, Now: d.clock.Now, Events: true})
+	// Errors only: the narrative on stdout tells the state changes.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	svc, err := payments.New(payments.Config{Store: e, Processor: d.proc, Now: d.clock.Now, Events: true, Logger: log})
 	if err != nil {
 		e.Close()
 		return err

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -24,7 +23,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--admin-addr ADDR [--admin-token-file FILE] [--admin-audit-log FILE] [--admin-allow-remote]] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--account-limit N] [--gomaxprocs N] [--background-nice N]",
+		args:    "[--addr ADDR] [--api-keys FILE] [--metrics-addr ADDR] [--admin-addr ADDR [--admin-token-file FILE] [--admin-audit-log FILE] [--admin-allow-remote]] [--data DIR] [--wait D] [--lease D] [--provider-latency D] [--provider-fail-rate F] [--provider-timeout-rate F] [--processor URL] [--processor-timeout D] [--reconcile-interval D] [--reconcile-grace D] [--reconcile-max-attempts N] [--reconcile-max-age D] [--events nats://HOST:PORT|embedded] [--account-limit N] [--gomaxprocs N] [--background-nice N] [--log-format json|text] [--log-level LEVEL]",
 		summary: "run the payments service: POST /v1/payments protected by Idempotency-Key (docs/http.md)",
 		flags:   serveFlags,
 	})
@@ -64,6 +63,8 @@ type serveConfig struct {
 	// store, if set, is a PostgreSQL connection string: the service keeps
 	// its store there (package pgstore) instead of in dir.
 	store string
+	// log shapes the service's log (servelog.go).
+	log logFlags
 }
 
 func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
@@ -91,7 +92,11 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.events, "events", "", "publish a payments.created event for every payment, from the store's outbox, to the NATS JetStream server at `URL` (nats://HOST:PORT), or to one started in this process with its store under --data (embedded); without it no events are kept")
 	fs.Int64Var(&c.accountLimit, "account-limit", 0, "refuse (402 limit-exceeded) a payment that would take its account's payments past `N` minor units in all; 0: no limit (GET /v1/account shows what is spent)")
 	c.bg.register(fs, true)
+	c.log.register(fs)
 	return func(ctx context.Context, stdout io.Writer) error {
+		if err := c.log.validate(); err != nil {
+			return usageError{err}
+		}
 		if err := validEventsFlag(c.events); err != nil {
 			return usageError{err}
 		}
@@ -149,7 +154,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 // down gracefully: requests in flight finish and their outcomes are
 // stored before the store closes.
 func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := c.log.logger()
 	st, err := c.openStore(ctx)
 	if err != nil {
 		ln.Close()
@@ -282,11 +287,8 @@ func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, st servedStore, de
 // processor, and resumes the orders a crash left, at the worker's
 // interval; the function it returns stops both and waits for them.
 func startReconciler(e payments.Store, svc *payments.Service, o reconcile.Options, log *slog.Logger, reg prometheus.Registerer) (func(), error) {
-	o.Clock = e // engine time, which the records' times are in
-	o.Logf = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
-	o.OnEscalate = func(rec idemkv.Record, note string) {
-		log.Error("payment escalated: settle it with idemkv resolve", "tenant", rec.ID.Tenant, "key", rec.ID.Key, "note", note)
-	}
+	o.Clock = e    // engine time, which the records' times are in
+	o.Logger = log // an escalation is an Error record: settle it with idemkv resolve
 	orders := svc.Orders()
 	o.Handles = func(rec idemkv.Record) bool { return !orders.Owns(rec) } // orders resume below
 	w, err := reconcile.New(e, svc, &o)
