@@ -50,6 +50,13 @@ type serveConfig struct {
 	adminAuditLog             string
 	adminRemote               bool
 	adminLn                   net.Listener
+	// adminLimits, if set, replaces the admin server's limits,
+	// defaultLimits(adminCallTime, adminConns): tests shorten its
+	// timeouts rather than wait them out.
+	adminLimits *serverLimits
+	// logTo, if set, receives the service's log instead of stderr (tests
+	// read it for what must never be logged).
+	logTo io.Writer
 	// reconcile configures the worker that settles uncertain payments.
 	reconcile reconcile.Options
 	// processorURL, if set, is an idemkv processor to charge over HTTP
@@ -149,7 +156,11 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 // down gracefully: requests in flight finish and their outcomes are
 // stored before the store closes.
 func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	logTo := c.logTo
+	if logTo == nil {
+		logTo = os.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(logTo, nil))
 	st, err := c.openStore(ctx)
 	if err != nil {
 		ln.Close()
