@@ -66,9 +66,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // RecordView is a record as the admin API shows it (and "idemkv inspect"
 // prints it): its response body only as a size.
 type RecordView struct {
-	Tenant       string     `json:"tenant"`
-	Endpoint     string     `json:"endpoint"`
-	Key          string     `json:"key"`
+	Tenant   string `json:"tenant"`
+	Endpoint string `json:"endpoint"`
+	Key      string `json:"key"`
+	// KeyHash names the record in the service's logs (idemkv.ID.Hash).
+	KeyHash      string     `json:"key_hash"`
 	State        string     `json:"state"`
 	Escalated    bool       `json:"escalated,omitempty"`
 	Mode         string     `json:"mode"`
@@ -104,7 +106,7 @@ func listViewOf(recs []idemkv.Record, next string) listView {
 
 // ViewOf returns r's view.
 func ViewOf(r *idemkv.Record) RecordView {
-	v := RecordView{Tenant: r.ID.Tenant, Endpoint: r.ID.Endpoint, Key: r.ID.Key, State: r.State.String(),
+	v := RecordView{Tenant: r.ID.Tenant, Endpoint: r.ID.Endpoint, Key: r.ID.Key, KeyHash: r.ID.Hash(), State: r.State.String(),
 		Escalated: r.Escalated, Mode: r.Mode.String(), Token: r.Token, Attempt: r.Attempt,
 		Created: r.Created, Expires: r.Expires, Class: r.Class, Status: r.Result.Status,
 		Pointer: r.Result.Pointer, BodyBytes: len(r.Result.Body), Effects: r.Effects, Note: r.Note}

@@ -209,7 +209,9 @@ func (a *api) answerWrite(w http.ResponseWriter, r *http.Request, entry AuditEnt
 	case err != nil:
 		a.writeError(w, r, err)
 	default:
-		a.o.Logger.Info("admin: "+entry.Action, "tenant", entry.Tenant, "endpoint", entry.Endpoint, "was", entry.Was, "token", entry.Token)
+		id := idemkv.ID{Tenant: entry.Tenant, Endpoint: entry.Endpoint, Key: entry.Key}
+		a.o.Logger.Info("admin: "+entry.Action, "tenant", entry.Tenant, "endpoint", entry.Endpoint, "key_hash", id.Hash(),
+			"was", entry.Was, "token", entry.Token)
 		writeJSON(w, http.StatusOK, entry)
 	}
 }

@@ -100,6 +100,7 @@ func (e *Engine) acquireLocked(st *stripe, k []byte, rec *idemkv.Record, opID id
 		return nil, err
 	}
 	if e.disk.lowAt(now) {
+		e.counters.diskRefusals.Add(1)
 		return nil, fmt.Errorf("%w (less than %d bytes free)", idemkv.ErrNoSpace, e.opts.MinFreeDisk)
 	}
 	var err error

@@ -45,6 +45,7 @@ func TestLowDiskRefusesNewWork(t *testing.T) {
 		_, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id(key), Fingerprint: fpA})
 		require.ErrorIs(t, err, idemkv.ErrNoSpace, key)
 	}
+	requireRefusals(t, v.e, 2)
 	c := v.claim(id("done"), fpA, idemkv.ModeLocal)
 	require.Equal(t, idemkv.Replay, c.Outcome, "replays go on")
 	require.NoError(t, v.e.Complete(ctx, held.Lease, idemkv.Result{Status: 202}, nil), "work in progress completes")
@@ -54,9 +55,20 @@ func TestLowDiskRefusesNewWork(t *testing.T) {
 	fs.avail.Store(1 << 30) // space returns; the engine looks again a second later
 	_, err = v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("new"), Fingerprint: fpA})
 	require.ErrorIs(t, err, idemkv.ErrNoSpace)
+	requireRefusals(t, v.e, 3)
 	v.clock.Advance(time.Second)
 	require.Equal(t, idemkv.Acquired, v.claim(id("new"), fpA, idemkv.ModeLocal).Outcome)
 	c = v.claim(id("stale"), fpA, idemkv.ModeLocal)
 	require.Equal(t, idemkv.Acquired, c.Outcome)
 	require.Greater(t, c.Lease.Token, stale.Lease.Token)
+	requireRefusals(t, v.e, 3) // acquisitions, replays and completions count none
+}
+
+// requireRefusals asserts that e's disk guard has refused n claims since
+// Open (Stats.DiskRefusals).
+func requireRefusals(t *testing.T, e *Engine, n int64) {
+	t.Helper()
+	st, err := e.Stats()
+	require.NoError(t, err)
+	require.Equal(t, n, st.DiskRefusals)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
@@ -21,8 +22,9 @@ import (
 // groups synced writes (commit.go), the expiry buckets and the sweeper
 // (expiry.go, sweep.go), the claim filter (claimfilter.go), the replay
 // cache (cache.go), the admission gate (gate.go), the disk-space guard
-// (disk.go), the health of Pebble's background work (health.go) and the
-// engine's time, checked against a steady clock (clock.go).
+// (disk.go), the health of Pebble's background work (health.go), its
+// write stalls (stall.go) and the engine's time, checked against a steady
+// clock (clock.go).
 type Engine struct {
 	opts *Options
 	// clock is the engine's time (clock.go), never Options.Clock directly.
@@ -35,6 +37,8 @@ type Engine struct {
 	disk diskGuard
 	// health is the state of Pebble's background work (health.go).
 	health *health
+	// stalls counts Pebble's write stalls (stall.go).
+	stalls *writeStalls
 	table  leaseTable
 	// commits combines concurrent synced writes (commit.go).
 	commits *committer
@@ -85,7 +89,8 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		return nil, err
 	}
 	h := &health{logf: o.Logger.Errorf, now: o.Clock.Now}
-	el := h.listener()
+	stalls := &writeStalls{now: time.Now}
+	el := pebble.TeeEventListener(h.listener(), stalls.listener())
 	po := o.pebbleOptions(&el)
 	po.Logger = failStopLogger{po.Logger}
 	c := pebble.NewCache(o.CacheSize)
@@ -101,7 +106,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		c.Unref()
 		return nil, err
 	}
-	e := &Engine{opts: o, dir: dir, db: db, cache: c, commits: newCommitter(db), health: h}
+	e := &Engine{opts: o, dir: dir, db: db, cache: c, commits: newCommitter(db), health: h, stalls: stalls}
 	e.clock = newEngineClock(o.Clock, o.ClockTolerance, mark, o.Logger.Errorf)
 	e.commits.stamp = e.clock.stamp
 	e.gate.init()

@@ -361,8 +361,9 @@ const defaultMaxEventSize = 512 << 10
 // one of CacheSize. The benchmark baseline opens its raw Pebble store
 // with these, so the two differ only in how they use Pebble. Open also
 // sets an EventListener, before ConfigurePebble, to track the store's
-// health (Engine.Health); a ConfigurePebble that sets its own should tee
-// it with pebble.TeeEventListener.
+// health (Engine.Health) and count its write stalls (Stats.WriteStalls);
+// a ConfigurePebble that sets its own should tee it with
+// pebble.TeeEventListener.
 func (o *Options) PebbleOptions() *pebble.Options { return o.pebbleOptions(nil) }
 
 // pebbleOptions is PebbleOptions with the event listener el, if not nil.

@@ -17,6 +17,7 @@ type counters struct {
 	completed, released, uncertain, renewed, resolved, escalated, fenced      atomic.Int64
 	conflicts                                                                 atomic.Int64
 	cacheHits, swept                                                          atomic.Int64
+	diskRefusals                                                              atomic.Int64 // claims refused by the disk guard
 }
 
 // count counts a claim answered o.
@@ -116,6 +117,19 @@ type Stats struct {
 	BackgroundErrors int64
 	UnhealthySince   time.Time
 
+	// DiskRefusals counts the claims the disk guard refused with
+	// idemkv.ErrNoSpace since Open: free space was below
+	// Options.MinFreeDisk (disk.go).
+	DiskRefusals int64
+
+	// WriteStalls counts the times since Open that Pebble stopped writes
+	// until a flush or compaction caught up: memtables queued faster than
+	// they flushed, or level 0 reached three times
+	// Options.L0CompactionThreshold sublevels. WriteStallTime is the time
+	// writes spent stopped, the stall in progress included (stall.go).
+	WriteStalls    int64
+	WriteStallTime time.Duration
+
 	// ClockSteps counts the steps of Options.Clock beyond ClockTolerance
 	// seen since Open, and ClockOffset is how far the clock is from engine
 	// time now (positive: ahead), zero while the engine follows it
@@ -193,6 +207,8 @@ func (e *Engine) Stats() (Stats, error) {
 	st.Sweep = e.sweeper.s.Stats()
 	st.BackgroundErrors, st.UnhealthySince = e.health.counts()
 	st.ClockSteps, st.ClockOffset = e.clock.steps.Load(), e.clock.offset()
+	st.DiskRefusals = c.diskRefusals.Load()
+	st.WriteStalls, st.WriteStallTime = e.stalls.counts()
 	cm := e.commits
 	st.CommitGroups, st.CommitWrites = cm.groups.Load(), cm.writes.Load()
 	st.CommitTime, st.CommitSyncWait = time.Duration(cm.busy.Load()), time.Duration(cm.syncWait.Load())

@@ -100,6 +100,7 @@ func printRecord(w io.Writer, v *admin.RecordView) error {
 		state += " (escalated)"
 	}
 	row("record", fmt.Sprintf("%s / %s / %s", v.Tenant, v.Endpoint, v.Key))
+	row("key hash", v.KeyHash+" (key_hash in the service's log)")
 	row("state", state)
 	row("mode", v.Mode)
 	row("attempt", fmt.Sprintf("%d (token %d)", v.Attempt, v.Token))

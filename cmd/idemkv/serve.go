@@ -49,6 +49,10 @@ type serveConfig struct {
 	adminAuditLog             string
 	adminRemote               bool
 	adminLn                   net.Listener
+	// adminLimits, if set, replaces the admin server's limits,
+	// defaultLimits(adminCallTime, adminConns): tests shorten its
+	// timeouts rather than wait them out.
+	adminLimits *serverLimits
 	// reconcile configures the worker that settles uncertain payments.
 	reconcile reconcile.Options
 	// processorURL, if set, is an idemkv processor to charge over HTTP

@@ -89,7 +89,11 @@ func (c *serveConfig) adminServer(st serveStore, logger *slog.Logger, errLog *lo
 		closeAudit()
 		return nil, nil, nil, err
 	}
-	srv, cl := newServer(h, defaultLimits(adminCallTime, adminConns), errLog)
+	l := defaultLimits(adminCallTime, adminConns)
+	if c.adminLimits != nil {
+		l = *c.adminLimits
+	}
+	srv, cl := newServer(h, l, errLog)
 	return srv, cl.Listener(c.adminLn), closeAudit, nil
 }
 

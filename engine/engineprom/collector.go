@@ -62,6 +62,20 @@ var metrics = []metric{
 	// (Engine.Health, Stats.UnhealthySince).
 	{"idemkv_engine_unhealthy", "1 while Pebble's latest flush or compaction failed and new claims are refused.", false,
 		func(s engine.Stats) float64 { return b2f(!s.UnhealthySince.IsZero()) }},
+	// Claims the disk guard refused with idemkv.ErrNoSpace
+	// (Stats.DiskRefusals): free space below Options.MinFreeDisk. New work
+	// is refused while replays and work in progress go on.
+	{"idemkv_engine_disk_refusals_total", "Claims refused because free disk space was below the engine's minimum.", true,
+		func(s engine.Stats) float64 { return float64(s.DiskRefusals) }},
+	// Times Pebble stopped writes until a flush or compaction caught up
+	// (Stats.WriteStalls), and the time writes spent stopped, the stall
+	// in progress included (Stats.WriteStallTime): every synced write
+	// waits meanwhile, so the seconds' rate is the share of time the
+	// store took no writes.
+	{"idemkv_engine_write_stalls_total", "Times Pebble stopped writes until flushes or compactions caught up.", true,
+		func(s engine.Stats) float64 { return float64(s.WriteStalls) }},
+	{"idemkv_engine_write_stall_seconds_total", "Time writes spent stopped by Pebble, the stall in progress included.", true,
+		func(s engine.Stats) float64 { return s.WriteStallTime.Seconds() }},
 	// Steps of the wall clock beyond Options.ClockTolerance
 	// (Stats.ClockSteps), and how far it is from engine time now: while
 	// the offset is not zero, engine time runs on elapsed time alone.

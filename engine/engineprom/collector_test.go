@@ -33,6 +33,7 @@ var stableNames = []string{
 	"idemkv_engine_commits_total",
 	"idemkv_engine_compaction_debt_bytes",
 	"idemkv_engine_disk_bytes",
+	"idemkv_engine_disk_refusals_total",
 	"idemkv_engine_escalated_records",
 	"idemkv_engine_escalations_total",
 	"idemkv_engine_fenced_total",
@@ -47,6 +48,8 @@ var stableNames = []string{
 	"idemkv_engine_takeovers_total",
 	"idemkv_engine_uncertain_records",
 	"idemkv_engine_unhealthy",
+	"idemkv_engine_write_stall_seconds_total",
+	"idemkv_engine_write_stalls_total",
 }
 
 func open(t *testing.T) *engine.Engine {

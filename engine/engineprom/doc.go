@@ -16,8 +16,9 @@
 // records and records held past their expiry, uncertain and escalated
 // records, the age of the oldest unsettled one and escalations, the claim filter's skips,
 // misses and size, the committer's commits, writes, busy time and fsync
-// wait, and disk bytes, read amplification, level-0 files and compaction
-// debt.
+// wait, claims the disk guard refused, Pebble's write stalls and the time
+// spent in them, and disk bytes, read amplification, level-0 files and
+// compaction debt.
 //
 // # Basics
 //
