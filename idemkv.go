@@ -30,7 +30,8 @@ const (
 )
 
 // Errors returned by a Store. Match them with errors.Is; a Store wraps them
-// with context.
+// with context, naming a record by its key's hash (ID.Hash), never by the
+// key itself, so that its errors can be logged as they are.
 var (
 	// ErrInvalidKey: the key is empty, longer than MaxKeyLen, or contains a
 	// byte outside printable ASCII (0x20-0x7e).

@@ -72,11 +72,11 @@ func (e *Engine) evictable(ctx context.Context, st *stripe, k []byte, req *idemk
 	case err != nil:
 		return idemkv.Record{}, nil, nil, fmt.Errorf("engine: evict: %w", err)
 	case !found:
-		err = fmt.Errorf("%w: %q", idemkv.ErrNotFound, req.ID.Key)
+		err = fmt.Errorf("%w: key_hash %s", idemkv.ErrNotFound, req.ID.Hash())
 	case s != nil && !s.durable, cur.State == idemkv.StateInProgress && !abandoned(&cur, now):
-		err = fmt.Errorf("%w: %q is in progress under a live lease", idemkv.ErrWrongState, req.ID.Key)
+		err = fmt.Errorf("%w: key_hash %s is in progress under a live lease", idemkv.ErrWrongState, req.ID.Hash())
 	case cur.State == idemkv.StateCompleted && cur.Effects > 0:
-		err = fmt.Errorf("%w: %q committed %d effects with its outcome, which would be left without it", idemkv.ErrWrongState, req.ID.Key, cur.Effects)
+		err = fmt.Errorf("%w: key_hash %s committed %d effects with its outcome, which would be left without it", idemkv.ErrWrongState, req.ID.Hash(), cur.Effects)
 	case req.Token != 0 && cur.Token != req.Token:
 		e.counters.fenced.Add(1)
 		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)

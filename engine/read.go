@@ -29,7 +29,7 @@ func (e *Engine) Get(ctx context.Context, id idemkv.ID) (idemkv.Record, error) {
 		return idemkv.Record{}, err
 	}
 	if !found {
-		return idemkv.Record{}, fmt.Errorf("%w: %q", idemkv.ErrNotFound, id.Key)
+		return idemkv.Record{}, fmt.Errorf("%w: key_hash %s", idemkv.ErrNotFound, id.Hash())
 	}
 	rec.ID = id
 	return rec, nil

@@ -431,12 +431,12 @@ func (e *Engine) settleableLocked(ctx context.Context, st *stripe, k []byte, id 
 	switch {
 	case err != nil:
 	case !found:
-		err = fmt.Errorf("%w: %q", idemkv.ErrNotFound, id.Key)
+		err = fmt.Errorf("%w: key_hash %s", idemkv.ErrNotFound, id.Hash())
 	case cur.State == idemkv.StateCompleted:
-		err = fmt.Errorf("%w: %q is completed", idemkv.ErrWrongState, id.Key)
+		err = fmt.Errorf("%w: key_hash %s is completed", idemkv.ErrWrongState, id.Hash())
 	case cur.State == idemkv.StateInProgress && !abandoned(&cur, now),
 		s != nil && !s.durable:
-		err = fmt.Errorf("%w: %q is in progress under a live lease", idemkv.ErrWrongState, id.Key)
+		err = fmt.Errorf("%w: key_hash %s is in progress under a live lease", idemkv.ErrWrongState, id.Hash())
 	case cur.Token != token:
 		e.counters.fenced.Add(1)
 		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, token, cur.Token)
@@ -509,7 +509,7 @@ func (e *Engine) abandonOnPanic(s *slot, err *error) {
 
 func (e *Engine) fenced(l idemkv.Lease) error {
 	e.counters.fenced.Add(1)
-	return fmt.Errorf("%w: token %d for key %q", idemkv.ErrFenced, l.Token, l.ID.Key)
+	return fmt.Errorf("%w: token %d for key_hash %s", idemkv.ErrFenced, l.Token, l.ID.Hash())
 }
 
 func (e *Engine) validateResult(r *idemkv.Result) error {

@@ -123,7 +123,7 @@ func (s *Store) claim(ctx context.Context, q querier, req *idemkv.ClaimRequest, 
 			return c, err
 		}
 	}
-	return idemkv.Claim{}, fmt.Errorf("pgstore: claim of %q: the record kept changing", req.ID.Key)
+	return idemkv.Claim{}, fmt.Errorf("pgstore: claim of key_hash %s: the record kept changing", req.ID.Hash())
 }
 
 // claimOnce runs claimSQL once and decides on its answer; again says that

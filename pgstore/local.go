@@ -123,7 +123,7 @@ func (s *Store) RunLocal(ctx context.Context, req idemkv.ClaimRequest, r idemkv.
 			return c, err
 		}
 	}
-	return idemkv.Claim{}, fmt.Errorf("pgstore: claim of %q: the record kept changing", req.ID.Key)
+	return idemkv.Claim{}, fmt.Errorf("pgstore: claim of key_hash %s: the record kept changing", req.ID.Hash())
 }
 
 // runLocalOnce runs RunLocal's statement once; again says that the record

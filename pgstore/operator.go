@@ -120,11 +120,11 @@ func (s *Store) Evict(ctx context.Context, req idemkv.EvictRequest) (idemkv.Reco
 	case err != nil:
 		return idemkv.Record{}, err
 	case cur.State == idemkv.StateInProgress && (cur.Mode != idemkv.ModeRemote || now.Before(cur.LeaseExpires)):
-		return idemkv.Record{}, fmt.Errorf("%w: %q is in progress under a live lease", idemkv.ErrWrongState, id.Key)
+		return idemkv.Record{}, fmt.Errorf("%w: key_hash %s is in progress under a live lease", idemkv.ErrWrongState, id.Hash())
 	case cur.State == idemkv.StateCompleted && cur.Effects > 0:
-		return idemkv.Record{}, fmt.Errorf("%w: %q committed %d effects with its outcome, which would be left without it", idemkv.ErrWrongState, id.Key, cur.Effects)
+		return idemkv.Record{}, fmt.Errorf("%w: key_hash %s committed %d effects with its outcome, which would be left without it", idemkv.ErrWrongState, id.Hash(), cur.Effects)
 	case req.Token != 0 && cur.Token != req.Token:
 		return idemkv.Record{}, fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
 	}
-	return idemkv.Record{}, fmt.Errorf("%w: %q changed while it was evicted; try again", idemkv.ErrConflict, id.Key)
+	return idemkv.Record{}, fmt.Errorf("%w: key_hash %s changed while it was evicted; try again", idemkv.ErrConflict, id.Hash())
 }

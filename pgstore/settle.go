@@ -129,9 +129,9 @@ func (s *Store) whyNotSettleable(ctx context.Context, q querier, id idemkv.ID, t
 	case err != nil:
 		return err
 	case cur.State == idemkv.StateCompleted:
-		return fmt.Errorf("%w: %q is completed", idemkv.ErrWrongState, id.Key)
+		return fmt.Errorf("%w: key_hash %s is completed", idemkv.ErrWrongState, id.Hash())
 	case cur.State == idemkv.StateInProgress && (cur.Mode == idemkv.ModeLocal || now.Before(cur.LeaseExpires)):
-		return fmt.Errorf("%w: %q is in progress under a live lease", idemkv.ErrWrongState, id.Key)
+		return fmt.Errorf("%w: key_hash %s is in progress under a live lease", idemkv.ErrWrongState, id.Hash())
 	case cur.Token != token:
 		s.counter.fenced.Add(1)
 		return fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, token, cur.Token)
@@ -178,7 +178,7 @@ func (s *Store) get(ctx context.Context, q querier, id idemkv.ID, now time.Time)
 		id.Tenant, id.Endpoint, id.Key, now)
 	rec, err := scanRecord(row, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return idemkv.Record{}, fmt.Errorf("%w: %q", idemkv.ErrNotFound, id.Key)
+		return idemkv.Record{}, fmt.Errorf("%w: key_hash %s", idemkv.ErrNotFound, id.Hash())
 	}
 	if err != nil {
 		return idemkv.Record{}, s.dbErr("get", err)

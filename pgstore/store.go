@@ -292,7 +292,7 @@ func (s *Store) Health() error {
 
 func (s *Store) fenced(l idemkv.Lease) error {
 	s.counter.fenced.Add(1)
-	return fmt.Errorf("%w: token %d for key %q", idemkv.ErrFenced, l.Token, l.ID.Key)
+	return fmt.Errorf("%w: token %d for key_hash %s", idemkv.ErrFenced, l.Token, l.ID.Hash())
 }
 
 // validateLease checks l against the contract and against text columns.
