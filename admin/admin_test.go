@@ -229,15 +229,19 @@ func FuzzAdmin(f *testing.F) {
 	defer e.Close()
 	c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("p1"), Fingerprint: []byte{1}})
 	require.NoError(f, err)
-	require.NoError(f, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
-	h, err := admin.New(e, &admin.Options{Token: token,
+	// An effect committed with its outcome: neither resolve nor evict
+	// may touch p1.
+	require.NoError(f, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error { return fx.Set([]byte("pay/p1"), []byte("x")) }))
+	audit, err := admin.OpenAuditLog(filepath.Join(f.TempDir(), "audit.log"))
+	require.NoError(f, err)
+	defer audit.Close()
+	h, err := admin.New(e, &admin.Options{Token: token, Audit: audit,
 		Check: func(ctx context.Context) (any, int, error) {
 			rep, err := e.Check(ctx)
 			return rep, rep.ProblemCount, err
 		},
 		Stats: func(context.Context) (any, error) { return e.Stats() },
-		// No Backup: a fuzzed path must not write into the filesystem;
-		// no Audit, so resolve and evict answer 404 and p1 stays.
+		// No Backup: a fuzzed path must not write into the filesystem.
 	})
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, method, target, body string) {
