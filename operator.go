@@ -66,14 +66,17 @@ type ScanPage struct {
 
 // Evicter removes a record by hand. Evicting a completed record forgets
 // its outcome: the next request with its key runs the operation again,
-// so an operator evicts one only to undo a stored outcome known to be
-// wrong, or to erase what the record keeps of a customer's request.
+// with all it does (its downstream calls, its events, its writes), so an
+// operator evicts one only to undo a stored outcome known to be wrong,
+// or to erase what the record keeps of a customer's request.
 type Evicter interface {
 	// Evict removes req.ID's record and returns it as it was. Errors:
 	// ErrNotFound, ErrWrongState (in progress under a live lease, whose
 	// holder is running: settle it with Resolve once abandoned; or
-	// completed with effects, which would be left without the outcome
-	// that vouches for them), ErrFenced (req.Token is set and not
+	// completed with values it set through Effects, counted in
+	// Record.Effects, which would be left without the outcome that
+	// vouches for them; events it emitted and keys it deleted are not
+	// counted and do not refuse it), ErrFenced (req.Token is set and not
 	// current), ErrInvalidKey, ErrInvalidScope, ErrClosed, ErrFailed, or
 	// an I/O error.
 	Evict(ctx context.Context, req EvictRequest) (Record, error)

@@ -10,7 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,8 +24,13 @@ import (
 // MinTokenLen is the shortest bearer token New accepts, in bytes.
 const MinTokenLen = 16
 
-// maxBody bounds a request body: the API takes small JSON objects only.
-const maxBody = 64 << 10
+// maxBody bounds a request body: the API takes small JSON objects,
+// except a resolve's, which may carry a response body to store
+// (maxResolveBody: base64 of the engine's largest, 16 MiB, and room).
+const (
+	maxBody        = 64 << 10
+	maxResolveBody = 24 << 20
+)
 
 // Options configure the admin API. Token is required; each function that
 // is nil leaves its endpoint answering 404 (a store that cannot do it).
@@ -155,6 +162,9 @@ func (a *api) record(w http.ResponseWriter, r *http.Request) {
 // pending answers GET /admin/v1/pending?escalated=B&tenant=T&after=C&limit=N.
 func (a *api) pending(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if !knownParams(w, q, "escalated", "tenant", "after", "limit") {
+		return
+	}
 	req := idemkv.ListRequest{Tenant: q.Get("tenant"), After: q.Get("after")}
 	if v := q.Get("escalated"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -263,9 +273,26 @@ func emptyBody(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// knownParams refuses a query with a parameter not in names: a misspelt
+// filter must not be ignored.
+func knownParams(w http.ResponseWriter, q url.Values, names ...string) bool {
+	for name := range q {
+		if !slices.Contains(names, name) {
+			writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, fmt.Sprintf("unknown parameter %q", name))
+			return false
+		}
+	}
+	return true
+}
+
 // decode reads one JSON object of known fields into v, within maxBody.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	return decodeWithin(w, r, v, maxBody)
+}
+
+// decodeWithin is decode within limit bytes.
+func decodeWithin(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil && dec.More() {
@@ -274,7 +301,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemInvalidRequest, fmt.Sprintf("body over %d bytes", maxBody))
+		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemInvalidRequest, fmt.Sprintf("body over %d bytes", limit))
 		return false
 	case err != nil:
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "body: "+err.Error())

@@ -178,6 +178,8 @@ func TestBadInput(t *testing.T) {
 		{"GET", "/admin/v1/records?stat=uncertain", "", 400},
 		{"GET", "/admin/v1/records?limit=1001", "", 400},
 		{"GET", "/admin/v1/export?outbox=perhaps", "", 400},
+		{"GET", "/admin/v1/export?outbx=true", "", 400},
+		{"GET", "/admin/v1/pending?escalted=true", "", 400},
 		{"POST", "/admin/v1/resolve", `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","note":"x"}`, 404}, // no audit log
 		{"POST", "/admin/v1/evict", `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","reason":"x"}`, 404},
 		{"POST", "/admin/v1/record", "", 405},

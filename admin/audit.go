@@ -24,6 +24,7 @@ type AuditLog struct {
 	mu   sync.Mutex
 	f    *os.File
 	path string
+	size int64 // the file's size after the last whole entry
 }
 
 // OpenAuditLog opens the audit log at path, creating it if need be.
@@ -32,7 +33,12 @@ func OpenAuditLog(path string) (*AuditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: audit log: %w", err)
 	}
-	return &AuditLog{f: f, path: path}, nil
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("admin: audit log: %w", err)
+	}
+	return &AuditLog{f: f, path: path, size: st.Size()}, nil
 }
 
 // Close closes the file.
@@ -86,8 +92,11 @@ func (a *AuditLog) record(e AuditEntry) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, err := a.f.Write(append(line, '\n')); err != nil {
+		// A part of a line would glue the next entry to it: cut it off.
+		_ = a.f.Truncate(a.size)
 		return errors.Join(ErrAudit, err)
 	}
+	a.size += int64(len(line)) + 1
 	if err := a.f.Sync(); err != nil {
 		return errors.Join(ErrAudit, err)
 	}

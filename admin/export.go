@@ -147,6 +147,9 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, ProblemNotFound, "this store cannot list its records")
 		return
 	}
+	if !knownParams(w, r.URL.Query(), "outbox", "inbox") {
+		return
+	}
 	var o ExportOptions
 	for name, dst := range map[string]*bool{"outbox": &o.Outbox, "inbox": &o.Inbox} {
 		if v := r.URL.Query().Get(name); v != "" {
@@ -164,7 +167,7 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
-	bw := bufio.NewWriterSize(w, 64<<10)
+	bw := bufio.NewWriterSize(progressWriter{w, http.NewResponseController(w)}, 64<<10)
 	n, err := Export(r.Context(), a.store, bw, o)
 	end := map[string]any{"kind": "end", "records": n.Records, "events": n.Events}
 	if err != nil {
@@ -173,4 +176,21 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.NewEncoder(bw).Encode(end)
 	_ = bw.Flush()
+}
+
+// exportStall is how long an export may go without writing before the
+// server gives up on it: each write moves the connection's deadline, so
+// an export longer than the server's write timeout finishes while it
+// makes progress.
+const exportStall = 2 * time.Minute
+
+// progressWriter moves the response's write deadline on each write.
+type progressWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	_ = p.rc.SetWriteDeadline(time.Now().Add(exportStall))
+	return p.w.Write(b)
 }

@@ -170,7 +170,7 @@ func (a *api) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ResolveRequest
-	if !decode(w, r, &req) {
+	if !decodeWithin(w, r, &req, maxResolveBody) {
 		return
 	}
 	entry, err := Resolve(r.Context(), a.store, a.o.Audit, req)

@@ -61,6 +61,10 @@ func TestResolveAndEvict(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, out)
 	status, out, _ = call(t, srv, "POST", "/admin/v1/resolve", body("p1", `,"status":201,"body":"e30=","raw":true`), token)
 	require.Equal(t, http.StatusBadRequest, status, "a note is required: %v", out)
+	big := strings.Repeat("A", 200<<10) // base64 of 150 KiB: past the API's small-body limit, within a resolve's
+	status, out, _ = call(t, srv, "POST", "/admin/v1/resolve", body("p1", `,"status":201,"body":"`+big+`","raw":true,"note":"n"`), token)
+	require.Equal(t, http.StatusBadRequest, status, "the store's own body limit answers: %v", out)
+	require.Contains(t, out["detail"], "body")
 	status, out, _ = call(t, srv, "POST", "/admin/v1/resolve", body("p1", fmt.Sprintf(`,"token":%d,"status":201,"body":"e30=","raw":true,"note":"ops: seen"`, l.Token)), token)
 	require.Equal(t, http.StatusOK, status, out)
 	require.Equal(t, "uncertain", out["was"])

@@ -45,7 +45,7 @@ func (s *Store) Scan(ctx context.Context, req idemkv.ScanRequest) (idemkv.ScanPa
 		if err == nil {
 			err = json.Unmarshal(b, &after)
 		}
-		if err != nil {
+		if err != nil || !pgText(after[0]) || !pgText(after[1]) || !pgText(after[2]) {
 			return idemkv.ScanPage{}, fmt.Errorf("%w: malformed scan cursor", idemkv.ErrInvalidArgument)
 		}
 	}

@@ -67,9 +67,13 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 }
 
 // stream sends method path and returns a 2xx answer's body, to be read
-// and closed by the caller.
+// and closed by the caller. Unlike call it has no overall time limit: a
+// stream (an export) lasts as long as it makes progress, which the
+// server watches; ctx ends it.
 func (c *adminClient) stream(ctx context.Context, method, path string) (io.ReadCloser, error) {
-	return c.do(ctx, method, path, nil)
+	sc := *c
+	sc.hc = &http.Client{Transport: c.hc.Transport}
+	return sc.do(ctx, method, path, nil)
 }
 
 // do sends the request and returns a 2xx answer's body; any other answer

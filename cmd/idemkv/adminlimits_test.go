@@ -229,13 +229,16 @@ func TestAdminConnectionCap(t *testing.T) {
 }
 
 // TestAdminRefusesOversizeBodies: every endpoint that takes a body
-// answers one past 64 KiB 413 problem+json, having read no more of it.
+// answers one past its limit (64 KiB; a resolve's, which may carry a
+// response body to store, 24 MiB) 413 problem+json, having read no more
+// of it.
 func TestAdminRefusesOversizeBodies(t *testing.T) {
 	r := startAdmin(t, nil)
 	big := strings.Repeat("a", 70<<10)
+	huge := strings.Repeat("a", 25<<20)
 	for _, tc := range []struct{ path, body string }{
 		{"/admin/v1/backup", `{"dir": "/` + big + `"}`},
-		{"/admin/v1/resolve", `{"tenant": "acct_1", "endpoint": "POST /v1/payments", "key": "k", "no_effect": true, "note": "` + big + `"}`},
+		{"/admin/v1/resolve", `{"tenant": "acct_1", "endpoint": "POST /v1/payments", "key": "k", "no_effect": true, "note": "` + huge + `"}`},
 		{"/admin/v1/evict", `{"tenant": "acct_1", "endpoint": "POST /v1/payments", "key": "k", "reason": "` + big + `"}`},
 	} {
 		resp, body := r.do(t, "POST", tc.path, tc.body, "Bearer "+adminTestToken)
