@@ -148,8 +148,8 @@ func (a *api) record(w http.ResponseWriter, r *http.Request) {
 		detail := "no such record"
 		if n := len(history); n > 0 {
 			last := history[n-1]
-			detail = fmt.Sprintf("no such record; the audit log's last entry for its key: %s %s (%s): %s",
-				last.Time.Format(time.RFC3339), last.Action, last.Outcome, last.Note)
+			detail = fmt.Sprintf("no such record; the audit log's last entry for its key: %s %s %s (%s): %s",
+				last.Time.Format(time.RFC3339), last.Action, last.Phase, last.Outcome, last.Note)
 		}
 		writeProblem(w, http.StatusNotFound, ProblemNotFound, detail)
 		return

@@ -50,11 +50,14 @@ func (a *AuditLog) Close() error {
 
 // AuditEntry is one line of the audit log.
 type AuditEntry struct {
-	Time     time.Time `json:"time"`
-	Action   string    `json:"action"` // "resolve" or "evict"
-	Tenant   string    `json:"tenant"`
-	Endpoint string    `json:"endpoint"`
-	Key      string    `json:"key"`
+	Time   time.Time `json:"time"`
+	Action string    `json:"action"` // "resolve" or "evict"
+	// Phase is PhaseBegun, written before the change, then PhaseDone or
+	// PhaseFailed after it.
+	Phase    string `json:"phase"`
+	Tenant   string `json:"tenant"`
+	Endpoint string `json:"endpoint"`
+	Key      string `json:"key"`
 	// Was is the record's state before: in-progress (abandoned),
 	// uncertain, escalated or completed.
 	Was         string `json:"was"`
@@ -79,28 +82,36 @@ func newAuditEntry(action string, rec *idemkv.Record, outcome, note string) Audi
 	return e
 }
 
-// ErrAudit wraps the failure to write an audit entry for a change that
-// was made.
+// The phases of a change in the audit log.
+const (
+	PhaseBegun  = "begun"
+	PhaseDone   = "done"
+	PhaseFailed = "failed"
+)
+
+// ErrAuditUnavailable wraps the failure to write the begun entry of a
+// change, which was then not made.
+var ErrAuditUnavailable = errors.New("admin: the audit log cannot be written, so nothing was changed")
+
+// ErrAudit wraps the failure to write the done entry of a change that
+// was made (its begun entry was written).
 var ErrAudit = errors.New("admin: the change was made, but the audit log was not written")
 
 // record appends e, synced.
 func (a *AuditLog) record(e AuditEntry) error {
 	line, err := json.Marshal(e)
 	if err != nil {
-		return errors.Join(ErrAudit, err)
+		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, err := a.f.Write(append(line, '\n')); err != nil {
 		// A part of a line would glue the next entry to it: cut it off.
 		_ = a.f.Truncate(a.size)
-		return errors.Join(ErrAudit, err)
+		return err
 	}
 	a.size += int64(len(line)) + 1
-	if err := a.f.Sync(); err != nil {
-		return errors.Join(ErrAudit, err)
-	}
-	return nil
+	return a.f.Sync()
 }
 
 // maxHistory bounds the entries History returns: the latest ones.

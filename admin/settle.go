@@ -107,9 +107,8 @@ func validateNote(name, s string) error {
 // operator's write is never made unrecorded.
 var ErrNoAudit = errors.New("admin: no audit log to record the change in")
 
-// Resolve settles req's record in store and records it in audit, which
-// must not be nil. It returns the audit entry. The record is settled
-// even if the audit log then fails: the error says so.
+// Resolve settles req's record in store, recorded in audit, which must
+// not be nil (see audited). It returns the entry of the change.
 func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req ResolveRequest) (AuditEntry, error) {
 	if err := req.Validate(); err != nil {
 		return AuditEntry{}, err
@@ -138,29 +137,62 @@ func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req Resol
 			sr.Result = httpidem.Outcome(req.Status, req.Pointer, h, req.Body)
 		}
 	}
-	if err := store.Resolve(ctx, sr); err != nil {
-		return AuditEntry{}, err
-	}
-	entry := newAuditEntry("resolve", &rec, outcome, req.Note)
-	return entry, audit.record(entry)
+	return audited(audit, newAuditEntry("resolve", &rec, outcome, req.Note), func() error { return store.Resolve(ctx, sr) })
 }
 
-// Evict removes req's record from store (an idemkv.Evicter) and records
-// it in audit, which must not be nil. It returns the audit entry. The
-// record is gone even if the audit log then fails: the error says so.
-func Evict(ctx context.Context, store idemkv.Evicter, audit *AuditLog, req EvictRequest) (AuditEntry, error) {
+// Evict removes req's record from store, which must be an
+// idemkv.Evicter, recorded in audit, which must not be nil (see
+// audited). The record is read first, for the audit entry, and evicted
+// only if its token is still the one read. It returns the entry of the
+// change.
+func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRequest) (AuditEntry, error) {
 	if err := req.Validate(); err != nil {
 		return AuditEntry{}, err
 	}
-	if audit == nil {
+	ev, ok := store.(idemkv.Evicter)
+	switch {
+	case !ok:
+		return AuditEntry{}, fmt.Errorf("%w: this store cannot evict records", idemkv.ErrInvalidArgument)
+	case audit == nil:
 		return AuditEntry{}, ErrNoAudit
 	}
-	rec, err := store.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: req.Token})
+	rec, err := store.Get(ctx, req.ID())
 	if err != nil {
 		return AuditEntry{}, err
 	}
+	if req.Token != 0 && rec.Token != req.Token {
+		return AuditEntry{}, fmt.Errorf("%w: the record's token is %d, not %d: it changed since it was read", idemkv.ErrFenced, rec.Token, req.Token)
+	}
 	entry := newAuditEntry("evict", &rec, "removed: the next request with its key runs anew", req.Reason)
-	return entry, audit.record(entry)
+	return audited(audit, entry, func() error {
+		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token})
+		return err
+	})
+}
+
+// audited makes change between two synced entries of audit: entry as
+// begun before it, so that no change is ever made unrecorded (if that
+// entry cannot be written, nothing is changed), and entry as done, or
+// as failed with the store's error, after it. A begun entry without its
+// end is a change a crash interrupted: it may or may not have been made.
+// It returns the done entry, and ErrAudit if the change was made but that
+// entry could not be written.
+func audited(audit *AuditLog, entry AuditEntry, change func() error) (AuditEntry, error) {
+	entry.Phase = PhaseBegun
+	if err := audit.record(entry); err != nil {
+		return AuditEntry{}, errors.Join(ErrAuditUnavailable, err)
+	}
+	if err := change(); err != nil {
+		failed := entry
+		failed.Phase, failed.Outcome = PhaseFailed, "not done: "+err.Error()
+		_ = audit.record(failed) // the begun entry stands if this one fails
+		return AuditEntry{}, err
+	}
+	entry.Phase = PhaseDone
+	if err := audit.record(entry); err != nil {
+		return entry, errors.Join(ErrAudit, err)
+	}
+	return entry, nil
 }
 
 // resolve answers POST /admin/v1/resolve with the audit entry.
@@ -179,8 +211,7 @@ func (a *api) resolve(w http.ResponseWriter, r *http.Request) {
 
 // evict answers POST /admin/v1/evict with the audit entry.
 func (a *api) evict(w http.ResponseWriter, r *http.Request) {
-	ev, ok := a.store.(idemkv.Evicter)
-	switch {
+	switch _, ok := a.store.(idemkv.Evicter); {
 	case !ok:
 		writeProblem(w, http.StatusNotFound, ProblemNotFound, "this store cannot evict records")
 		return
@@ -192,7 +223,7 @@ func (a *api) evict(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	entry, err := Evict(r.Context(), ev, a.o.Audit, req)
+	entry, err := Evict(r.Context(), a.store, a.o.Audit, req)
 	a.answerWrite(w, r, entry, err)
 }
 
@@ -204,6 +235,9 @@ func (a *api) answerWrite(w http.ResponseWriter, r *http.Request, entry AuditEnt
 	case errors.Is(err, ErrAudit):
 		a.o.Logger.Error("admin: audit log failed", "path", r.URL.Path, "err", err)
 		writeProblem(w, http.StatusInternalServerError, ProblemInternal, ErrAudit.Error())
+	case errors.Is(err, ErrAuditUnavailable):
+		a.o.Logger.Error("admin: audit log failed", "path", r.URL.Path, "err", err)
+		writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, ErrAuditUnavailable.Error())
 	case errors.Is(err, idemkv.ErrConflict):
 		writeProblem(w, http.StatusConflict, ProblemConflict, err.Error())
 	case err != nil:

@@ -105,9 +105,15 @@ func TestResolveAndEvict(t *testing.T) {
 	for sc.Scan() {
 		var entry admin.AuditEntry
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &entry))
-		actions = append(actions, entry.Action+" "+entry.Key+" "+entry.Note)
+		actions = append(actions, entry.Action+" "+entry.Phase+" "+entry.Key+" "+entry.Note)
 	}
-	require.Equal(t, []string{"resolve p1 ops: seen", "evict p1 ops: wrong"}, actions, "refused writes are not audited")
+	require.Equal(t, []string{
+		"resolve begun p1 n", "resolve failed p1 n", // the store refused the body
+		"resolve begun p1 ops: seen", "resolve done p1 ops: seen",
+		"evict begun p2 ops: wrong", "evict failed p2 ops: wrong", // effects
+		"evict begun p3 ops: stuck", "evict failed p3 ops: stuck", // a live lease
+		"evict begun p1 ops: wrong", "evict done p1 ops: wrong",
+	}, actions, "every attempt the store was asked, begun before and ended after; a stale token or bad input never reaches it")
 	rep, err := e.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount)
@@ -176,4 +182,32 @@ func TestListAndExport(t *testing.T) {
 	require.Equal(t, "end", last["kind"])
 	require.EqualValues(t, 6, last["records"])
 	require.True(t, strings.HasPrefix(resp.Header.Get("Cache-Control"), "no-store"))
+}
+
+// TestNoChangeWithoutAnAuditEntry: when the audit log cannot be
+// written, resolve and evict change nothing and answer 503.
+func TestNoChangeWithoutAnAuditEntry(t *testing.T) {
+	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer e.Close()
+	audit, err := admin.OpenAuditLog(filepath.Join(t.TempDir(), "audit.log"))
+	require.NoError(t, err)
+	h, err := admin.New(e, &admin.Options{Token: token, Audit: audit})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	uncertain(t, e, "p1")
+	require.NoError(t, audit.Close()) // every write to it fails from now on
+
+	for path, body := range map[string]string{
+		"/admin/v1/resolve": `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","no_effect":true,"note":"ops"}`,
+		"/admin/v1/evict":   `{"tenant":"acct_1","endpoint":"POST /v1/payments","key":"p1","reason":"ops"}`,
+	} {
+		status, out, _ := call(t, srv, "POST", path, body, token)
+		require.Equal(t, http.StatusServiceUnavailable, status, "%s: %v", path, out)
+		require.Contains(t, out["detail"], "nothing was changed")
+	}
+	rec, err := e.Get(ctx, id("p1"))
+	require.NoError(t, err)
+	require.Equal(t, idemkv.StateUncertain, rec.State)
 }

@@ -70,8 +70,8 @@ func inspectFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			}
 			if errors.Is(err, idemkv.ErrNotFound) && len(history) > 0 {
 				last := history[len(history)-1]
-				return fmt.Errorf("%w; the audit log's last entry for its key: %s %s (%s): %s", err,
-					last.Time.Format(time.RFC3339), last.Action, last.Outcome, last.Note)
+				return fmt.Errorf("%w; the audit log's last entry for its key: %s %s %s (%s): %s", err,
+					last.Time.Format(time.RFC3339), last.Action, last.Phase, last.Outcome, last.Note)
 			}
 			if err != nil {
 				return err
@@ -116,7 +116,7 @@ func printRecord(w io.Writer, v *admin.RecordView) error {
 	}
 	row("note", v.Note)
 	for _, h := range v.History {
-		row("history", fmt.Sprintf("%s %s (was %s, token %d): %s: %s", h.Time.UTC().Format(time.RFC3339), h.Action, h.Was, h.Token, h.Outcome, h.Note))
+		row("history", fmt.Sprintf("%s %s %s (was %s, token %d): %s: %s", h.Time.UTC().Format(time.RFC3339), h.Action, h.Phase, h.Was, h.Token, h.Outcome, h.Note))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -87,7 +87,7 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 
 	require.Contains(t, cli(exitOK, append(append([]string{"evict", "--reason", "ops: undo test"}, id...), server...)...), "removed")
 	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "again"}, id...), server...)...), "404")
-	require.Contains(t, cli(exitFail, append(append([]string{"inspect"}, id...), server...)...), "evict (removed")
+	require.Contains(t, cli(exitFail, append(append([]string{"inspect"}, id...), server...)...), "evict done (removed")
 	status, replayed, _ = payOnce(t, url, "order-u")
 	require.Empty(t, replayed, "an evicted key runs anew")
 	require.NotEqual(t, http.StatusCreated, status)
@@ -114,11 +114,16 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	require.NotEmpty(t, keys["order-ok"]["body"], "a completed record's stored response")
 	require.Contains(t, cli(exitFail, append([]string{"export", "--out", file}, server...)...), "exists")
 
-	entries := readLines(t, audit)
-	require.Len(t, entries, 2)
-	require.Equal(t, "resolve", entries[0]["action"])
-	require.Equal(t, "evict", entries[1]["action"])
-	require.Equal(t, "ops: undo test", entries[1]["note"])
+	var done []map[string]any
+	for _, e := range readLines(t, audit) {
+		if e["phase"] == "done" {
+			done = append(done, e)
+		}
+	}
+	require.Len(t, done, 2)
+	require.Equal(t, "resolve", done[0]["action"])
+	require.Equal(t, "evict", done[1]["action"])
+	require.Equal(t, "ops: undo test", done[1]["note"])
 	require.NoError(t, stop())
 	sc.check(t, cfg)
 	if cfg.store != "" {
@@ -129,7 +134,9 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	require.Contains(t, cli(exitOK, append([]string{"list"}, data...)...), "order-u")
 	require.Contains(t, cli(exitOK, append([]string{"export"}, data...)...), `"kind":"record"`)
 	require.Contains(t, cli(exitOK, append(append([]string{"resolve", "--no-effect", "--note", "ops: never charged"}, id...), data...)...), "removed")
-	require.Len(t, readLines(t, audit), 3)
+	last := readLines(t, audit)
+	require.Equal(t, "resolve", last[len(last)-1]["action"])
+	require.Equal(t, "done", last[len(last)-1]["phase"])
 	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "gone"}, id...), data...)...), "not found")
 	require.Contains(t, cli(exitFail, append(append([]string{"inspect"}, id...), data...)...), "ops: never charged")
 }
