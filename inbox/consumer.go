@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/idemkv/idemkv"
@@ -100,6 +101,23 @@ type Options struct {
 	// doc, "Retention". A longer window costs one small record per event
 	// for that long.
 	Retention string
+	// Logger receives a structured record of what Process does with each
+	// message: applied (Info: one record per event, the state change of
+	// its mark, as the HTTP middleware logs each request's), rejected or
+	// an id reused with other content (Warn: worth an alert), a handler's
+	// failure (Warn: redelivered), a store failure (Error), and at Debug a
+	// duplicate skipped or a delivery already in progress. Each names the
+	// event by tenant ("inbox"), endpoint (the consumer's name), key_hash
+	// (idemkv.ID.Hash of its mark), position and subject; never by its id,
+	// which can carry customer data, and never with its payload. A
+	// consumer at a rate where a record per event is too many sets the
+	// Logger's level to Warn: a disabled level costs nothing. Default
+	// (nil): no records, as reconcile.Options.Logger.
+	Logger *slog.Logger
+	// LogRawKeys adds the mark's key (which holds the event's id) to every
+	// record, as "key", and keeps the id in errors. Only for logs guarded
+	// like the data itself. Default: off.
+	LogRawKeys bool
 }
 
 // A Consumer applies each event exactly once to its store: Process
@@ -255,12 +273,15 @@ func (c *Consumer) Process(ctx context.Context, msg Message, h Handler) (Outcome
 	}
 	ev, err := identify(&msg)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("inbox: %s: %w", c.name, err)
+		err = fmt.Errorf("inbox: %s: %w", c.name, err)
+		c.logProcessed(ctx, &msg, "", Outcome{}, err, false)
+		return Outcome{}, err
 	}
 	call := c.call(ev.key, ev.fp)
+	var hErr error // h's own error, told apart from the store's
 	out, err := c.settle(ctx, call, msg.Position, func(ctx context.Context, x *once.Exec) (idemkv.Result, error) {
-		if err := h(ctx, x.Effects, msg); err != nil {
-			return idemkv.Result{}, err
+		if hErr = h(ctx, x.Effects, msg); hErr != nil {
+			return idemkv.Result{}, hErr
 		}
 		return idemkv.Result{Status: statusApplied}, c.advance(x.Effects, msg.Position)
 	})
@@ -269,10 +290,12 @@ func (c *Consumer) Process(ctx context.Context, msg Message, h Handler) (Outcome
 		// rejection in a commit of its own. If another delivery settled
 		// the event meanwhile, this answers as a duplicate.
 		reason := clip(err.Error())
-		return c.settle(ctx, call, msg.Position, func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+		hErr = nil
+		out, err = c.settle(ctx, call, msg.Position, func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
 			return idemkv.Result{Status: statusRejected, Body: []byte(reason)}, c.advance(x.Effects, msg.Position)
 		})
 	}
+	c.logProcessed(ctx, &msg, ev.key, out, err, hErr != nil && errors.Is(err, hErr))
 	return out, err
 }
 

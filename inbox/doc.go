@@ -64,6 +64,19 @@
 //   - another error (a conflict, a failing dependency): nothing is
 //     written and Process returns the error; redeliver the message.
 //
+// Options.Logger gets a structured record (log/slog) of each message
+// Process settles: applied (Info), rejected or an id reused with other
+// content (Warn), a handler's failure (Warn), a store failure (Error), a
+// duplicate skipped (Debug). Applied is Info although it is one record per
+// event: it is the state change of the event's mark, logged as the HTTP
+// middleware logs each request's, and the record an operator looks for
+// when asked whether an event was applied; a consumer at a rate where
+// that is too many sets its Logger's level to Warn, which costs nothing
+// per event. A record names the event by its mark (tenant "inbox",
+// endpoint the consumer's name, key_hash) with its position and subject,
+// never by its id, which can carry customer data, and never with its
+// payload. RunJetStream logs its read failures to the same Logger.
+//
 // # Event identity
 //
 // An event's id is Message.ID: the outbox relay's event id

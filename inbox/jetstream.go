@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +28,16 @@ type JetStreamOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 	// After waits for a backoff. Default: time.After. Tests inject one.
 	After func(time.Duration) <-chan time.Time
-	// Logf, if set, is told of failures and recoveries.
+	// Logger receives a record of each failure to read or settle
+	// (Warn, with the failures in a row so far) and of the recovery that
+	// follows (Info), naming the consumer (endpoint) and the stream, and a
+	// failed message by position and key hash, never by its id. Default:
+	// the consumer's Options.Logger; with neither, Logf.
+	Logger *slog.Logger
+	// Logf, if set and no Logger is, is told of the same failures and
+	// recoveries as lines of text, without event ids.
+	//
+	// Deprecated: set Logger (or the consumer's Options.Logger).
 	Logf func(format string, args ...any)
 	// Processed, if set, is called after each message is settled, from
 	// RunJetStream's goroutine, before the next is read: for metrics,
@@ -86,6 +96,9 @@ func RunJetStream(ctx context.Context, js jetstream.JetStream, stream string, c 
 	if js == nil || c == nil || h == nil {
 		return fmt.Errorf("%w: inbox: RunJetStream needs a JetStream, a consumer and a handler", idemkv.ErrInvalidArgument)
 	}
+	if o.Logger == nil {
+		o.Logger = c.opts.Logger
+	}
 	failures := 0
 	for {
 		n, err := readJetStream(ctx, js, stream, c, h, &o)
@@ -93,11 +106,21 @@ func RunJetStream(ctx context.Context, js jetstream.JetStream, stream string, c 
 			return ctx.Err()
 		}
 		if n > 0 && failures > 0 {
-			o.Logf("inbox %s: reading stream %q again after %d failures", c.name, stream, failures)
+			if o.Logger != nil {
+				o.Logger.LogAttrs(ctx, slog.LevelInfo, msgReadAgain, slog.String("tenant", Tenant), slog.String("endpoint", c.name),
+					slog.String("stream", stream), slog.Int("failures", failures))
+			} else {
+				o.Logf("inbox %s: reading stream %q again after %d failures", c.name, stream, failures)
+			}
 			failures = 0
 		}
 		failures++
-		o.Logf("inbox %s: %v (retrying)", c.name, err)
+		if o.Logger != nil {
+			o.Logger.LogAttrs(ctx, slog.LevelWarn, msgReadFailed, slog.String("tenant", Tenant), slog.String("endpoint", c.name),
+				slog.String("stream", stream), slog.Int("failures", failures), slog.String("err", err.Error()))
+		} else {
+			o.Logf("inbox %s: %v (retrying)", c.name, err)
+		}
 		select {
 		case <-o.After(backoff(&o, failures)):
 		case <-ctx.Done():
@@ -148,7 +171,7 @@ func readJetStream(ctx context.Context, js jetstream.JetStream, stream string, c
 		}
 		out, err := c.Process(ctx, msg, h)
 		if err != nil {
-			return n, fmt.Errorf("message %d of stream %q (event %q): %w", msg.Position, stream, msg.ID, err)
+			return n, &eventError{c: c, stream: stream, msg: msg, err: err}
 		}
 		o.Processed(msg, out)
 	}

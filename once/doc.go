@@ -84,6 +84,16 @@
 // until it finishes or ctx ends; Call.NoWait answers ErrInProgress at once
 // instead, for a consumer that would rather have its message redelivered.
 //
+// Call.Logger gets a structured record (log/slog) of every state change
+// of the key: claimed or taken over, outcome stored, released, marked
+// uncertain (Info); a lost lease (Warn); a store failure (Error); and, at
+// Debug, the answers that change nothing (replayed, in progress, awaiting
+// reconciliation). They carry the HTTP middleware's attributes (tenant,
+// endpoint, key_hash, token, attempt, mode, operation_id) and name the
+// key only by its hash (idemkv.ID.Hash): a key can carry customer data.
+// Results and bodies are never logged. Without a Logger, Do logs nothing
+// (not to slog.Default(): other packages call Do and log on their own).
+//
 // # The local result
 //
 // The store's Complete takes the result before it runs the function that

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
 	"time"
@@ -53,6 +54,7 @@ type Exec struct {
 	lease    time.Duration                // Call.Lease, for Renew
 	deferred []func(idemkv.Effects) error // remote mode: what the commit applies
 	ended    bool                         // the Func has returned
+	log      *callLog                     // Call.Logger's records of the key
 }
 
 // Apply runs f on the Effects of the commit of the Func's result. In
@@ -101,19 +103,27 @@ func (x *Exec) applyDeferred(fx idemkv.Effects) error {
 }
 
 // release gives up the key: nothing took effect. A lease already lost
-// (ErrFenced: taken over, or expired and dropped) needs no release.
-func (x *Exec) release(ctx context.Context) error {
+// (ErrFenced: taken over, or expired and dropped) needs no release. why
+// is the attribute that says, in the log, what made it give up.
+func (x *Exec) release(ctx context.Context, why slog.Attr) error {
 	err := x.store.Release(ctx, x.Lease)
-	if err == nil || errors.Is(err, idemkv.ErrFenced) {
+	switch {
+	case err == nil:
+		x.log.log(ctx, slog.LevelInfo, msgReleased, token(x.Lease), why)
+		return nil
+	case errors.Is(err, idemkv.ErrFenced):
+		x.log.log(ctx, slog.LevelWarn, msgLeaseLost, token(x.Lease), errAttr(err))
 		return nil
 	}
-	return fmt.Errorf("once: %s: releasing the key (its lease bounds the wait): %w", name(x.Lease.ID), err)
+	err = fmt.Errorf("once: %s: releasing the key (its lease bounds the wait): %w", name(x.Lease.ID), err)
+	x.log.log(ctx, slog.LevelError, msgGiveUpFail, token(x.Lease), errAttr(err))
+	return err
 }
 
 // giveUp releases the key and returns err, with the release's error if
 // it failed.
 func (x *Exec) giveUp(ctx context.Context, err error) error {
-	if rerr := x.release(ctx); rerr != nil {
+	if rerr := x.release(ctx, errAttr(err)); rerr != nil {
 		return errors.Join(err, rerr)
 	}
 	return err

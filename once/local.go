@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/idemkv/idemkv"
 )
@@ -75,7 +76,7 @@ func (x *Exec) runLocal(ctx context.Context, fn Func) (Outcome, error) {
 	defer func() {
 		x.ended = true
 		if !settled { // the Func called runtime.Goexit (t.FailNow, say)
-			_ = x.release(bg)
+			_ = x.release(bg, slog.String("note", "the function exited its goroutine (runtime.Goexit)"))
 		}
 	}()
 	var offer idemkv.Result
@@ -102,9 +103,11 @@ func (x *Exec) runLocal(ctx context.Context, fn Func) (Outcome, error) {
 		case err == nil:
 			// The last run is the one that committed: its result is the
 			// offer's or the one it set.
+			x.log.log(bg, slog.LevelInfo, msgStored, token(x.Lease),
+				slog.Int("status", last.result.Status), slog.Int("runs", x.Run))
 			return Outcome{Result: last.result}, nil
 		case last.panicked:
-			_ = x.release(bg)
+			_ = x.release(bg, slog.String("note", "the function panicked"))
 			panic(last.value)
 		case last.err != nil:
 			// Complete returns apply's error as it is: fn's, nothing
@@ -114,8 +117,10 @@ func (x *Exec) runLocal(ctx context.Context, fn Func) (Outcome, error) {
 			settled = false
 			offer = last.result
 		case errors.Is(err, errResultChanged):
-			return Outcome{}, x.giveUp(bg, fmt.Errorf("once: %s: %w: its result changed in %d commits in a row",
-				name(x.Lease.ID), idemkv.ErrConflict, round))
+			err = fmt.Errorf("once: %s: %w: its result changed in %d commits in a row",
+				name(x.Lease.ID), idemkv.ErrConflict, round)
+			x.logCommitFailed(bg, err)
+			return Outcome{}, x.giveUp(bg, err)
 		default:
 			// The store's failure: it refused the result (SetResult's
 			// error, or the offer's), ErrConflict, ErrFenced, ctx's end.
@@ -123,9 +128,25 @@ func (x *Exec) runLocal(ctx context.Context, fn Func) (Outcome, error) {
 			// I/O error): then the store refuses all work until it is
 			// reopened, and holds, reopened, the result and its writes
 			// or neither.
-			return Outcome{}, x.giveUp(bg, fmt.Errorf("once: %s: committing the result: %w", name(x.Lease.ID), err))
+			err = fmt.Errorf("once: %s: committing the result: %w", name(x.Lease.ID), err)
+			x.logCommitFailed(bg, err)
+			return Outcome{}, x.giveUp(bg, err)
 		}
 	}
+}
+
+// logCommitFailed logs a local commit that the store refused: Error, or
+// Warn for a conflict (the data read kept changing: contention, not a
+// failure). A lost lease is logged by the release that follows.
+func (x *Exec) logCommitFailed(ctx context.Context, err error) {
+	level := slog.LevelError
+	switch {
+	case errors.Is(err, idemkv.ErrFenced):
+		return
+	case errors.Is(err, idemkv.ErrConflict):
+		level = slog.LevelWarn
+	}
+	x.log.log(ctx, level, msgStoreFailed, token(x.Lease), errAttr(err))
 }
 
 // runInCommit is one run of fn inside Complete, on the commit's Effects.

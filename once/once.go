@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -103,6 +104,23 @@ type Call struct {
 	// After waits between claims. Default: time.After. Tests inject it,
 	// to wait without sleeping.
 	After func(time.Duration) <-chan time.Time
+
+	// Logger receives a structured record of every state change of the
+	// key (claimed or taken over, outcome stored, released, marked
+	// uncertain: Info), a lost lease (Warn), a store failure (Error),
+	// and of answers that change nothing (replayed, in progress,
+	// awaiting reconciliation: Debug; a fingerprint mismatch: Info). Each
+	// names the key by tenant, endpoint and key_hash (idemkv.ID.Hash),
+	// never by the key itself, which can carry customer data; errors and
+	// notes are logged with the key taken out. Default (nil): no records,
+	// as reconcile.Options.Logger; not slog.Default(), since Do is also
+	// called by other packages (inbox) that log on their own. A disabled
+	// level costs a call and no allocation.
+	Logger *slog.Logger
+	// LogRawKeys adds the raw key to every record, as "key", and keeps it
+	// in errors and notes. Only for logs guarded like the data itself.
+	// Default: off.
+	LogRawKeys bool
 }
 
 // Outcome is what Do returns when the operation has a result.
@@ -157,25 +175,33 @@ func Do(ctx context.Context, st idemkv.Store, c Call, fn Func) (Outcome, error) 
 	}
 	req := idemkv.ClaimRequest{ID: c.ID, Fingerprint: c.Fingerprint, Mode: c.Mode, Lease: c.Lease,
 		Resumable: c.Resumable, Retention: c.Retention}
+	log := newCallLog(&c)
 	for {
 		cl, err := st.Claim(ctx, req)
 		if err != nil {
-			return Outcome{}, fmt.Errorf("once: %s: claim: %w", name(c.ID), err)
+			err = fmt.Errorf("once: %s: claim: %w", name(c.ID), err)
+			log.log(ctx, slog.LevelError, msgClaimFailed, errAttr(err))
+			return Outcome{}, err
 		}
 		switch cl.Outcome {
 		case idemkv.Acquired:
-			x := &Exec{Lease: cl.Lease, store: st, lease: c.Lease}
+			log.claimed(ctx, cl.Lease)
+			x := &Exec{Lease: cl.Lease, store: st, lease: c.Lease, log: log}
 			if cl.Lease.Mode == idemkv.ModeRemote {
 				return x.runRemote(ctx, fn)
 			}
 			return x.runLocal(ctx, fn)
 		case idemkv.Replay:
+			log.log(ctx, slog.LevelDebug, msgReplayed, slog.Int("status", cl.Record.Result.Status))
 			return Outcome{Result: cl.Record.Result, Replayed: true, OperationID: cl.Record.OperationID}, nil
 		case idemkv.Mismatch:
+			log.log(ctx, slog.LevelInfo, msgMismatch)
 			return Outcome{}, fmt.Errorf("%w: %s", ErrMismatch, name(c.ID))
 		case idemkv.Reconciling:
+			log.log(ctx, slog.LevelDebug, msgReconciling, slog.Bool("escalated", cl.Record.Escalated))
 			return Outcome{}, reconciling(c.ID, &cl.Record)
 		case idemkv.InProgress:
+			log.log(ctx, slog.LevelDebug, msgInProgress, slog.Bool("wait", !c.NoWait))
 			if c.NoWait {
 				return Outcome{}, fmt.Errorf("%w: %s", ErrInProgress, name(c.ID))
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/idemkv/idemkv"
 )
@@ -33,10 +34,16 @@ func (x *Exec) runRemote(ctx context.Context, fn Func) (Outcome, error) {
 	case errors.Is(err, idemkv.ErrFenced):
 		// Another caller took the key over (a resumable one, or a claim
 		// that found the lease expired and made the key uncertain).
+		x.log.log(bg, slog.LevelWarn, msgLeaseLost, token(x.Lease), errAttr(err))
 		return Outcome{}, fmt.Errorf("%w: %s: the lease was lost before the outcome was stored: %w",
 			ErrUncertain, name(x.Lease.ID), err)
 	case err != nil:
+		x.log.log(bg, slog.LevelError, msgStoreFailed, token(x.Lease), errAttr(err))
 		return Outcome{}, x.uncertain(bg, "its outcome could not be stored", err)
+	}
+	if x.log.enabled(bg, slog.LevelInfo) {
+		x.log.log(bg, slog.LevelInfo, msgStored, token(x.Lease), slog.Int("status", res.Status),
+			slog.String("operation_id", x.Lease.OperationID.String()))
 	}
 	return Outcome{Result: res, OperationID: x.Lease.OperationID}, nil
 }
@@ -78,8 +85,15 @@ func (x *Exec) uncertain(ctx context.Context, what string, cause error) error {
 		note += ": " + cause.Error()
 		err = fmt.Errorf("%w: %s: %s: %w", ErrUncertain, name(x.Lease.ID), what, cause)
 	}
-	if merr := x.store.MarkUncertain(ctx, x.Lease, clip(note)); merr != nil && !errors.Is(merr, idemkv.ErrFenced) {
-		err = errors.Join(err, fmt.Errorf("once: %s: marking the key uncertain: %w", name(x.Lease.ID), merr))
+	switch merr := x.store.MarkUncertain(ctx, x.Lease, clip(note)); {
+	case merr == nil:
+		x.log.log(ctx, slog.LevelInfo, msgUncertain, token(x.Lease), slog.String("note", clip(note)))
+	case errors.Is(merr, idemkv.ErrFenced):
+		x.log.log(ctx, slog.LevelWarn, msgLeaseLost, token(x.Lease), errAttr(merr))
+	default:
+		merr = fmt.Errorf("once: %s: marking the key uncertain: %w", name(x.Lease.ID), merr)
+		x.log.log(ctx, slog.LevelError, msgGiveUpFail, token(x.Lease), errAttr(merr))
+		err = errors.Join(err, merr)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -37,7 +38,17 @@ type Options struct {
 	Clock idemkv.Clock
 	// After waits for a backoff; default time.After. Tests inject one.
 	After func(time.Duration) <-chan time.Time
-	// Logf, if set, is told of publish failures and recoveries.
+	// Logger receives a structured record of each failure Run retries: a
+	// publish that failed (Warn, with the event's seq and event_id), a
+	// store's read or acknowledgement that failed (Error), each with the
+	// failures in a row so far; and of the recovery that follows (Info).
+	// Events are named by outbox seq and id, never with their payload.
+	// Default (nil): no records, as reconcile.Options.Logger; see Logf.
+	Logger *slog.Logger
+	// Logf, if set and Logger is not, is told of the same failures and
+	// recoveries as lines of text.
+	//
+	// Deprecated: set Logger.
 	Logf func(format string, args ...any)
 	// Shared makes the relay claim its events (idemkv.SharedOutbox), so
 	// that relays in several processes publish one store's outbox
@@ -146,7 +157,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			failures++
-			r.o.Logf("outbox relay: %v (retrying)", err)
+			r.logFailure(ctx, err, failures)
 			select {
 			case <-r.o.After(r.backoff(failures)):
 			case <-ctx.Done():
@@ -155,7 +166,11 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		if failures > 0 {
-			r.o.Logf("outbox relay: publishing again after %d failures", failures)
+			if r.o.Logger != nil {
+				r.o.Logger.LogAttrs(ctx, slog.LevelInfo, msgRecovered, slog.Int("failures", failures))
+			} else {
+				r.o.Logf("outbox relay: publishing again after %d failures", failures)
+			}
 			failures = 0
 		}
 		var ackDue <-chan time.Time
@@ -166,7 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-r.src.OutboxNotify():
 		case <-ackDue:
 			if err := r.ack(ctx); err != nil {
-				r.o.Logf("outbox relay: %v (retrying)", err)
+				r.logFailure(ctx, err, 0)
 			}
 		case <-ctx.Done():
 			return r.stop(ctx)
@@ -291,7 +306,7 @@ func (r *Relay) publish(ctx context.Context, ev idemkv.StoredEvent) error {
 	defer r.mu.Unlock()
 	if err != nil {
 		r.stats.PublishErrors++
-		return fmt.Errorf("publish event %d (%s): %w", ev.Seq, ev.ID, err)
+		return &publishError{seq: ev.Seq, id: ev.ID, err: err}
 	}
 	r.stats.Published++
 	return nil
@@ -328,4 +343,43 @@ func (r *Relay) backoff(failures int) time.Duration {
 	}
 	d = min(d, r.o.MaxBackoff)
 	return d/2 + rand.N(d/2+1)
+}
+
+// Log messages, stable so that alerts and searches can match them.
+const (
+	msgPublishFailed = "outbox: publish failed; retrying"
+	msgStoreFailed   = "outbox: store error; retrying"
+	msgRecovered     = "outbox: publishing again"
+)
+
+// publishError is a Publish that failed: the event it was, and why.
+type publishError struct {
+	seq uint64
+	id  string
+	err error
+}
+
+func (e *publishError) Error() string {
+	return fmt.Sprintf("publish event %d (%s): %v", e.seq, e.id, e.err)
+}
+
+func (e *publishError) Unwrap() error { return e.err }
+
+// logFailure logs a failure Run retries (failures: in a row so far, 0
+// for a failed acknowledgement, which Run retries at its next one) to
+// Options.Logger, or as text to Options.Logf. A failed publish is Warn (a
+// broker that is down or slow: the outbox keeps the events), any other
+// failure is the store's, Error.
+func (r *Relay) logFailure(ctx context.Context, err error, failures int) {
+	if r.o.Logger == nil {
+		r.o.Logf("outbox relay: %v (retrying)", err)
+		return
+	}
+	var pe *publishError
+	if errors.As(err, &pe) {
+		r.o.Logger.LogAttrs(ctx, slog.LevelWarn, msgPublishFailed, slog.Uint64("seq", pe.seq),
+			slog.String("event_id", pe.id), slog.Int("failures", failures), slog.String("err", err.Error()))
+		return
+	}
+	r.o.Logger.LogAttrs(ctx, slog.LevelError, msgStoreFailed, slog.Int("failures", failures), slog.String("err", err.Error()))
 }

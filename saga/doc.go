@@ -31,6 +31,16 @@
 // the undo's record (idemkv resolve). Status reads where a saga stands
 // (its current step, for an order page that says "authorizing").
 //
+// Options.Logger gets a structured record (log/slog) of every state
+// change of a saga: started or taken over, each step done or undone, a
+// step's outcome unknown, compensating, compensated, completed (Info); a
+// step failing and tried again, a lost lease (Warn); an undo escalated, a
+// store error (Error). A record names the saga by tenant, endpoint
+// ("saga/NAME") and key_hash (idemkv.ID.Hash of the saga's record), as
+// the HTTP middleware names a key, and the step by name; never by the
+// saga's id, which can carry customer data, and never with its input or
+// outputs.
+//
 // # Guarantees
 //
 //   - Each action runs under its own idempotency record: a local one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"time"
 
@@ -76,8 +77,11 @@ func (r *Runner) resume(ctx context.Context, rec idemkv.Record) error {
 	if errors.Is(err, idemkv.ErrNotFound) {
 		note := "saga " + r.def.Name + ": its input has expired (the saga stayed open past its records' retention); settle it by hand"
 		if err := r.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note}); err != nil {
-			return fmt.Errorf("saga: %q: its input has expired, and escalating it failed: %w", rec.ID.Key, err)
+			err = fmt.Errorf("saga: %q: its input has expired, and escalating it failed: %w", rec.ID.Key, err)
+			r.log(ctx, slog.LevelError, msgStoreFailed, rec.ID.Tenant, rec.ID.Key, rec.Token, slog.Any("err", err))
+			return err
 		}
+		r.log(ctx, slog.LevelError, msgEscalated, rec.ID.Tenant, rec.ID.Key, rec.Token, slog.String("note", note))
 		return fmt.Errorf("saga: %q escalated: its input has expired", rec.ID.Key)
 	}
 	if err != nil {
@@ -102,6 +106,12 @@ func (r *Runner) run(ctx context.Context, tenant, id string, input []byte) (Stat
 		return r.Status(ctx, tenant, id)
 	}
 	d := &driver{r: r, saga: c.Lease, tenant: tenant, id: id, input: input, outputs: map[string][]byte{}}
+	msg := msgStarted
+	if c.Lease.Takeover() {
+		msg = msgTakenOver
+	}
+	d.log(ctx, slog.LevelInfo, msg, slog.Uint64("attempt", uint64(c.Lease.Attempt)),
+		slog.String("operation_id", c.Lease.OperationID.String()))
 	return d.drive(ctx)
 }
 
@@ -114,6 +124,7 @@ type driver struct {
 	outputs      map[string][]byte
 	failure      string // why a step failed for good
 	failedAt     int    // its index; -1 while none has
+	failedNow    bool   // it failed in this run, not in an earlier runner's
 	compensating bool
 }
 
@@ -140,11 +151,15 @@ forward:
 	}
 	if d.failedAt < 0 {
 		if err := d.r.store.Complete(ctx, d.saga, idemkv.Result{Status: statusDone}, nil); err != nil {
-			return Status{}, err
+			return Status{}, d.storeErr(ctx, err)
 		}
+		d.log(ctx, slog.LevelInfo, msgCompleted)
 		return Status{Phase: Completed, Outputs: d.outputs}, nil
 	}
 	d.compensating = true
+	if d.failedNow { // a runner that took over a compensating saga logged taken over
+		d.log(ctx, slog.LevelInfo, msgCompensating, slog.String("step", steps[d.failedAt].Name), slog.String("failure", d.failure))
+	}
 	for j := d.failedAt - 1; j >= 0; j-- {
 		s := steps[j]
 		if s.Undo == nil {
@@ -159,8 +174,9 @@ forward:
 		}
 	}
 	if err := d.r.store.Complete(ctx, d.saga, idemkv.Result{Status: statusUndone, Body: []byte(d.failure)}, nil); err != nil {
-		return Status{}, err
+		return Status{}, d.storeErr(ctx, err)
 	}
+	d.log(ctx, slog.LevelInfo, msgCompensated, slog.String("failure", d.failure))
 	return Status{Phase: Compensated, Failure: d.failure, Outputs: d.outputs}, nil
 }
 
@@ -191,7 +207,8 @@ const (
 // record, or reads the outcome its record holds.
 func (d *driver) action(ctx context.Context, kind string, s Step) ([]byte, actionState, error) {
 	if _, err := d.r.store.Renew(ctx, d.saga, d.r.o.Lease); err != nil {
-		return nil, 0, fmt.Errorf("saga: %q: the saga's lease: %w", d.id, err) // ErrFenced: another runner has it
+		// ErrFenced: another runner has it
+		return nil, 0, d.storeErr(ctx, fmt.Errorf("saga: %q: the saga's lease: %w", d.id, err), stepAttrs(kind, s)...)
 	}
 	name := kind + "/" + s.Name
 	mode := idemkv.ModeLocal
@@ -201,7 +218,7 @@ func (d *driver) action(ctx context.Context, kind string, s Step) ([]byte, actio
 	c, err := d.r.store.Claim(ctx, idemkv.ClaimRequest{ID: d.r.id(d.tenant, d.id, name), Fingerprint: stepFP,
 		Mode: mode, Resumable: true, Lease: d.r.o.Lease, Retention: d.r.o.Retention})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, d.storeErr(ctx, err, stepAttrs(kind, s)...)
 	}
 	switch c.Outcome {
 	case idemkv.Replay:
@@ -222,7 +239,31 @@ func (d *driver) action(ctx context.Context, kind string, s Step) ([]byte, actio
 	case idemkv.Mismatch:
 		return nil, 0, fmt.Errorf("saga: %q: record %s is not a step's", d.id, name)
 	}
-	return d.attempts(ctx, kind, s, c.Lease)
+	out, st, err := d.attempts(ctx, kind, s, c.Lease)
+	d.logAction(ctx, kind, s, st, err)
+	return out, st, err
+}
+
+// logAction logs how an action the runner ran ended: done, undone, its
+// outcome unknown, escalated, or a store error. A Do that failed for good
+// is logged by drive, as the saga's compensating.
+func (d *driver) logAction(ctx context.Context, kind string, s Step, st actionState, err error) {
+	ctx = context.WithoutCancel(ctx)
+	attrs := stepAttrs(kind, s)
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// The caller stopped the runner: nothing failed.
+	case err != nil:
+		_ = d.storeErr(ctx, err, attrs...)
+	case st == actionDone && kind == "do":
+		d.log(ctx, slog.LevelInfo, msgStepDone, attrs...)
+	case st == actionDone:
+		d.log(ctx, slog.LevelInfo, msgStepUndone, attrs...)
+	case st == actionWaiting:
+		d.log(ctx, slog.LevelInfo, msgStepUnknown, attrs...)
+	case st == actionEscalated:
+		d.log(ctx, slog.LevelError, msgEscalated, attrs...)
+	}
 }
 
 // attempts tries an action it holds the lease of until it succeeds, fails
@@ -260,6 +301,7 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 			if !errors.Is(err, ErrPermanent) {
 				why = fmt.Sprintf("%s: gave up after %d attempts: %v", s.Name, attempt, err)
 			}
+			d.failedNow = true
 			return []byte(why), actionFailed, store.Complete(bg, l, idemkv.Result{Status: statusFailed, Body: []byte(why)}, nil)
 		case errors.Is(err, ErrPermanent) || attempt >= d.r.o.MaxAttempts:
 			note := clip(fmt.Sprintf("saga %s: undo %s failed %d times, the last: %v", d.r.def.Name, s.Name, attempt, err))
@@ -267,6 +309,9 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 				return nil, 0, err
 			}
 			return nil, actionEscalated, store.Escalate(bg, idemkv.EscalateRequest{ID: l.ID, Token: l.Token, Note: note})
+		}
+		if d.r.o.Logger != nil {
+			d.log(ctx, slog.LevelWarn, msgStepRetrying, append(stepAttrs(kind, s), slog.Int("attempt", attempt), slog.Any("err", err))...)
 		}
 		select {
 		case <-d.r.o.After(d.r.backoff(attempt)):

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -94,6 +95,20 @@ type Options struct {
 	// A saga must end within it: a saga still waiting (on a reconciler,
 	// an operator) when its input expires is escalated by Resume.
 	Retention string
+	// Logger receives a structured record of every state change of a
+	// saga: started or taken over, a step done or undone, a step's
+	// outcome unknown, compensating, compensated, completed (Info); a
+	// step that failed and is tried again, a lost lease (Warn); an undo
+	// escalated, a store error (Error). Each names the saga by tenant,
+	// endpoint ("saga/NAME"), key_hash (idemkv.ID.Hash of the saga's
+	// record) and token, and the step by name: never by the saga's id,
+	// which can carry customer data, and never with its input or
+	// outputs. Default (nil): no records, as reconcile.Options.Logger.
+	Logger *slog.Logger
+	// LogRawKeys adds the saga's id to every record, as "key", and keeps
+	// it in errors and notes. Only for logs guarded like the data itself.
+	// Default: off.
+	LogRawKeys bool
 }
 
 // Phase is where a saga stands.

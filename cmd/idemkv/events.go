@@ -70,7 +70,7 @@ func startEvents(c serveConfig, e eventSource, log *slog.Logger, reg prometheus.
 	_, shared := e.(idemkv.SharedOutbox) // a store a fleet shares: every process's relay claims its part
 	r, err := outbox.New(e, pub, &outbox.Options{
 		Clock:  e,
-		Logf:   func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		Logger: log,
 		Shared: shared,
 	})
 	if err != nil {

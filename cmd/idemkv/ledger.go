@@ -68,7 +68,8 @@ func runLedger(ctx context.Context, url, dir, stream string, retention time.Dura
 		return err
 	}
 	defer e.Close()
-	c, err := ledger.New(e, &inbox.Options{Retention: ledgerClass})
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	c, err := ledger.New(e, &inbox.Options{Retention: ledgerClass, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -85,16 +86,10 @@ func runLedger(ctx context.Context, url, dir, stream string, retention time.Dura
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	fmt.Fprintf(stdout, "idemkv: ledger consuming stream %s at %s from position %d (store %s)\n", stream, url, pos+1, dir)
-	err = inbox.RunJetStream(ctx, js, stream, c, ledger.Handle, &inbox.JetStreamOptions{
-		Logf: func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
-		Processed: func(m inbox.Message, out inbox.Outcome) {
-			if out.Rejected {
-				log.Warn("ledger rejected an event", "position", m.Position, "reason", out.Reason)
-			}
-		},
-	})
+	// The consumer's Logger records each event (applied, rejected) and
+	// RunJetStream's read failures.
+	err = inbox.RunJetStream(ctx, js, stream, c, ledger.Handle, nil)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

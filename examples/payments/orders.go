@@ -70,7 +70,7 @@ func (s *Service) orderSaga() (*saga.Runner, error) {
 			Undo: func(_ context.Context, x *saga.Exec) error { return row(x, "released") }},
 		{Name: "authorize", Remote: true, Do: s.authorize},
 		{Name: "confirm", Do: func(_ context.Context, x *saga.Exec) ([]byte, error) { return nil, row(x, "confirmed") }},
-	}}, &saga.Options{Lease: s.cfg.Lease})
+	}}, &saga.Options{Lease: s.cfg.Lease, Logger: s.cfg.Logger})
 }
 
 // authorize charges the order's amount under the step's derived key.

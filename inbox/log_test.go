@@ -1,0 +1,170 @@
+package inbox_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/inbox"
+)
+
+// An event id carries what a key can (an email); a payload what a body
+// can (an account holder's card).
+const (
+	secretID   = "evt-jane.doe@example.com"
+	secretData = "card-4111-1111-1111-1111"
+)
+
+// jsonLog is a JSON logger into a buffer, and its records decoded.
+type jsonLog struct{ buf bytes.Buffer }
+
+func newJSONLog(level slog.Level) (*jsonLog, *slog.Logger) {
+	g := &jsonLog{}
+	return g, slog.New(slog.NewJSONHandler(&g.buf, &slog.HandlerOptions{Level: level}))
+}
+
+func (g *jsonLog) records(t *testing.T) []map[string]any {
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(g.buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestLogsEveryOutcome: applied, duplicate, rejected, an id reused with
+// other content, a handler's failure and a store's each log one record,
+// naming the event by its mark's key_hash and position, and no line holds
+// the event's id or its payload, not even the errors that quote them.
+func TestLogsEveryOutcome(t *testing.T) {
+	v := newEnv(t)
+	g, logger := newJSONLog(slog.LevelDebug)
+	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
+	require.NoError(t, err)
+	b := &book{}
+	process := func(m inbox.Message) error {
+		_, err := c.Process(ctx, m, b.handle)
+		return err
+	}
+
+	applied := msg(secretID+"-1", 1, payload(secretData, 5))
+	require.NoError(t, process(applied))
+	require.NoError(t, process(applied)) // a redelivery
+	poison := msg(secretID+"-2", 2, []byte(`{"account":"`+secretData+`","amount":"lots"}`))
+	require.NoError(t, process(poison))
+	reused := msg(secretID+"-1", 3, payload(secretData, 6)) // the id of the first, other content
+	require.NoError(t, process(reused))
+	failing := msg(secretID+"-4", 4, payload(secretData, 7))
+	b.fail = errors.New("ledger: account service down for " + failing.ID)
+	require.Error(t, process(failing))
+	broken, err := inbox.New("broken", v.e, &inbox.Options{Retention: "no-such-class", Logger: logger})
+	require.NoError(t, err)
+	_, err = broken.Process(ctx, msg(secretID+"-5", 5, payload(secretData, 8)), b.handle)
+	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
+
+	var got []string
+	for _, m := range g.records(t) {
+		assert.Equal(t, "inbox", m["tenant"])
+		assert.NotEmpty(t, m["key_hash"])
+		assert.Equal(t, "payments.created", m["subject"])
+		got = append(got, fmt.Sprint(m["level"], " ", m["msg"], " @", m["position"]))
+	}
+	assert.Equal(t, []string{
+		"INFO inbox: event applied @1",
+		"DEBUG inbox: duplicate skipped @1",
+		"WARN inbox: event rejected @2",
+		"WARN inbox: event id reused with other content @3",
+		"WARN inbox: handler failed; the message is to be redelivered @4",
+		"ERROR inbox: store error; the message is to be redelivered @5",
+	}, got)
+	recs := g.records(t)
+	first, err := v.mark("id/" + applied.ID)
+	require.NoError(t, err)
+	assert.Equal(t, first.ID.Hash(), recs[0]["key_hash"], "the hash idemkv inspect shows for the mark")
+	assert.Equal(t, recs[0]["key_hash"], recs[1]["key_hash"])
+	assert.Equal(t, recs[0]["key_hash"], recs[3]["key_hash"], "the reused id is the same mark")
+	assert.Equal(t, "ledger", recs[0]["endpoint"])
+	assert.Equal(t, "broken", recs[5]["endpoint"])
+	assert.Contains(t, recs[2]["reason"], "not a credit")
+	assert.Contains(t, recs[4]["err"], "account service down for [key "+fmt.Sprint(recs[4]["key_hash"])+"]")
+
+	assert.NotContains(t, g.buf.String(), "jane.doe", "no event id in any line")
+	assert.NotContains(t, g.buf.String(), secretData, "no payload in any line")
+}
+
+// TestLogLevel: at Warn a consumer logs its failures, not each event.
+func TestLogLevel(t *testing.T) {
+	v := newEnv(t)
+	g, logger := newJSONLog(slog.LevelWarn)
+	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
+	require.NoError(t, err)
+	b := &book{}
+	for i := uint64(1); i <= 3; i++ {
+		_, err := c.Process(ctx, msg(fmt.Sprint("ev-", i), i, payload("acct_1", 1)), b.handle)
+		require.NoError(t, err)
+	}
+	_, err = c.Process(ctx, msg("ev-4", 4, []byte("not json")), b.handle)
+	require.NoError(t, err)
+	recs := g.records(t)
+	require.Len(t, recs, 1)
+	assert.Equal(t, "inbox: event rejected", recs[0]["msg"])
+}
+
+// TestRunJetStreamLogs: RunJetStream logs a failed message to the
+// consumer's Logger, by position and key hash; not the event's id, as its
+// Logf lines did.
+func TestRunJetStreamLogs(t *testing.T) {
+	v, br := newEnv(t), newBroker(t)
+	events := []idemkv.StoredEvent{event(1), event(2)}
+	br.publish(events...)
+	g, logger := newJSONLog(slog.LevelInfo)
+	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
+	require.NoError(t, err)
+	b := &book{}
+	failed := false
+	h := func(ctx context.Context, fx idemkv.Effects, m inbox.Message) error {
+		if m.Position == 2 && !failed {
+			failed = true
+			return errors.New("ledger: a dependency is down")
+		}
+		return b.handle(ctx, fx, m)
+	}
+	now := make(chan time.Time, 1)
+	after := func(time.Duration) <-chan time.Time { now <- t0; return now }
+	d := br.run(br.ctx, c, h, 2, &inbox.JetStreamOptions{After: after})
+	d.wait(t)
+
+	var got []string
+	var failure map[string]any
+	for _, m := range g.records(t) {
+		got = append(got, fmt.Sprint(m["msg"]))
+		if m["msg"] == "inbox: reading the stream failed; retrying" {
+			failure = m
+		}
+	}
+	assert.Equal(t, []string{
+		"inbox: event applied",
+		"inbox: handler failed; the message is to be redelivered",
+		"inbox: reading the stream failed; retrying",
+		"inbox: event applied", // and the driver stops: no failure follows to tell of the recovery
+	}, got)
+	require.NotNil(t, failure)
+	assert.EqualValues(t, 1, failure["failures"])
+	assert.Contains(t, failure["err"], "message 2 of stream")
+	assert.Contains(t, failure["err"], "key_hash ")
+	assert.NotContains(t, failure["err"], events[1].ID, "the event's id is not logged")
+}
