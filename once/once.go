@@ -248,6 +248,7 @@ func reconciling(id idemkv.ID, rec *idemkv.Record) error {
 	return fmt.Errorf("%w: %s: %s", ErrReconciling, name(id), why)
 }
 
-// name is how errors name a record: its endpoint and key (not its tenant,
+// name is how errors name a record: its endpoint and key hash, as the
+// stores do (not its key, which can carry customer data, nor its tenant,
 // which may be a principal's identifier).
-func name(id idemkv.ID) string { return fmt.Sprintf("%s %q", id.Endpoint, id.Key) }
+func name(id idemkv.ID) string { return fmt.Sprintf("%s key_hash %s", id.Endpoint, id.Hash()) }

@@ -253,7 +253,7 @@ func TestMismatch(t *testing.T) {
 	other.Fingerprint = []byte("other input")
 	_, err = once.Do(ctx, v.e, other, fn.Func)
 	require.ErrorIs(t, err, once.ErrMismatch)
-	assert.Contains(t, err.Error(), `jobs.send "k"`)
+	assert.Contains(t, err.Error(), "jobs.send key_hash "+other.ID.Hash(), "named by endpoint and key hash, never by key")
 	assert.Equal(t, runs, fn.n())
 }
 
