@@ -170,7 +170,7 @@ func TestExactlyOnceOverJetStream(t *testing.T) {
 		rctx, stop := context.WithCancel(ctx)
 		defer stop()
 		var mu sync.Mutex
-		opts := &inbox.JetStreamOptions{Logf: t.Logf, Processed: func(m inbox.Message, out inbox.Outcome) {
+		opts := &inbox.JetStreamOptions{Processed: func(m inbox.Message, out inbox.Outcome) {
 			mu.Lock()
 			defer mu.Unlock()
 			assert.False(t, out.Rejected, "position %d", m.Position)
