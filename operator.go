@@ -68,17 +68,15 @@ type ScanPage struct {
 // its outcome: the next request with its key runs the operation again,
 // with all it does (its downstream calls, its events, its writes), so an
 // operator evicts one only to undo a stored outcome known to be wrong,
-// or to erase what the record keeps of a customer's request.
+// or to erase what the record keeps of a customer's request. What its
+// completion wrote through Effects stays, and the store's check still
+// pairs it with the evicted outcome until that would have expired.
 type Evicter interface {
 	// Evict removes req.ID's record and returns it as it was. Errors:
 	// ErrNotFound, ErrWrongState (in progress under a live lease, whose
-	// holder is running: settle it with Resolve once abandoned; or
-	// completed with values it set through Effects, counted in
-	// Record.Effects, which would be left without the outcome that
-	// vouches for them; events it emitted and keys it deleted are not
-	// counted and do not refuse it), ErrFenced (req.Token is set and not
-	// current), ErrInvalidKey, ErrInvalidScope, ErrClosed, ErrFailed, or
-	// an I/O error.
+	// holder is running: settle it with Resolve once abandoned),
+	// ErrFenced (req.Token is set and not current), ErrInvalidKey,
+	// ErrInvalidScope, ErrClosed, ErrFailed, or an I/O error.
 	Evict(ctx context.Context, req EvictRequest) (Record, error)
 }
 

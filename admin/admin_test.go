@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -211,7 +212,8 @@ func TestBadInput(t *testing.T) {
 
 // FuzzAdmin sends the admin API arbitrary methods, paths, queries and
 // bodies, with the token: it never panics or answers 5xx, every refusal is
-// problem+json, and the store's records are unchanged.
+// problem+json, and the store's record is unchanged unless a well-formed
+// eviction removed it.
 func FuzzAdmin(f *testing.F) {
 	for _, seed := range []struct{ method, target, body string }{
 		{"GET", "/admin/v1/record?tenant=acct_1&endpoint=POST+%2Fv1%2Fpayments&key=p1", ""},
@@ -229,11 +231,12 @@ func FuzzAdmin(f *testing.F) {
 	e, err := engine.Open(f.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(f, err)
 	defer e.Close()
-	c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("p1"), Fingerprint: []byte{1}})
-	require.NoError(f, err)
-	// An effect committed with its outcome: neither resolve nor evict
-	// may touch p1.
-	require.NoError(f, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error { return fx.Set([]byte("pay/p1"), []byte("x")) }))
+	completeP1 := func(t require.TestingT) {
+		c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("p1"), Fingerprint: []byte{1}})
+		require.NoError(t, err)
+		require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error { return fx.Set([]byte("pay/p1"), []byte("x")) }))
+	}
+	completeP1(f)
 	audit, err := admin.OpenAuditLog(filepath.Join(f.TempDir(), "audit.log"))
 	require.NoError(f, err)
 	defer audit.Close()
@@ -259,6 +262,13 @@ func FuzzAdmin(f *testing.F) {
 			require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"), "%s %q", method, target)
 		}
 		rec, err := e.Get(ctx, id("p1"))
+		if errors.Is(err, idemkv.ErrNotFound) {
+			// Only a well-formed eviction of p1 may remove it: put it back.
+			require.Equal(t, http.StatusOK, w.Code, "p1 gone after %s %q %q", method, target, body)
+			require.Equal(t, "/admin/v1/evict", req.URL.Path)
+			completeP1(t)
+			return
+		}
 		require.NoError(t, err)
 		require.Equal(t, idemkv.StateCompleted, rec.State)
 	})

@@ -65,6 +65,9 @@ type CheckReport struct {
 	// deleted them. Check cannot tell those from effects that were lost;
 	// a record with more effects stored than it counts is a problem.
 	Superseded int `json:"superseded"`
+	// EvictedOutcomes counts the marks of evicted outcomes that counted
+	// effects (Engine.Evict): their effects are paired with the mark.
+	EvictedOutcomes int `json:"evicted_outcomes"`
 	// Layout says whether the layout marker is stored (a store only lacks
 	// it before its first Open that writes).
 	Layout bool `json:"layout"`
@@ -261,6 +264,24 @@ type namedProblem struct {
 
 func (pc *pairCheck) mine(token uint64) bool { return token%pc.shares == pc.share }
 
+// addEvicted pairs the mark of an evicted outcome that counted effects:
+// they stay, and are paired with it as with a completed record.
+func (pc *pairCheck) addEvicted(token uint64, expires int64, effects uint32) {
+	if !pc.mine(token) {
+		return
+	}
+	name := fmt.Sprintf("the evicted outcome of token %d", token)
+	if _, dup := pc.pairs[token]; dup {
+		if pc.share == 0 {
+			pc.dups = append(pc.dups, dupToken{token, name})
+		} else {
+			pc.named = append(pc.named, namedProblem{name, token, dupFormat})
+		}
+		return
+	}
+	pc.pairs[token] = pairing{state: idemkv.StateCompleted, expires: expires, want: effects}
+}
+
 // addRecord pairs a record that effects may name, and in the first pass
 // narrows the share when the pairings outgrow the budget.
 func (pc *pairCheck) addRecord(id idemkv.ID, rec *idemkv.Record) {
@@ -415,7 +436,7 @@ func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 	dataStart, dataEnd := []byte{nsData}, []byte{nsData + 1}
 	spans := [][2][]byte{{nil, dataStart}, {expiryStart, expiryEnd}, {dataStart, dataEnd}, {expiryEnd, nil}}
 	if pc.share > 0 {
-		spans = [][2][]byte{{recordStart, recordEnd}, {expiryStart, expiryEnd}, {dataStart, dataEnd}}
+		spans = [][2][]byte{{record.EvictedPrefix, prefixEnd(record.EvictedPrefix)}, {recordStart, recordEnd}, {expiryStart, expiryEnd}, {dataStart, dataEnd}}
 	}
 	for _, span := range spans {
 		if err := e.checkSpan(ctx, snap, pc, epochKnown, &pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]}); err != nil {
@@ -434,6 +455,14 @@ func (e *Engine) checkSpan(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 			// Only pairing: every problem of an entry was reported by the
 			// first pass, which skipped pairing the same entries.
 			switch {
+			case bytes.HasPrefix(k, record.EvictedPrefix):
+				v, err := it.ValueAndErr()
+				if err != nil {
+					return fmt.Errorf("engine: check: %w", err)
+				}
+				if tok, exp, n, err := record.SplitEvicted(k, v); err == nil {
+					pc.addEvicted(tok, exp, n)
+				}
 			case k[0] == nsRecord || k[0] == nsExpiry:
 				v, err := it.ValueAndErr()
 				if err != nil {
@@ -465,6 +494,14 @@ func (e *Engine) checkSpan(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 		switch {
 		case len(k) == 0:
 			r.add("", "empty key")
+		case bytes.HasPrefix(k, record.EvictedPrefix):
+			tok, exp, n, err := record.SplitEvicted(k, val)
+			if err != nil {
+				r.add(hex.EncodeToString(k), "%v", err)
+				return nil
+			}
+			r.EvictedOutcomes++
+			pc.addEvicted(tok, exp, n)
 		case k[0] == nsMeta:
 			e.checkMeta(r, k, val)
 		case k[0] == nsRecord || k[0] == nsExpiry:

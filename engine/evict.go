@@ -8,11 +8,15 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
 )
 
 // Evict implements idemkv.Evicter. The record goes with a synced write,
 // like a release: an unsettled one from its key and the pending index, a
-// completed one from its expiry bucket and the replay cache.
+// completed one from its expiry bucket and the replay cache. The effects
+// of a completed one stay, stamped with its token and expiry; a mark of
+// the evicted outcome (record.AppendEvictedKey) is written in the same
+// batch, which Check pairs them with until they expire.
 func (e *Engine) Evict(ctx context.Context, req idemkv.EvictRequest) (rec idemkv.Record, err error) {
 	if err := e.validateSettle(req.ID, ""); err != nil {
 		return idemkv.Record{}, err
@@ -33,6 +37,9 @@ func (e *Engine) Evict(ctx context.Context, req idemkv.EvictRequest) (rec idemkv
 	} else {
 		b := e.db.NewBatch()
 		_ = b.Delete(bucketKey, nil)
+		if cur.Effects > 0 {
+			_ = b.Set(record.AppendEvictedKey(nil, cur.Token), record.EvictedValue(cur.Expires.Unix(), uint32(cur.Effects)), nil)
+		}
 		err = e.commitRecord(st, k, s, nil, nil, b)
 	}
 	if err != nil {
@@ -75,8 +82,6 @@ func (e *Engine) evictable(ctx context.Context, st *stripe, k []byte, req *idemk
 		err = fmt.Errorf("%w: key_hash %s", idemkv.ErrNotFound, req.ID.Hash())
 	case s != nil && !s.durable, cur.State == idemkv.StateInProgress && !abandoned(&cur, now):
 		err = fmt.Errorf("%w: key_hash %s is in progress under a live lease", idemkv.ErrWrongState, req.ID.Hash())
-	case cur.State == idemkv.StateCompleted && cur.Effects > 0:
-		err = fmt.Errorf("%w: key_hash %s committed %d effects with its outcome, which would be left without it", idemkv.ErrWrongState, req.ID.Hash(), cur.Effects)
 	case req.Token != 0 && cur.Token != req.Token:
 		e.counters.fenced.Add(1)
 		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)

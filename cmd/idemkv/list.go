@@ -28,7 +28,7 @@ func init() {
 	register(&command{
 		name:    "evict",
 		args:    "(--data DIR | --server URL [--token-file FILE]) --tenant T --endpoint E --key K --reason TEXT [--token N] [--json]",
-		summary: "remove a record, so that the next request with its key runs anew (not one in progress under a live lease, nor a completed one that committed effects); the reason goes to the audit log",
+		summary: "remove a record, so that the next request with its key runs anew (not one in progress under a live lease; what a completed one wrote through Effects stays); the reason goes to the audit log",
 		flags:   evictFlags,
 	})
 }

@@ -23,8 +23,8 @@ import (
 // running service's records by state and age, settles an uncertain
 // payment (its retry then replays what was settled), evicts it (the
 // next request runs anew), exports the store, and finds both writes in
-// the audit log; a completed payment that committed effects cannot be
-// evicted. On the engine, the same commands then work on the closed
+// the audit log; a completed payment is evicted with its ledger entry
+// kept, the store still checks clean, and its key runs anew. On the engine, the same commands then work on the closed
 // store's directory.
 func TestServeOperatorCommands(t *testing.T) {
 	for _, sc := range storeCases {
@@ -92,13 +92,18 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	require.Empty(t, replayed, "an evicted key runs anew")
 	require.NotEqual(t, http.StatusCreated, status)
 
-	// A completed payment that wrote its ledger entry keeps its outcome.
+	// A completed payment: its ledger entry stays when it is evicted,
+	// and the store checks clean.
 	status, _, body = payOnce(t, url, "order-ok")
 	require.Equal(t, http.StatusCreated, status, body)
 	idOK := []string{"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "order-ok"}
-	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "x"}, idOK...), server...)...), "effects")
 	require.NoError(t, json.Unmarshal([]byte(cli(exitOK, append([]string{"list", "--state", "completed", "--json"}, server...)...)), &page))
 	require.Len(t, page.Records, 1)
+	out = cli(exitOK, append(append([]string{"evict", "--reason", "ops: refund issued, customer retries", "--json"}, idOK...), server...)...)
+	require.Contains(t, out, `"was": "completed"`)
+	require.Contains(t, cli(exitOK, append([]string{"check"}, server...)...), "every invariant holds")
+	status, _, body = payOnce(t, url, "order-ok")
+	require.Equal(t, http.StatusCreated, status, "the evicted payment's key runs anew: %s", body)
 
 	file := filepath.Join(t.TempDir(), "export.jsonl")
 	require.Contains(t, cli(exitOK, append([]string{"export", "--out", file}, server...)...), "exported 2 records")
@@ -120,10 +125,11 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 			done = append(done, e)
 		}
 	}
-	require.Len(t, done, 2)
+	require.Len(t, done, 3)
 	require.Equal(t, "resolve", done[0]["action"])
 	require.Equal(t, "evict", done[1]["action"])
 	require.Equal(t, "ops: undo test", done[1]["note"])
+	require.Equal(t, "completed", done[2]["was"])
 	require.NoError(t, stop())
 	sc.check(t, cfg)
 	if cfg.store != "" {

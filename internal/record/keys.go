@@ -62,6 +62,30 @@ var EpochKey = []byte{NSMeta, 'e', 'p', 'o', 'c', 'h'}
 // without stamps).
 var LayoutKey = []byte{NSMeta, 'l', 'a', 'y', 'o', 'u', 't'}
 
+// EvictedPrefix starts the key of each evicted outcome that had effects
+// (AppendEvictedKey): the effects stay, stamped with the outcome's token
+// and expiry, and Check pairs them with this mark instead of the record.
+var EvictedPrefix = []byte{NSMeta, 'e', 'v', 'i', 'c', 't', 'e', 'd'}
+
+// AppendEvictedKey appends the evicted-outcome key of token to dst.
+func AppendEvictedKey(dst []byte, token uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, EvictedPrefix...), token)
+}
+
+// EvictedValue is the value of an evicted-outcome key: the outcome's
+// expiry (unix seconds) and how many effects it counted.
+func EvictedValue(expires int64, effects uint32) []byte {
+	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(expires)), effects)
+}
+
+// SplitEvicted decodes an evicted-outcome key and its value.
+func SplitEvicted(k, v []byte) (token uint64, expires int64, effects uint32, err error) {
+	if len(k) != len(EvictedPrefix)+8 || len(v) != 12 {
+		return 0, 0, 0, fmt.Errorf("%w: evicted-outcome entry of %d and %d bytes", ErrCorrupt, len(k), len(v))
+	}
+	return binary.BigEndian.Uint64(k[len(EvictedPrefix):]), int64(binary.BigEndian.Uint64(v)), binary.BigEndian.Uint32(v[8:]), nil
+}
+
 // Layout is the version of the key space and value formats described
 // here and in record.go. Version 2 added the stamp on effect values;
 // version 3 moved completed records into expiry buckets; version 4 added
