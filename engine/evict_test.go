@@ -2,6 +2,7 @@ package engine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/stretchr/testify/require"
@@ -44,4 +45,32 @@ func TestEvictKeepsEffectsPaired(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%+v", rep.Problems)
 	require.Equal(t, 1, rep.Superseded, "the evicted outcome's effect was overwritten")
+}
+
+// TestSweepDropsExpiredEvictedMarks: once an evicted outcome would have
+// expired, the sweeper deletes its mark, and its effects count as
+// expired.
+func TestSweepDropsExpiredEvictedMarks(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	c, err := v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("pay"), Fingerprint: []byte{1}, Retention: "short"})
+	require.NoError(t, err)
+	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		return fx.Set([]byte("ledger/pay"), []byte("1"))
+	}))
+	_, err = v.e.Evict(ctx, idemkv.EvictRequest{ID: id("pay")})
+	require.NoError(t, err)
+	_, err = v.e.Sweep(ctx)
+	require.NoError(t, err)
+	rep, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.EvictedOutcomes, "kept while the outcome would have been retained")
+
+	v.clock.Advance(2 * time.Hour) // past the "short" class's hour
+	_, err = v.e.Sweep(ctx)
+	require.NoError(t, err)
+	rep, err = v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%+v", rep.Problems)
+	require.Zero(t, rep.EvictedOutcomes)
+	require.Equal(t, 1, rep.EffectsExpired)
 }

@@ -254,8 +254,33 @@ func (e *Engine) sweepBuckets(cursor []byte, n int, now time.Time, b *pebble.Bat
 	}
 	drop()
 	e.buckets.forget(unix)
+	if err := e.sweepEvictedMarks(int64(unix), b); err != nil {
+		return ttl.Chunk{}, err
+	}
 	c.Next = []byte{nsRecord}
 	return c, nil
+}
+
+// sweepEvictedMarks adds to b the deletion of each mark of an evicted
+// outcome (Evict) that has expired: its effects are past their outcome's
+// retention, and Check counts them as expired without it. There is one
+// mark per eviction of a record that wrote effects, so they are few.
+func (e *Engine) sweepEvictedMarks(unix int64, b *pebble.Batch) error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: record.EvictedPrefix, UpperBound: prefixEnd(record.EvictedPrefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if _, exp, _, err := record.SplitEvicted(it.Key(), v); err == nil && exp <= unix {
+			_ = b.Delete(bytes.Clone(it.Key()), nil)
+		}
+	}
+	return it.Error()
 }
 
 // sweepUnsettled reads up to n unsettled records after cursor and counts
