@@ -15,6 +15,9 @@ import (
 // it was acknowledged, sizes its records, and leaves out the counters
 // that cannot see the server's work.
 func TestPostgresTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the full run has it (a PostgreSQL harness, not racy Go code)")
+	}
 	srv := pgtest.Start(t)
 	for _, wl := range []string{Unique, Replay} {
 		t.Run(wl, func(t *testing.T) {

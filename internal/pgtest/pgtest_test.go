@@ -76,6 +76,9 @@ func TestCreateDatabaseConcurrently(t *testing.T) {
 // Kill loses nothing the server wrote to the page cache, so the row would
 // survive it even with fsync off; the test checks fsync is on by asking.
 func TestCommittedRowSurvivesKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: PostgreSQL servers started and killed; the full run has it")
+	}
 	t.Parallel()
 	ctx := testContext(t)
 	srv := pgtest.Start(t)

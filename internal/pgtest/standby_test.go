@@ -16,6 +16,9 @@ import (
 // standby once the primary is crashed (Kill) and the standby promoted;
 // before, the standby refuses writes, and after, it takes them.
 func TestPromotedStandbyHasWhatThePrimaryCommitted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: PostgreSQL servers started and killed; the full run has it")
+	}
 	t.Parallel()
 	ctx := testContext(t)
 	primary := pgtest.Start(t)
@@ -47,6 +50,9 @@ func TestPromotedStandbyHasWhatThePrimaryCommitted(t *testing.T) {
 // is stopped: it waits (wait event SyncRep) for the standby, and returns
 // once the standby is back and has the commit.
 func TestSyncCommitWaitsForTheStandby(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: PostgreSQL servers started and killed; the full run has it")
+	}
 	t.Parallel()
 	ctx := testContext(t)
 	primary := pgtest.Start(t)

@@ -165,6 +165,13 @@ func Main(m *testing.M, checks ...func() error) {
 	if code != 0 {
 		os.Exit(code)
 	}
+	if testing.Short() {
+		// The second run checks the store contract on PostgreSQL, not this
+		// package's Go code: -short (the race pass of .ci/run) leaves it to
+		// the full run.
+		fmt.Fprintln(os.Stderr, "teststore: -short: the tests ran on the engine only")
+		os.Exit(0)
+	}
 	if _, ok := pgtest.Available(); !ok {
 		if os.Getenv("IDEMKV_REQUIRE_POSTGRES") == "1" {
 			fmt.Fprintln(os.Stderr, "teststore: PostgreSQL's binaries are missing, and IDEMKV_REQUIRE_POSTGRES=1")
