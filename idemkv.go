@@ -2,7 +2,9 @@ package idemkv
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -92,6 +94,26 @@ type SteadyClock interface {
 	// Read returns the wall time, as Now does, and the steady time elapsed
 	// since a fixed point of the clock's choosing, read together.
 	Read() (wall time.Time, elapsed time.Duration)
+}
+
+// A TimerClock is a Clock that can also run a function once a duration of
+// its own time has passed. The layers above a store that wait (a handler's
+// lease heartbeat, say) take one, so that a simulation that drives time
+// also drives them; without one they use Go's timers.
+type TimerClock interface {
+	Clock
+	// AfterFunc calls f in its own goroutine once d has passed, unless
+	// stop is called first; stop reports whether it prevented the call.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// AfterFunc runs f once d has passed on c's time if c is a TimerClock,
+// and on Go's timers otherwise (a nil c included).
+func AfterFunc(c Clock, d time.Duration, f func()) (stop func() bool) {
+	if tc, ok := c.(TimerClock); ok {
+		return tc.AfterFunc(d, f)
+	}
+	return time.AfterFunc(d, f).Stop
 }
 
 // ID addresses one idempotency record.
@@ -276,9 +298,15 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// OperationID is the stable identity of one logical remote operation. It is
-// chosen at the first remote claim and kept by every takeover, so every
-// attempt can send the same identity downstream.
+// OperationID is the stable identity of one logical remote operation: what
+// a downstream that deduplicates on its idempotency key sees (through
+// StepKey). A store derives it from the logical request, with
+// DeriveOperationID under a secret of its own: the same on every attempt,
+// after a takeover, after the record was released, resolved with no
+// effect, evicted or expired and the request sent again. That is what
+// lets a deduplicating downstream absorb a late call whatever the store
+// concluded about it meanwhile. A record written before stores derived it
+// keeps the random id it was given.
 type OperationID [16]byte
 
 // IsZero reports whether id is unset (local claims have none).
@@ -286,6 +314,39 @@ func (id OperationID) IsZero() bool { return id == OperationID{} }
 
 // String returns id as 32 lower-case hex digits.
 func (id OperationID) String() string { return hex.EncodeToString(id[:]) }
+
+// operationIDDomain separates DeriveOperationID's MAC from any other use
+// of a store's secret.
+const operationIDDomain = "idemkv operation id v1"
+
+// DeriveOperationID returns the OperationID of the logical request that
+// id and fingerprint name, in the given generation: the first 16 bytes of
+// HMAC-SHA256 under secret over the request's scope, key and
+// fingerprint, each length-prefixed, and the generation. Without secret
+// the id cannot be computed from outside the store, so a downstream key
+// derived from it cannot be guessed and used first by someone else; with
+// it, a store computes the same id for the same request on every claim.
+// Stores call it; an application does not need to.
+func DeriveOperationID(secret []byte, id ID, fingerprint []byte, generation uint32) OperationID {
+	m := hmac.New(sha256.New, secret)
+	var n [binary.MaxVarintLen64]byte
+	field := func(b []byte) {
+		m.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+		m.Write(b)
+	}
+	field([]byte(operationIDDomain))
+	field([]byte(id.Tenant))
+	field([]byte(id.Endpoint))
+	field([]byte(id.Key))
+	field(fingerprint)
+	m.Write(binary.BigEndian.AppendUint32(n[:0], generation))
+	var op OperationID
+	copy(op[:], m.Sum(nil))
+	if op.IsZero() {
+		op[0] = 1 // the zero id means "none"
+	}
+	return op
+}
 
 // StepKey returns the downstream idempotency key of one step of the
 // operation, named step ("charge", "authorize", "refund"): the same on
@@ -332,7 +393,9 @@ type Record struct {
 	OperationID OperationID
 	// Created is when the key was first claimed.
 	Created time.Time
-	// LeaseExpires is when the current lease runs out (StateInProgress).
+	// LeaseExpires is when the current lease runs out (StateInProgress),
+	// as last renewed: a remote record's renewals are durable, so after a
+	// crash it is still the last moment its holder could send downstream.
 	LeaseExpires time.Time
 	// Expires is when the record leaves the retention window. A completed
 	// record past it is absent to every read; an unsettled one (in
@@ -348,6 +411,13 @@ type Record struct {
 	// only; 0 if it wrote none). Check uses it to pair an outcome with its
 	// effects.
 	Effects int
+	// Marked is when the record was marked uncertain (StateUncertain), to
+	// the millisecond: by its holder (Store.MarkUncertain), or by a claim
+	// that found its remote lease run out. A holder sends nothing
+	// downstream once it no longer holds its lease, so every call of the
+	// attempt was sent before it; a reconciler's grace runs from it.
+	// Zero on a record marked by a store that did not keep it.
+	Marked time.Time
 	// Note says why the record is uncertain or escalated (StateUncertain),
 	// or, on a record an operator settled, what they noted (the audit
 	// note of a ResolveRequest).
@@ -403,6 +473,14 @@ type ClaimRequest struct {
 	// so an expired remote claim may be taken over and the same operation
 	// re-sent. Without it, an expired remote claim becomes uncertain.
 	Resumable bool
+	// Generation selects the downstream identity of a new remote
+	// operation (DeriveOperationID): zero, the default, gives every claim
+	// of one logical request the same OperationID. An application that
+	// truly wants the same request sent under a new downstream identity
+	// (its downstream has voided the old key, say) claims with a
+	// generation it has not used for the key. It applies only to a claim
+	// that starts a new record: a takeover resumes the stored id.
+	Generation uint32
 	// Retention names the retention class that decides how long the
 	// outcome is kept and replayed; "" means the store's default class.
 	// Stores reject a class they are not configured with (an error
@@ -538,17 +616,25 @@ type Store interface {
 	Complete(ctx context.Context, l Lease, r Result, apply func(Effects) error) error
 
 	// Release removes the claim because the operation provably had no
-	// effect; a retry runs anew. Errors: ErrFenced, ErrInvalidArgument,
-	// ErrClosed, ErrFailed, or an I/O error.
-	Release(ctx context.Context, l Lease) error
+	// effect; a retry runs anew. In the same atomic commit, fenced on the
+	// lease's token like the release itself, it applies the writes that
+	// apply (if non-nil) makes to Effects: the attempt's compensations,
+	// such as giving back what it held, so that an attempt that has lost
+	// its lease can give back nothing the live one still uses. If apply
+	// returns an error, nothing is written, the lease is still held, and
+	// the error is returned. Errors: ErrFenced, ErrInvalidArgument,
+	// ErrConflict, ErrClosed, ErrFailed, or an I/O error.
+	Release(ctx context.Context, l Lease, apply func(Effects) error) error
 
 	// MarkUncertain durably records that the operation's outcome is
 	// unknown. Retries see Reconciling until Resolve. Errors as Release.
 	MarkUncertain(ctx context.Context, l Lease, note string) error
 
 	// Renew extends a lease by d from now (zero d: the default lease) if
-	// its token is still current, and returns the renewed lease. Errors as
-	// Release.
+	// its token is still current, and returns the renewed lease. A remote
+	// claim's renewal is durable before Renew returns, so that after a
+	// crash the record still says until when its holder could call
+	// downstream. Errors as Release.
 	Renew(ctx context.Context, l Lease, d time.Duration) (Lease, error)
 
 	// Resolve settles an uncertain or abandoned record (see

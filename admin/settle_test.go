@@ -85,8 +85,8 @@ func TestResolveAndEvict(t *testing.T) {
 	c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("p1"), Fingerprint: []byte{2}})
 	require.NoError(t, err)
 	require.Equal(t, idemkv.Acquired, c.Outcome, "an evicted key runs anew")
-	require.NoError(t, e.Release(ctx, c.Lease))
-	require.NoError(t, e.Release(ctx, live.Lease))
+	require.NoError(t, e.Release(ctx, c.Lease, nil))
+	require.NoError(t, e.Release(ctx, live.Lease, nil))
 
 	status, out, _ = call(t, srv, "GET", recordPath("p1"), "", token)
 	require.Equal(t, http.StatusNotFound, status)

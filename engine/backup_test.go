@@ -72,7 +72,7 @@ func TestBackup(t *testing.T) {
 		c, err := b.Claim(ctx, idemkv.ClaimRequest{ID: id(key), Fingerprint: fpA})
 		require.NoError(t, err)
 		if c.Outcome == idemkv.Acquired {
-			require.NoError(t, b.Release(ctx, c.Lease))
+			require.NoError(t, b.Release(ctx, c.Lease, nil))
 			return false
 		}
 		require.Equal(t, idemkv.Replay, c.Outcome, key)

@@ -96,7 +96,7 @@ func BenchmarkClaimMiss(b *testing.B) {
 		if c.Outcome != idemkv.Acquired {
 			return errOutcome(c.Outcome)
 		}
-		return e.Release(benchCtx, c.Lease)
+		return e.Release(benchCtx, c.Lease, nil)
 	}
 	runBoth(b, 1, op)
 }

@@ -377,7 +377,7 @@ func kill9ChildOp(e *Engine, rng *rand.Rand, i int) error {
 	case idemkv.Acquired:
 		switch n := rng.IntN(32); {
 		case n < 2: // the operation provably did nothing
-			if err := e.Release(ctx, c.Lease); err != nil && !errors.Is(err, idemkv.ErrFenced) {
+			if err := e.Release(ctx, c.Lease, nil); err != nil && !errors.Is(err, idemkv.ErrFenced) {
 				return fmt.Errorf("release %q: %w", key, err)
 			}
 			return nil
@@ -682,7 +682,7 @@ func (w *workload) complete(key string, l idemkv.Lease, wantErr error) {
 
 func (w *workload) release(key string, l idemkv.Lease) {
 	w.step(fmt.Sprintf("release %s token=%d", key, l.Token), key, func() {
-		require.NoError(w.t, w.e.Release(ctx, l), "release %q", key)
+		require.NoError(w.t, w.e.Release(ctx, l, nil), "release %q", key)
 		if cur := w.model[key]; cur.State == idemkv.StateInProgress && cur.Token == l.Token {
 			w.model[key] = durState{}
 		}

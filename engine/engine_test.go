@@ -135,7 +135,7 @@ func TestLocalTakeoverFencesStaleHolder(t *testing.T) {
 	require.ErrorIs(t, err, idemkv.ErrNotFound, "a fenced completion must not apply its effects")
 	_, err = v.e.Renew(ctx, a.Lease, 0)
 	require.ErrorIs(t, err, idemkv.ErrFenced)
-	require.ErrorIs(t, v.e.Release(ctx, a.Lease), idemkv.ErrFenced)
+	require.ErrorIs(t, v.e.Release(ctx, a.Lease, nil), idemkv.ErrFenced)
 	require.ErrorIs(t, v.e.MarkUncertain(ctx, a.Lease, "x"), idemkv.ErrFenced)
 
 	require.NoError(t, v.e.Complete(ctx, b.Lease, idemkv.Result{Status: 200}, nil))
@@ -188,7 +188,7 @@ func TestReleaseAndMarkUncertain(t *testing.T) {
 	for _, mode := range []idemkv.Mode{idemkv.ModeLocal, idemkv.ModeRemote} {
 		key := "rel-" + mode.String()
 		a := v.claim(id(key), fpA, mode)
-		require.NoError(t, v.e.Release(ctx, a.Lease))
+		require.NoError(t, v.e.Release(ctx, a.Lease, nil))
 		v.reopen()
 		b := v.claim(id(key), fpB, mode)
 		require.Equal(t, idemkv.Acquired, b.Outcome, "a released key runs anew, even with another body")

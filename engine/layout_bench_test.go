@@ -138,7 +138,7 @@ func BenchmarkReplayLookup(b *testing.B) {
 							b.Fatal(c.Outcome, err)
 						}
 						if c.Outcome == idemkv.Acquired {
-							if err := e.Release(ctx, c.Lease); err != nil {
+							if err := e.Release(ctx, c.Lease, nil); err != nil {
 								b.Fatal(err)
 							}
 						}

@@ -28,7 +28,7 @@ func TestPanicInAWriteFailsTheEngine(t *testing.T) {
 	go func() { completed <- v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil) }()
 	<-busy
 	released := make(chan error)
-	go func() { released <- v.e.Release(ctx, c.Lease) }()
+	go func() { released <- v.e.Release(ctx, c.Lease, nil) }()
 	<-waiting // Release waits for the write in flight on its key
 	close(panicNow)
 

@@ -202,7 +202,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) (string, error) {
 		}
 		return "ok\n", nil
 	case "release":
-		if err := v.e.Release(ctx, s.lease(t, td)); err != nil {
+		if err := v.e.Release(ctx, s.lease(t, td), nil); err != nil {
 			return "", err
 		}
 		return "ok\n", nil

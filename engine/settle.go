@@ -94,9 +94,12 @@ func (e *Engine) complete(ctx context.Context, l idemkv.Lease, r *idemkv.Result,
 }
 
 // Release implements idemkv.Store. A local claim was never written, so
-// releasing it writes nothing; a remote claim's record is deleted with a
-// synced write, so a released claim does not come back after a crash.
-func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
+// releasing it without compensations writes nothing; a remote claim's
+// record is deleted with a synced write, so a released claim does not come
+// back after a crash. Compensations (apply) commit in the batch that
+// deletes the record, or, for a local claim, in a batch of their own
+// written while the key is busy under the holder's token.
+func (e *Engine) Release(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effects) error) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -107,6 +110,9 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 		return err
 	}
 	defer e.gate.exit()
+	if apply != nil {
+		return e.runConflicts(func() error { return e.releaseWith(ctx, l, apply) })
+	}
 	k := appendRecordKey(nil, l.ID)
 	st := e.table.stripe(k)
 	s, stored, err := e.release(ctx, st, k, l)
@@ -119,6 +125,33 @@ func (e *Engine) Release(ctx context.Context, l idemkv.Lease) error {
 	}
 	prev := s.rec // s is busy: nothing else changes it
 	return e.commitRecord(st, k, s, &prev, nil, nil)
+}
+
+// releaseWith is one attempt of a Release with compensations: the
+// holder's key is marked busy, so the token check and the writes are one
+// compare-and-set, and the compensations are stamped as ending now (as a
+// resolution with no effect stamps its writes): no outcome pairs with
+// them.
+func (e *Engine) releaseWith(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effects) error) (err error) {
+	fx := e.newEffects()
+	defer fx.close()
+	fx.noResult = true
+	if err := apply(fx); err != nil {
+		return err
+	}
+	now := e.clock.Now()
+	h, err := e.hold(ctx, l)
+	if err != nil {
+		return err
+	}
+	defer e.abandonOnPanic(h.s, &err)
+	b := e.db.NewBatch()
+	fx.writeTo(b, h.rec.Token, time.Unix(now.Unix(), 0))
+	if err := e.commitRecordTxn(h.st, h.k, h.s, h.prev(), nil, b, fx.txn(h.rec.Token, now)); err != nil {
+		return err
+	}
+	e.counters.released.Add(1)
+	return nil
 }
 
 // release checks that l holds k and, for a local claim, drops its slot: it

@@ -51,7 +51,7 @@ func TestWriteStallsCounted(t *testing.T) {
 	for i := range 2 {
 		c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("k"), Fingerprint: []byte(fmt.Sprint(i)), Mode: idemkv.ModeRemote})
 		require.NoError(t, err)
-		require.NoError(t, e.Release(ctx, c.Lease))
+		require.NoError(t, e.Release(ctx, c.Lease, nil))
 		require.NoError(t, e.Flush())
 	}
 	require.GreaterOrEqual(t, e.db.Metrics().Levels[0].Sublevels, int32(2), "level 0 is full")

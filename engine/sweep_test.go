@@ -107,7 +107,7 @@ func TestRetentionClassesExpireExactly(t *testing.T) {
 			if reopen {
 				c := v.claim(id(key), fpB, idemkv.ModeLocal)
 				require.Equal(t, idemkv.Acquired, c.Outcome, key)
-				require.NoError(t, v.e.Release(ctx, c.Lease))
+				require.NoError(t, v.e.Release(ctx, c.Lease, nil))
 			}
 			// Rewind for the next round: the fake clock only moves forward,
 			// so rebuild the clock at t0.

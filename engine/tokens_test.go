@@ -52,7 +52,7 @@ func TestReadOnlyRefusesChanges(t *testing.T) {
 	_, err = v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("done"), Fingerprint: fpA})
 	require.ErrorIs(t, err, ErrReadOnly, "a claim is a change even when it would replay")
 	require.ErrorIs(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil), ErrReadOnly)
-	require.ErrorIs(t, v.e.Release(ctx, c.Lease), ErrReadOnly)
+	require.ErrorIs(t, v.e.Release(ctx, c.Lease, nil), ErrReadOnly)
 	require.ErrorIs(t, v.e.MarkUncertain(ctx, c.Lease, "x"), ErrReadOnly)
 	_, err = v.e.Renew(ctx, c.Lease, 0)
 	require.ErrorIs(t, err, ErrReadOnly)

@@ -192,7 +192,7 @@ func TestConcurrentTransactionsSerialize(t *testing.T) {
 					perKey[k]++
 				case errors.Is(err, errOutOfStock), errors.Is(err, idemkv.ErrConflict):
 					refused++
-					if err := v.e.Release(ctx, c.Lease); err != nil {
+					if err := v.e.Release(ctx, c.Lease, nil); err != nil {
 						rt.Error(err)
 					}
 				default:

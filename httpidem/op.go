@@ -23,6 +23,8 @@ type Op struct {
 	pointer   string
 	uncertain bool
 	released  bool
+	// compensations commit with the release (Release's arguments).
+	compensations []func(idemkv.Effects) error
 	note      string
 	settled   bool
 }
@@ -88,10 +90,34 @@ func (op *Op) Uncertain(note string) {
 // 5xx, 408, 425 or 429; Route.Storable) without it marks the key
 // uncertain, because such a response proves nothing about the downstream.
 // Uncertain wins over Release.
-func (op *Op) Release() {
+//
+// compensate, if given, are writes that commit with the release, in the
+// same commit fenced on the request's lease (idemkv.Store.Release): what
+// the attempt gives back, such as an amount it held. An attempt that has
+// lost its lease to a retry gives back nothing, so it cannot free what
+// the retry still uses. Writes added with Apply are not part of a
+// release: they go with a stored outcome only.
+func (op *Op) Release(compensate ...func(idemkv.Effects) error) {
 	op.mu.Lock()
 	op.released = true
+	op.compensations = append(op.compensations, compensate...)
 	op.mu.Unlock()
+}
+
+// compensate is the Release callback running every compensation in
+// order, or nil if there are none.
+func (op *Op) compensate() func(idemkv.Effects) error {
+	if len(op.compensations) == 0 {
+		return nil
+	}
+	return func(fx idemkv.Effects) error {
+		for _, f := range op.compensations {
+			if err := f(fx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // apply is the Complete callback running every registered Apply in order.

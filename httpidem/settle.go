@@ -37,7 +37,7 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 		return err
 	case released || (!p.route.Storable(status) && op.lease.Mode != idemkv.ModeRemote):
 		q.report.Disposition = Released
-		err := store.Release(ctx, op.lease)
+		err := store.Release(ctx, op.lease, op.compensate())
 		if err == nil {
 			p.logEvent(ctx, q, slog.LevelInfo, msgReleased, disposition(q), slog.Int("status", status))
 		}
@@ -105,7 +105,7 @@ func (p *protected) abandon(ctx context.Context, q *request, op *Op, why string)
 		msg = msgUncertain
 		err = p.m.store.MarkUncertain(ctx, op.lease, why)
 	} else {
-		err = p.m.store.Release(ctx, op.lease)
+		err = p.m.store.Release(ctx, op.lease, nil)
 	}
 	if err != nil {
 		p.logEvent(ctx, q, slog.LevelError, "httpidem: could not give up the key; its lease bounds the wait", slog.Any("err", err))

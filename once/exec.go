@@ -106,7 +106,7 @@ func (x *Exec) applyDeferred(fx idemkv.Effects) error {
 // (ErrFenced: taken over, or expired and dropped) needs no release. why
 // is the attribute that says, in the log, what made it give up.
 func (x *Exec) release(ctx context.Context, why slog.Attr) error {
-	err := x.store.Release(ctx, x.Lease)
+	err := x.store.Release(ctx, x.Lease, nil)
 	switch {
 	case err == nil:
 		x.log.log(ctx, slog.LevelInfo, msgReleased, token(x.Lease), why)

@@ -525,7 +525,7 @@ func TestInProgressWaitHonoursRetryAfter(t *testing.T) {
 	v := newEnv(t, nil)
 	l := v.holder("k", idemkv.ModeLocal, false)
 	v.clock.Advance(lease - 2*time.Second) // the lease ends in 2 s
-	w := &waits{then: []func(){func() { require.NoError(t, v.e.Release(ctx, l)) }}}
+	w := &waits{then: []func(){func() { require.NoError(t, v.e.Release(ctx, l, nil)) }}}
 	c := call("k")
 	c.Poll, c.After = time.Minute, w.After
 	out, err := once.Do(ctx, v.e, c, func(context.Context, *once.Exec) (idemkv.Result, error) { return created, nil })

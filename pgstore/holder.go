@@ -108,14 +108,25 @@ func (s *Store) completed(events int64) {
 const absentSQL = `state = 3, escalated = false, lease_expires = NULL, expires = '1970-01-01 00:00:00+00',
 	status = 0, pointer = '', body = NULL, effects = 0, note = ''`
 
+// releaseRecSQL makes the holder's record absent (absentSQL) if it is
+// still in progress under the holder's token ($3; $6-$8 the id).
+const releaseRecSQL = `
+	UPDATE idemkv_records SET ` + absentSQL + `
+	WHERE tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3 AND state = 1
+	RETURNING 1`
+
 // Release implements idemkv.Store: the record becomes absent (absentSQL)
-// if the lease still holds it.
-func (s *Store) Release(ctx context.Context, l idemkv.Lease) error {
+// if the lease still holds it, and its compensations (apply) commit in
+// the same statement, written only if the record changed.
+func (s *Store) Release(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effects) error) error {
 	if err := validateLease(&l); err != nil {
 		return err
 	}
 	if err := s.open(); err != nil {
 		return err
+	}
+	if apply != nil {
+		return s.releaseWith(ctx, l, apply)
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE idemkv_records SET `+absentSQL+`
 		WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1`,
@@ -127,6 +138,31 @@ func (s *Store) Release(ctx context.Context, l idemkv.Lease) error {
 		return s.fenced(l)
 	}
 	return nil
+}
+
+// releaseWith is Release with compensations.
+func (s *Store) releaseWith(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effects) error) error {
+	var events int64
+	err := s.transact(ctx, apply, func(fx *effects, q querier) error {
+		a, err := fx.args()
+		if err != nil {
+			return err
+		}
+		var n int64
+		err = q.QueryRow(ctx, s.sql.release.pick(&a), a.args(l.Token, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key)...).
+			Scan(&n, &events, new(int64))
+		if err != nil {
+			return s.dbErr("release", err)
+		}
+		if n == 0 {
+			return s.fenced(l)
+		}
+		return nil
+	})
+	if err == nil && events > 0 {
+		s.kickOutbox()
+	}
+	return err
 }
 
 // MarkUncertain implements idemkv.Store.

@@ -165,7 +165,7 @@ func (s *Store) runLocalInTwo(ctx context.Context, req idemkv.ClaimRequest, r id
 		return c, err
 	}
 	if err := s.Complete(ctx, c.Lease, r, apply); err != nil {
-		_ = s.Release(context.WithoutCancel(ctx), c.Lease)
+		_ = s.Release(context.WithoutCancel(ctx), c.Lease, nil)
 		return idemkv.Claim{}, err
 	}
 	// The outcome has committed: what follows only fills in the answer.

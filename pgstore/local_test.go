@@ -237,7 +237,7 @@ func TestDeletes(t *testing.T) {
 		require.Equal(t, idemkv.Acquired, c.Outcome)
 	}
 	fenced := reviewClaim(t, s, reviewID("fenced"), idemkv.ModeLocal)
-	require.NoError(t, s.Release(ctx, fenced))
+	require.NoError(t, s.Release(ctx, fenced, nil))
 	require.ErrorIs(t, s.Complete(ctx, fenced, idemkv.Result{Status: 200}, del("e", true)), idemkv.ErrFenced)
 	for _, k := range []string{"a", "b", "c", "d"} {
 		requireData(t, s, k, "")

@@ -40,7 +40,7 @@ type Store struct {
 }
 
 type statements struct {
-	complete, resolve, resolveNoEffect, update, local writeSQL
+	complete, release, resolve, resolveNoEffect, update, local writeSQL
 	uncertain, escalate                               string
 }
 
@@ -52,6 +52,7 @@ func newStatements(o *Options) statements {
 	at5, at1 := expiresSQL(o, "$5"), expiresSQL(o, "$1")
 	return statements{
 		complete:        newWriteSQL(fmt.Sprintf(completeRecSQL, at5), 7, notify),
+		release:         newWriteSQL(releaseRecSQL, 3, notify),
 		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 8, notify),
 		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 3, notify),
 		update:          newWriteSQL("SELECT $5::timestamptz AS at", 0, notify), // a row for the writes; $5 is the commit's time

@@ -75,6 +75,20 @@ func (f ReconcilerFunc) Reconcile(ctx context.Context, rec idemkv.Record) (Answe
 	return f(ctx, rec)
 }
 
+// A Settler is the application's side of a settlement made by hand: an
+// operator who learned what became of an operation (idemkv resolve, or
+// package admin) settles its record through it, so that the service's
+// own writes go with the resolution, as they go with a Reconciler's
+// answer (the payment row for an applied charge, the hold given back for
+// one that had no effect). Given the record and the operator's verdict
+// (Applied with the result they give, or NotApplied), Settle returns the
+// Answer to commit: its Result (Applied: the result to store, which it
+// may rebuild) and Apply, committed atomically with the resolution. An
+// error refuses the settlement; nothing is written.
+type Settler interface {
+	Settle(ctx context.Context, rec idemkv.Record, verdict Verdict, result idemkv.Result) (Answer, error)
+}
+
 // Options configure a Worker. The zero value is usable with the defaults
 // below.
 type Options struct {

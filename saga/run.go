@@ -288,7 +288,7 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 		case s.Remote && (errors.Is(err, ErrUnknown) || ctx.Err() != nil):
 			return nil, actionWaiting, store.MarkUncertain(bg, l, clip(fmt.Sprintf("saga %s: %s: %v", d.r.def.Name, kind+" "+s.Name, err)))
 		case ctx.Err() != nil:
-			return nil, 0, errors.Join(ctx.Err(), store.Release(bg, l)) // a local action: nothing was written
+			return nil, 0, errors.Join(ctx.Err(), store.Release(bg, l, nil)) // a local action: nothing was written
 		case kind == "do" && s.Remote && l.Takeover() && !errors.Is(err, ErrPermanent) && attempt >= d.r.o.MaxAttempts:
 			// The runner before this one may have sent the step and
 			// crashed: its call may have landed. Failing the step would
@@ -316,7 +316,7 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 		select {
 		case <-d.r.o.After(d.r.backoff(attempt)):
 		case <-ctx.Done():
-			return nil, 0, errors.Join(ctx.Err(), store.Release(context.WithoutCancel(ctx), l)) // the last try had no effect
+			return nil, 0, errors.Join(ctx.Err(), store.Release(context.WithoutCancel(ctx), l, nil)) // the last try had no effect
 		}
 		var rerr error
 		if l, rerr = store.Renew(ctx, l, d.r.o.Lease); rerr != nil {

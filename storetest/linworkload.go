@@ -144,7 +144,7 @@ func (r *linRun) finish(client int, how string, l idemkv.Lease, meta any) {
 		}
 	case "release":
 		in.Kind = linRelease
-		call = func() error { return s.Release(ctx, l) }
+		call = func() error { return s.Release(ctx, l, nil) }
 	case "mark-uncertain":
 		in.Kind = linMarkUncertain
 		call = func() error { return s.MarkUncertain(ctx, l, fmt.Sprintf("client %d lost track", client)) }

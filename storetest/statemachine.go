@@ -260,7 +260,7 @@ func (m *machine) release(t *rapid.T) {
 	if !ok {
 		t.Skip("no lease")
 	}
-	err := m.h.Store().Release(ctx, l)
+	err := m.h.Store().Release(ctx, l, nil)
 	if m.holder(l) == nil {
 		m.expectFenced(t, "release", err)
 		return

@@ -129,7 +129,7 @@ func checkWorkload(t *testing.T, wl string, p Point, what string) {
 type forgetful struct{ Store }
 
 func (f forgetful) Complete(ctx context.Context, l idemkv.Lease, _ idemkv.Result, _ func(idemkv.Effects) error) error {
-	return f.Release(ctx, l)
+	return f.Release(ctx, l, nil)
 }
 
 // wrongReplay replays a result other than the one stored.

@@ -168,7 +168,7 @@ func TestLookupWhileCharging(t *testing.T) {
 	require.NoError(t, err)
 	status, _, _ := f.do("GET", "/v1/charges/k1", "", "")
 	assert.Equal(t, http.StatusConflict, status, "a charge request holds the key")
-	require.NoError(t, f.e.Release(context.Background(), c.Lease))
+	require.NoError(t, f.e.Release(context.Background(), c.Lease, nil))
 	status, _, _ = f.do("GET", "/v1/charges/k1", "", "")
 	assert.Equal(t, http.StatusNotFound, status)
 }

@@ -398,10 +398,19 @@ func (s *DB) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, appl
 }
 
 // Release implements idemkv.Store with a synced delete (local claims too:
-// they were written).
-func (s *DB) Release(ctx context.Context, l idemkv.Lease) error {
+// they were written), in the batch of the compensations.
+func (s *DB) Release(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effects) error) error {
 	return s.hold(ctx, l, func(st *stripe, k []byte, cur idemkv.Record, _ time.Time) error {
-		return s.put(st, k, &cur, nil)
+		if apply == nil {
+			return s.put(st, k, &cur, nil)
+		}
+		b := s.db.NewBatch()
+		if err := apply(&effects{b: b}); err != nil {
+			_ = b.Close()
+			return err
+		}
+		putRecord(b, k, &cur, nil)
+		return s.commit(st, k, b)
 	})
 }
 
