@@ -25,8 +25,8 @@ type Op struct {
 	released  bool
 	// compensations commit with the release (Release's arguments).
 	compensations []func(idemkv.Effects) error
-	note      string
-	settled   bool
+	note          string
+	settled       bool
 }
 
 type opKey struct{}

@@ -41,7 +41,7 @@ type Store struct {
 
 type statements struct {
 	complete, release, resolve, resolveNoEffect, update, local writeSQL
-	uncertain, escalate                               string
+	uncertain, escalate                                        string
 }
 
 func newStatements(o *Options) statements {
