@@ -38,7 +38,7 @@
 // # Basics
 //
 //	e, err := engine.Open("idemkv-data", nil)
-//	svc, err := payments.New(payments.Config{Store: e, Provider: payments.NewProvider(payments.ProviderOptions{})})
+//	svc, err := payments.New(payments.Config{Store: e, Processor: payments.NewProvider(payments.ProviderOptions{})})
 //	err = http.ListenAndServe("127.0.0.1:8080", svc.Handler())
 //
 // Routes: POST /v1/payments (Idempotency-Key required), GET

@@ -33,7 +33,7 @@ func newOrders(t *testing.T) *orderFixture {
 	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: f.clock, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Fault: f.fault.get})
-	svc, err := New(Config{Store: eng, Processor: p, Now: f.clock.Now})
+	svc, err := New(Config{Store: eng, Processor: p, Clock: f.clock})
 	require.NoError(t, err)
 	f.eng, f.svc, f.srv = eng, svc, httptest.NewServer(svc.Handler())
 	t.Cleanup(func() {

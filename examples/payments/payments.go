@@ -58,8 +58,12 @@ type Config struct {
 	// Lease bounds how long a payment may take before a retry may take it
 	// over (resuming the same charge). Default: the store's (30 s).
 	Lease time.Duration
-	// Now tells the time of payments. Default: time.Now.
-	Now func() time.Time
+	// Clock tells the time of payments (Payment.Created): every time the
+	// service reads, in a request, a reconciler's answer or an operator's
+	// settlement, comes from it, so a test or a simulation that drives a
+	// clock drives the service. Default: the Store, whose clock its
+	// records' times are in.
+	Clock idemkv.Clock
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
 	// APIKeys authenticates callers: the bearer token is a secret API key
@@ -147,8 +151,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Processor == nil {
 		cfg.Processor = NewProvider(ProviderOptions{})
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = cfg.Store
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -74,7 +74,7 @@ func TestStalledChargeIsFencedAfterTakeover(t *testing.T) {
 			return ctx.Err()
 		}
 	}})
-	svc, err := New(Config{Store: eng, Processor: p, Now: clock.Now})
+	svc, err := New(Config{Store: eng, Processor: p, Clock: clock})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()

@@ -83,14 +83,14 @@ func TestMalformedProcessorAnswersAreUnknown(t *testing.T) {
 		"bad currency": {charge: Charge{ID: "ch_1", Key: key, Amount: 100, Currency: "usd"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			svc := &Service{cfg: Config{Processor: b, Now: time.Now}}
+			svc := &Service{cfg: Config{Processor: b, Clock: newTicking()}}
 			a, err := svc.Reconcile(context.Background(), rec)
 			if err == nil {
 				assert.Equal(t, reconcile.Unknown, a.Verdict)
 			}
 		})
 	}
-	svc := &Service{cfg: Config{Processor: badProcessor{charge: good}, Now: time.Now}}
+	svc := &Service{cfg: Config{Processor: badProcessor{charge: good}, Clock: newTicking()}}
 	a, err := svc.Reconcile(context.Background(), rec)
 	require.NoError(t, err)
 	assert.Equal(t, reconcile.Applied, a.Verdict)

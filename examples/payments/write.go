@@ -18,7 +18,7 @@ import (
 func (s *Service) payment(tenant string, opID idemkv.OperationID, ch Charge) stored {
 	return stored{Tenant: tenant, Payment: Payment{
 		ID: "pay_" + opID.StepKey("payment")[:24], Amount: ch.Amount, Currency: ch.Currency, Description: ch.Description,
-		Status: "succeeded", Charge: ch.ID, Created: s.cfg.Now().UTC(),
+		Status: "succeeded", Charge: ch.ID, Created: s.cfg.Clock.Now().UTC(),
 	}}
 }
 
