@@ -19,8 +19,21 @@ import (
 // the first's total, so they never both pass. The hold, keyed by the
 // payment's operation, is converted when the payment is stored, and
 // given back when the charge provably did not happen (declined, refused
-// before charging, reconciled as not applied). A takeover of a payment
-// finds its hold already there and does not hold twice.
+// before charging, reconciled or settled as not applied). A takeover of
+// a payment finds its hold already there and does not hold twice.
+//
+// Every conversion and give-back commits with the attempt's outcome or
+// release, or with the record's resolution, fenced on its token
+// (httpidem.Op.Apply, httpidem.Op.Release, reconcile.Answer.Apply): an
+// attempt that has lost its lease changes nothing, so it cannot give
+// back a hold that the attempt which took the key over still counts on.
+//
+// Making the hold is not fenced: it is a plain transaction (Store.Update)
+// right after the claim. An attempt that loses its lease before its hold
+// commits still makes it, keyed by the operation; it then stays with the
+// operation, and the next attempt of it (the retry that took it over, a
+// retry after a release, the reconciler, an operator) finds it and
+// converts it or gives it back, without holding twice.
 
 // errOverLimit refuses a payment the account's limit cannot take.
 var errOverLimit = errors.New("the payment would take the account over its limit")
@@ -150,18 +163,4 @@ type Account struct {
 	// Spent is what the account's payments have charged or hold, counted
 	// only while a limit is set.
 	Spent int64 `json:"spent"`
-}
-
-// unholdThenRelease gives the hold back, then releases the key: the
-// charge provably did not happen. If the hold cannot be given back the
-// key stays held, and a retry after its lease resumes the payment, which
-// finds its hold.
-func (s *Service) unholdThenRelease(ctx context.Context, op *httpidem.Op, tenant string, opID idemkv.OperationID) {
-	if s.cfg.AccountLimit > 0 {
-		if err := s.cfg.Store.Update(context.WithoutCancel(ctx), unhold(tenant, opID)); err != nil {
-			s.cfg.Logger.Warn("payments: giving back a hold failed; the payment resumes on a retry", "err", err)
-			return
-		}
-	}
-	op.Release()
 }
