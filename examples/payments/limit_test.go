@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/reconcile"
 )
@@ -114,6 +115,9 @@ func TestReconciledNotAppliedGivesTheHoldBack(t *testing.T) {
 	require.NoError(t, w.Pass(context.Background()))
 	require.Equal(t, int64(1), w.Stats().NotApplied)
 	assert.Zero(t, f.spent("acct_1"), "the processor never saw it: the hold came back with the release")
+	n := 0
+	require.NoError(t, f.eng.ScanData([]byte("intent/"), func(_, _ []byte) bool { n++; return true }))
+	assert.Zero(t, n, "the intent went with it")
 	r, err := f.eng.Check(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, r.Problems)
@@ -254,4 +258,63 @@ func TestClientGoneBeforeTheCallReleases(t *testing.T) {
 	v, err := eng.GetData(spentKey("acct_1"))
 	require.NoError(t, err)
 	assert.Zero(t, binary.BigEndian.Uint64(v), "the hold came back with the release")
+}
+
+// beforeUpdate is a store whose Update waits for gate, once, when the
+// hook says so.
+type beforeUpdate struct {
+	*engine.Engine
+	wait func() bool
+	gate chan struct{}
+}
+
+func (s beforeUpdate) Update(ctx context.Context, fn func(idemkv.Effects) error) error {
+	if s.wait() {
+		<-s.gate
+	}
+	return s.Engine.Update(ctx, fn)
+}
+
+// An attempt that stalls between its claim and its hold, past its lease,
+// while its retry takes the key over and stores the payment, holds
+// nothing when it wakes: its hold's transaction finds the payment's row.
+// The account counts the payment once, and nothing is left held.
+func TestStaleAttemptHoldsNothingOnceThePaymentIsStored(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: time.Second, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	var updates atomic.Int32
+	reached := make(chan struct{})
+	store := beforeUpdate{Engine: eng, gate: make(chan struct{}), wait: func() bool {
+		if updates.Add(1) != 1 {
+			return false
+		}
+		close(reached)
+		return true
+	}}
+	p := NewProvider(ProviderOptions{})
+	svc, err := New(Config{Store: store, Processor: p, AccountLimit: 10000, Clock: clock})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &svcFixture{t: t, eng: eng, srv: srv, p: p, svc: svc}
+
+	stale := make(chan reply, 1)
+	go func() { stale <- f.pay("acct_1", "k1", order1000) }()
+	<-reached
+	clock.Advance(2 * time.Second)
+	retry := f.pay("acct_1", "k1", order1000)
+	require.Equal(t, http.StatusCreated, retry.status, "%s", retry.body)
+	close(store.gate)
+	problemOf(t, <-stale, http.StatusConflict, httpidem.ProblemLeaseLost)
+
+	assert.Equal(t, int64(1000), f.spent("acct_1"), "counted once")
+	rec, err := eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "k1"})
+	require.NoError(t, err)
+	for _, k := range [][]byte{holdKey("acct_1", rec.OperationID), intentKey("acct_1", rec.OperationID)} {
+		_, err := eng.GetData(k)
+		assert.ErrorIs(t, err, idemkv.ErrNotFound, "%q left behind", k)
+	}
+	assert.Equal(t, 1, p.Stats().Calls, "the stale attempt charged nothing")
 }

@@ -298,13 +298,20 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	// release or outcome, in the commit fenced on its lease: an attempt
 	// that has lost its lease to a retry gives back nothing, since the
 	// retry resumes the same operation and still uses the hold (limit.go).
-	if err := s.hold(r.Context(), tenant, opID, amount); err != nil {
-		if errors.Is(err, errOverLimit) {
-			op.Release() // the hold's transaction failed whole: nothing held, nothing charged
-			httpidem.WriteProblem(w, "limit-exceeded", http.StatusPaymentRequired, err.Error()+"; nothing was charged", 0)
-			return
-		}
-		op.Release(unhold(tenant, opID)) // whether the hold committed is unknown; nothing was charged
+	paid, err := s.begin(r.Context(), tenant, opID, intent{Amount: amount, Currency: *req.Currency, Description: req.Description})
+	switch {
+	case errors.Is(err, errPaid):
+		// The payment is stored already: answer it, charging nothing.
+		// (Fenced off with the outcome if another attempt stored it.)
+		w.Header().Set("Location", "/v1/payments/"+paid.ID)
+		writeJSON(w, http.StatusCreated, paid.Payment)
+		return
+	case errors.Is(err, errOverLimit):
+		op.Release() // begin's transaction failed whole: nothing held, nothing charged
+		httpidem.WriteProblem(w, "limit-exceeded", http.StatusPaymentRequired, err.Error()+"; nothing was charged", 0)
+		return
+	case err != nil:
+		op.Release(giveBack(tenant, opID)) // whether begin committed is unknown; nothing was charged
 		s.storeError(w, err)
 		return
 	}
@@ -314,7 +321,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	// may still land, so it is left to the reconciler like a timeout.
 	if err := r.Context().Err(); err != nil {
 		s.provider.WithLabelValues("cancelled").Inc()
-		op.Release(unhold(tenant, opID))
+		op.Release(giveBack(tenant, opID))
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the request ended before the card processor was called; nothing was charged: "+err.Error(), time.Second)
 		return
@@ -328,8 +335,9 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrDeclined):
 		s.provider.WithLabelValues("declined").Inc()
 		// A final answer, stored and replayed: the same request would be
-		// declined again. Nothing was charged: the hold goes with it.
-		if err := op.Apply(unhold(tenant, opID)); err != nil {
+		// declined again. Nothing was charged: the hold and the intent
+		// go with it.
+		if err := op.Apply(giveBack(tenant, opID)); err != nil {
 			s.storeError(w, err)
 			return
 		}
@@ -337,7 +345,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, ErrProviderUnavailable):
 		s.provider.WithLabelValues("unavailable").Inc()
-		op.Release(unhold(tenant, opID)) // refused before charging: a retry may charge
+		op.Release(giveBack(tenant, opID)) // refused before charging: a retry may charge
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the card processor is unavailable; nothing was charged. Retry with the same key.", time.Second)
 		return
