@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/reconcile"
 )
@@ -137,6 +138,23 @@ func TestDeclinedOrderReleasesItsReservation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "released", string(row))
 	assert.Zero(t, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+}
+
+// The order's key is read as the middleware reads it: "o1", a Structured
+// Field string, and o1, a bare token, are one key, one order, one charge.
+func TestOrderKeyFormsNameOneKey(t *testing.T) {
+	f := newOrders(t)
+	status, _, quoted := f.do("POST", "/v1/orders", `"o1"`, pen)
+	require.Equal(t, http.StatusCreated, status, quoted)
+	status, _, bare := f.do("POST", "/v1/orders", "o1", pen)
+	require.Equal(t, http.StatusCreated, status, bare)
+	assert.Equal(t, quoted, bare)
+	assert.Equal(t, 1, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+	for _, key := range []string{`"o1`, "o 1", `"o1";p=1`, "o1, o2"} {
+		status, _, body := f.do("POST", "/v1/orders", key, pen)
+		assert.Equal(t, http.StatusBadRequest, status, "%s: %s", key, body)
+		assert.Contains(t, body, httpidem.ProblemInvalidKey)
+	}
 }
 
 func TestOrderBadInput(t *testing.T) {
