@@ -172,3 +172,54 @@ func TestLookupOfAChargeInFlight(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, found)
 }
+
+// With a Ledger, the provider's charges outlive the process: a charge
+// whose answer was lost, then a restart (the ledger's store closed and
+// opened again, a new provider on it), and a lookup still finds it, and
+// a retry under its key is answered with it instead of charging again.
+// Concurrent calls under one key make one charge.
+func TestProviderLedgerOutlivesTheProcess(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() *engine.Engine {
+		e, err := engine.Open(dir, &engine.Options{NoBackgroundSweep: true})
+		require.NoError(t, err)
+		return e
+	}
+	e := open()
+	p := NewProvider(ProviderOptions{Ledger: e, TimeoutRate: 1})
+	req := ChargeRequest{Key: "k", Amount: 700, Currency: "EUR", Description: "order 7"}
+	_, err := p.Charge(ctx, req)
+	require.ErrorIs(t, err, ErrProviderTimeout, "charged, and the answer lost")
+	require.NoError(t, e.Close())
+
+	e = open()
+	defer e.Close()
+	p = NewProvider(ProviderOptions{Ledger: e})
+	c, found, err := p.Lookup(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, found, "the charge made before the restart")
+	assert.Equal(t, Charge{ID: c.ID, Key: "k", Amount: 700, Currency: "EUR", Description: "order 7"}, c)
+	again, err := p.Charge(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, c, again)
+
+	var wg sync.WaitGroup
+	ids := make(chan string, 8)
+	for range 8 {
+		wg.Go(func() {
+			c, err := p.Charge(ctx, ChargeRequest{Key: "race", Amount: 100, Currency: "USD"})
+			assert.NoError(t, err)
+			ids <- c.ID
+		})
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		seen[id] = true
+	}
+	assert.Len(t, seen, 1, "one charge under one key")
+	assert.Equal(t, ProviderStats{Calls: 9, Charges: 1, Dedups: 8}, p.Stats())
+	assert.Len(t, p.Charges(), 2)
+}
