@@ -96,7 +96,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.processorURL, "processor", "", "charge the card processor at `URL` (an idemkv processor) over HTTP instead of the simulated one in this process; the --provider flags then do not apply. Required with --store")
 	fs.DurationVar(&c.processorTimeout, "processor-timeout", 5*time.Second, "give up on a call to --processor after `D`: the payment is then uncertain until reconciled")
 	fs.DurationVar(&c.reconcile.Interval, "reconcile-interval", time.Second, "how often the reconciler looks for uncertain and abandoned payments and asks the processor about them")
-	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long past its lease a payment whose holder vanished is left, and how old an uncertain payment must be, before the reconciler asks about it; keep it above --processor-timeout")
+	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long the reconciler leaves a payment before it asks the processor about it: counted from when it was marked uncertain, or, for one whose holder vanished, from when its lease ran out (a call sent just before may still land)")
 	fs.IntVar(&c.reconcile.MaxAttempts, "reconcile-max-attempts", 20, "escalate a payment to an operator after `N` answers of \"unknown\" in a row")
 	fs.DurationVar(&c.reconcile.MaxAge, "reconcile-max-age", 24*time.Hour, "escalate a payment still unsettled this long after it was first tried")
 	fs.StringVar(&c.events, "events", "", "publish a payments.created event for every payment, from the store's outbox, to the NATS JetStream server at `URL` (nats://HOST:PORT), or to one started in this process with its store under --data (embedded); without it no events are kept")
