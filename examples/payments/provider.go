@@ -80,8 +80,11 @@ type Processor interface {
 	// Charge makes the charge, or returns the one already made under
 	// req.Key. It fails with ErrProviderUnavailable (nothing charged),
 	// ErrDeclined (nothing charged, for good), ErrProviderTimeout
-	// (charged or not: unknown) or ctx's error
-	// (nothing charged, the call was not sent).
+	// (charged or not: unknown) or ctx's error (the call ended because
+	// ctx did). The service reads any error but the first two as
+	// unknown: a call cut short on its way may still land. Only a ctx
+	// already done before Charge is called proves nothing was sent, and
+	// the service checks that itself.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
 	// Lookup returns the charge made under key; found is false if the
 	// processor has none (and, for the key of an operation that is no
