@@ -32,8 +32,9 @@ import (
 // An attempt that loses its lease before that commits still makes it,
 // keyed by the operation, and the hold stays with the operation: the
 // next attempt of it (the retry that took the key over, a retry after a
-// release, the reconciler, an operator) finds it and converts it or
-// gives it back, and never holds twice. Two cases have no next attempt.
+// release, whose store derives the same operation id from the request,
+// the reconciler, an operator) finds it and converts it or gives it
+// back, and never holds twice. Two cases have no next attempt.
 // If the operation was charged and stored meanwhile, the transaction
 // finds its payment's row and holds nothing. If it was declined and
 // stored meanwhile, the hold (and the intent) stay until the same
