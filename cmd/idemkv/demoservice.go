@@ -77,7 +77,7 @@ func (d *demo) open() error {
 	}
 	// Errors only: the narrative on stdout tells the state changes.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	svc, err := payments.New(payments.Config{Store: e, Processor: d.proc, Now: d.clock.Now, Events: true, Logger: log})
+	svc, err := payments.New(payments.Config{Store: e, Processor: d.proc, Clock: d.clock, Events: true, Logger: log})
 	if err != nil {
 		e.Close()
 		return err

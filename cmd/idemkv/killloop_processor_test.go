@@ -75,14 +75,19 @@ func TestServeProcessorKillLoop(t *testing.T) {
 // its charges outlive every kill of serve) that times out a third of its
 // charges after making them, until the test ends; it returns its URL.
 func startFlakyProcessor(t *testing.T, seed uint64) string {
+	return startTestProcessor(t, processor.Options{TimeoutRate: 1.0 / 3, Hold: time.Minute, Rand: rand.New(rand.NewPCG(seed, 1))})
+}
+
+// startTestProcessor runs an idemkv processor with o until the test ends
+// and returns its URL.
+func startTestProcessor(t *testing.T, o processor.Options) string {
 	pln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	pctx, pcancel := context.WithCancel(context.Background())
 	var pout syncBuffer
 	pdone := make(chan error, 1)
 	go func() {
-		pdone <- runProcessor(pctx, pln, processorConfig{dir: t.TempDir(), retention: time.Hour,
-			o: processor.Options{TimeoutRate: 1.0 / 3, Hold: time.Minute, Rand: rand.New(rand.NewPCG(seed, 1))}}, &pout)
+		pdone <- runProcessor(pctx, pln, processorConfig{dir: t.TempDir(), retention: time.Hour, o: o}, &pout)
 	}()
 	t.Cleanup(func() {
 		pcancel()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/idemkv/idemkv/examples/processor"
 	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/stretchr/testify/require"
 )
@@ -113,19 +114,21 @@ func TestHTTPLinearizability(t *testing.T) {
 }
 
 // TestHTTPLinearizabilityFleet is TestHTTPLinearizability against two
-// "idemkv serve --store" processes sharing one PostgreSQL database, each
-// request sent to one of them at random: one key's history across both
-// processes must be one linearizable history.
+// "idemkv serve --store" processes sharing one PostgreSQL database and
+// one idemkv processor (serve requires one with --store), each request
+// sent to one of them at random: one key's history across both processes
+// must be one linearizable history.
 func TestHTTPLinearizabilityFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for a few seconds")
 	}
 	for round := range 3 {
 		dsn := pgtest.Shared(t).CreateDatabase(t)
+		purl := startTestProcessor(t, processor.Options{Latency: 2 * time.Millisecond})
 		var srvs []served
 		var urls []string
 		for range 2 {
-			srv := startServe(t, t.TempDir(), "--store", dsn, "--provider-latency", "2ms")
+			srv := startServe(t, t.TempDir(), "--store", dsn, "--processor", purl)
 			srvs, urls = append(srvs, srv), append(urls, srv.url)
 		}
 		ops := httpLinHistory(round, urls, func(format string, args ...any) { t.Errorf(format, args...) })

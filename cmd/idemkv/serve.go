@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/reconcile"
 )
@@ -56,7 +59,10 @@ type serveConfig struct {
 	// reconcile configures the worker that settles uncertain payments.
 	reconcile reconcile.Options
 	// processorURL, if set, is an idemkv processor to charge over HTTP
-	// instead of the simulation in this process.
+	// instead of the simulation in this process, which keeps its charges
+	// under dir/processor (openSimulator). The command requires it with
+	// store (requireProcessor); serve itself does not, so that a test may
+	// run one process on a PostgreSQL store with the simulation.
 	processorURL     string
 	processorTimeout time.Duration
 	// events, if set, is where payments.created events go: a NATS
@@ -80,17 +86,17 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
 	fs.StringVar(&c.adminAuditLog, "admin-audit-log", "", "record the admin API's resolves and evictions in `FILE` (JSON lines; default DIR/audit.log with --data; with --store, resolve and evict answer 404 without it)")
 	fs.BoolVar(&c.adminRemote, "admin-allow-remote", false, "let --admin-addr be other than loopback (the token then crosses the network in the clear)")
-	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR` (Pebble, this process's alone)")
-	fs.StringVar(&c.store, "store", "", "keep the store in the PostgreSQL database at `URL` (postgres://USER@HOST:PORT/DB?...), which several serve processes may share, instead of under --data")
+	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR` (Pebble, this process's alone), and the simulated card processor's charges in DIR/processor")
+	fs.StringVar(&c.store, "store", "", "keep the store in the PostgreSQL database at `URL` (postgres://USER@HOST:PORT/DB?...), which several serve processes may share, instead of under --data; requires --processor")
 	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running waits for its outcome before a 409 (0: answer 409 at once)")
 	fs.DurationVar(&c.lease, "lease", 0, "how long a payment may run before a retry may take it over and resume the same charge (default: the store's, 30s)")
-	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor takes")
+	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor (the one in this process, without --processor) takes")
 	fs.Float64Var(&c.provider.FailRate, "provider-fail-rate", 0, "fraction of processor calls refused before charging (the client gets 503 and may retry)")
-	fs.Float64Var(&c.provider.TimeoutRate, "provider-timeout-rate", 0, "fraction of processor calls that charge and then time out (the payment stays uncertain; retries get 409)")
-	fs.StringVar(&c.processorURL, "processor", "", "charge the card processor at `URL` (an idemkv processor) over HTTP instead of the simulated one in this process; the --provider flags then do not apply")
+	fs.Float64Var(&c.provider.TimeoutRate, "provider-timeout-rate", 0, "fraction of processor calls that charge and then time out (the payment is uncertain, and its retries get 409, until the reconciler has asked the processor, --reconcile-grace after the timeout)")
+	fs.StringVar(&c.processorURL, "processor", "", "charge the card processor at `URL` (an idemkv processor) over HTTP instead of the simulated one in this process; the --provider flags then do not apply. Required with --store")
 	fs.DurationVar(&c.processorTimeout, "processor-timeout", 5*time.Second, "give up on a call to --processor after `D`: the payment is then uncertain until reconciled")
 	fs.DurationVar(&c.reconcile.Interval, "reconcile-interval", time.Second, "how often the reconciler looks for uncertain and abandoned payments and asks the processor about them")
-	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long past its lease a payment whose holder vanished is left, and how old an uncertain payment must be, before the reconciler asks about it; keep it above --processor-timeout")
+	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long the reconciler leaves a payment before it asks the processor about it: counted from when it was marked uncertain, or, for one whose holder vanished, from when its lease ran out (a call sent just before may still land)")
 	fs.IntVar(&c.reconcile.MaxAttempts, "reconcile-max-attempts", 20, "escalate a payment to an operator after `N` answers of \"unknown\" in a row")
 	fs.DurationVar(&c.reconcile.MaxAge, "reconcile-max-age", 24*time.Hour, "escalate a payment still unsettled this long after it was first tried")
 	fs.StringVar(&c.events, "events", "", "publish a payments.created event for every payment, from the store's outbox, to the NATS JetStream server at `URL` (nats://HOST:PORT), or to one started in this process with its store under --data (embedded); without it no events are kept")
@@ -105,6 +111,9 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			return usageError{err}
 		}
 		if err := validStoreFlag(c.store); err != nil {
+			return usageError{err}
+		}
+		if err := requireProcessor(c); err != nil {
 			return usageError{err}
 		}
 		for _, r := range []float64{c.provider.FailRate, c.provider.TimeoutRate, c.provider.FailRate + c.provider.TimeoutRate} {
@@ -182,12 +191,22 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 			return err
 		}
 	}
-	var proc payments.Processor = payments.NewProvider(c.provider)
+	var proc payments.Processor
 	if c.processorURL != "" {
-		if proc, err = payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil); err != nil {
-			closeAll()
-			return err
+		proc, err = payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil)
+	} else {
+		var ledger *engine.Engine
+		if proc, ledger, err = c.openSimulator(); err == nil {
+			defer func() { // after the service and the reconciler have stopped
+				if err := ledger.Close(); err != nil {
+					log.Warn("closing the simulated card processor's ledger", "err", err)
+				}
+			}()
 		}
+	}
+	if err != nil {
+		closeAll()
+		return err
 	}
 	svc, err := payments.New(payments.Config{
 		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
@@ -270,6 +289,42 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	return errors.Join(err, e.Close())
 }
 
+// requireProcessor refuses --store without --processor: the simulated
+// processor lives in one process, with its charges under that process's
+// --data, so the processes sharing a store would each charge their own,
+// and ask their own whether a payment another one charged was charged.
+func requireProcessor(c serveConfig) error {
+	if c.store != "" && c.processorURL == "" {
+		return errors.New("--store needs --processor URL: the simulated card processor lives in one serve process, " +
+			"so processes sharing a store would each charge, and ask, their own; run idemkv processor and give its URL to every serve")
+	}
+	return nil
+}
+
+// simulatorDir is where, under --data, the simulated processor keeps its
+// charges.
+const simulatorDir = "processor"
+
+// openSimulator opens the simulated card processor of c.provider on a
+// ledger of its own, an engine under DIR/processor: a processor's charges
+// outlive a restart of serve, as a remote processor's do, so that the
+// reconciler asking about a payment whose answer was lost before a
+// restart finds its charge instead of hearing "never charged" and letting
+// the retry charge again. The caller closes the ledger.
+func (c *serveConfig) openSimulator() (payments.Processor, *engine.Engine, error) {
+	dir := filepath.Join(c.dir, simulatorDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	e, err := engine.Open(dir, &engine.Options{CacheSize: 8 << 20, MemTableSize: 4 << 20, ReplayCacheSize: 1 << 20})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the simulated card processor's ledger: %w", err)
+	}
+	o := c.provider
+	o.Ledger = e
+	return payments.NewProvider(o), e, nil
+}
+
 // banner prints what serve runs: where, with what store and limits, the
 // processor, demo mode, a first request to try, and the reconciler.
 func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, st servedStore, demo bool) {
@@ -277,6 +332,8 @@ func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, st servedStore, de
 		addr, st.describe, st.maxConns, runtime.GOMAXPROCS(0), st.note)
 	if c.processorURL != "" {
 		fmt.Fprintf(stdout, "idemkv: charging the card processor at %s (calls give up after %v)\n", c.processorURL, c.processorTimeout)
+	} else {
+		fmt.Fprintf(stdout, "idemkv: charging the simulated card processor in this process (its charges kept in %s)\n", filepath.Join(c.dir, simulatorDir))
 	}
 	if demo {
 		fmt.Fprintln(stdout, "idemkv: demo mode: any bearer token is taken as its account (give --api-keys FILE to authenticate)")

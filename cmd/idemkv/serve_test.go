@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/client"
+	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/examples/processor"
 	"github.com/idemkv/idemkv/reconcile"
@@ -363,4 +364,55 @@ func testServeResumesAnOrder(t *testing.T, sc storeCase) {
 	cancel()
 	require.NoError(t, <-done)
 	sc.check(t, cfg)
+}
+
+// TestServeSimulatorRemembersAcrossARestart is issue 36's item 3: a
+// payment whose processor call timed out after charging, then a restart
+// of serve. The simulated processor keeps its charges under
+// DATA/processor, so the reconciler of the new process finds the charge
+// and stores the payment, and the client's retry gets it replayed; an
+// empty simulator would have said "never charged", and the retry would
+// have charged again.
+func TestServeSimulatorRemembersAcrossARestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := serveConfig{dir: dir, provider: payments.ProviderOptions{TimeoutRate: 1},
+		reconcile: reconcile.Options{Interval: time.Hour, Grace: time.Hour}}
+	url, stop := startServeOn(t, cfg)
+	status, _, body := payOnce(t, url, "order-1")
+	require.Equal(t, http.StatusGatewayTimeout, status, body)
+	require.NoError(t, stop())
+
+	cfg.provider = payments.ProviderOptions{}
+	cfg.reconcile = reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}
+	url, stop = startServeOn(t, cfg)
+	c := client.New(nil, &client.Options{MaxAttempts: 100, MaxInterval: 50 * time.Millisecond})
+	req, _ := http.NewRequest("POST", url+"/v1/payments", strings.NewReader(`{"amount":5000,"currency":"USD","card":"tok_123"}`))
+	req.Header.Set("Authorization", "Bearer acct_1")
+	req.Header.Set("Idempotency-Key", "order-1")
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	body2, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body2)
+	assert.True(t, client.Replayed(resp), "the reconciler found the charge made before the restart")
+	require.NoError(t, stop())
+
+	ledger, err := engine.Open(filepath.Join(dir, simulatorDir), nil)
+	require.NoError(t, err)
+	defer ledger.Close()
+	charges := payments.NewProvider(payments.ProviderOptions{Ledger: ledger}).Charges()
+	require.Len(t, charges, 1, "one charge in all")
+	var p payments.Payment
+	require.NoError(t, json.Unmarshal(body2, &p))
+	assert.Equal(t, charges[0].ID, p.Charge)
+}
+
+// With --store, serve needs --processor: processes sharing a store cannot
+// share the simulation in one of them.
+func TestServeRefusesAStoreWithoutAProcessor(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--store", "postgres://app@127.0.0.1:1/pay"}, &out, &errOut)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut.String(), "--store needs --processor URL")
+	assert.Contains(t, errOut.String(), "idemkv processor")
 }

@@ -38,7 +38,7 @@
 // # Basics
 //
 //	e, err := engine.Open("idemkv-data", nil)
-//	svc, err := payments.New(payments.Config{Store: e, Provider: payments.NewProvider(payments.ProviderOptions{})})
+//	svc, err := payments.New(payments.Config{Store: e, Processor: payments.NewProvider(payments.ProviderOptions{})})
 //	err = http.ListenAndServe("127.0.0.1:8080", svc.Handler())
 //
 // Routes: POST /v1/payments (Idempotency-Key required), GET
@@ -48,15 +48,18 @@
 //
 // # Caveats
 //
-//   - The processor is simulated and keeps its ledger in memory. It
-//     stands for a remote system, but forgets every charge when the
-//     process ends: a charge resumed after a restart is charged anew,
-//     where a real processor would deduplicate it.
-//   - There is no reconciler. An uncertain payment stays uncertain, and
-//     its retries answer 409, until someone resolves its record
-//     (idemkv.Store.Resolve); the stored response a resolution would
-//     need is in httpidem's own format, which it does not yet let a
-//     reconciler build.
+//   - The processor is simulated (Provider). Given a Ledger (idemkv serve
+//     gives it an engine under DATA/processor) it keeps its charges
+//     durably, as a remote processor does, so a restart cannot make it
+//     deny a charge; without one it keeps them in memory and forgets them
+//     when the process ends, and a charge resumed after a restart is then
+//     charged anew. It lives in one process: services sharing a
+//     PostgreSQL store must share a processor of their own
+//     (ProcessorClient; idemkv serve --store requires --processor).
+//   - An uncertain payment stays uncertain, and its retries answer 409,
+//     until a reconcile.Worker asks the processor through the service's
+//     Reconcile (idemkv serve runs one), or an operator settles it
+//     through its Settle (idemkv resolve).
 //   - Authentication is a stand-in: the bearer token is taken as the
 //     account, unchecked.
 package payments

@@ -1,7 +1,6 @@
 package payments
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,8 +18,30 @@ import (
 // the first's total, so they never both pass. The hold, keyed by the
 // payment's operation, is converted when the payment is stored, and
 // given back when the charge provably did not happen (declined, refused
-// before charging, reconciled as not applied). A takeover of a payment
-// finds its hold already there and does not hold twice.
+// before charging, reconciled or settled as not applied). A takeover of
+// a payment finds its hold already there and does not hold twice.
+//
+// Every conversion and give-back commits with the attempt's outcome or
+// release, or with the record's resolution, fenced on its token
+// (httpidem.Op.Apply, httpidem.Op.Release, reconcile.Answer.Apply): an
+// attempt that has lost its lease changes nothing, so it cannot give
+// back a hold that the attempt which took the key over still counts on.
+//
+// Making the hold is not fenced: it is a plain transaction (Store.Update,
+// with the payment's intent: begin, in intent.go) right after the claim.
+// An attempt that loses its lease before that commits still makes it,
+// keyed by the operation, and the hold stays with the operation: the
+// next attempt of it (the retry that took the key over, a retry after a
+// release, whose store derives the same operation id from the request,
+// the reconciler, an operator) finds it and converts it or gives it
+// back, and never holds twice. Two cases have no next attempt.
+// If the operation was charged and stored meanwhile, the transaction
+// finds its payment's row and holds nothing. If it was declined and
+// stored meanwhile, the hold (and the intent) stay until the same
+// request is sent again once its record has expired, which finds them;
+// for that, an attempt must stall past its lease between its claim and
+// its hold, with nothing but decoding in between, while another attempt
+// runs to a decline.
 
 // errOverLimit refuses a payment the account's limit cannot take.
 var errOverLimit = errors.New("the payment would take the account over its limit")
@@ -59,28 +80,28 @@ func writeAmount(fx idemkv.Effects, key []byte, n uint64) error {
 	return fx.Set(key, binary.BigEndian.AppendUint64(nil, n))
 }
 
-// hold reserves amount of tenant's limit for the operation opID, unless
-// it already holds it; errOverLimit if the limit cannot take it.
-func (s *Service) hold(ctx context.Context, tenant string, opID idemkv.OperationID, amount int64) error {
+// hold reserves amount of tenant's limit for the operation opID through
+// fx, unless it already holds it; errOverLimit if the limit cannot take
+// it. Without a limit it does nothing. The caller's transaction is begin
+// (intent.go).
+func (s *Service) hold(fx idemkv.Effects, tenant string, opID idemkv.OperationID, amount int64) error {
 	if s.cfg.AccountLimit == 0 {
 		return nil
 	}
-	return s.cfg.Store.Update(ctx, func(fx idemkv.Effects) error {
-		if _, held, err := readAmount(fx, holdKey(tenant, opID)); err != nil || held {
-			return err
-		}
-		spent, _, err := readAmount(fx, spentKey(tenant))
-		if err != nil {
-			return err
-		}
-		if spent+uint64(amount) > uint64(s.cfg.AccountLimit) {
-			return errOverLimit
-		}
-		if err := writeAmount(fx, holdKey(tenant, opID), uint64(amount)); err != nil {
-			return err
-		}
-		return writeAmount(fx, spentKey(tenant), spent+uint64(amount))
-	})
+	if _, held, err := readAmount(fx, holdKey(tenant, opID)); err != nil || held {
+		return err
+	}
+	spent, _, err := readAmount(fx, spentKey(tenant))
+	if err != nil {
+		return err
+	}
+	if spent+uint64(amount) > uint64(s.cfg.AccountLimit) {
+		return errOverLimit
+	}
+	if err := writeAmount(fx, holdKey(tenant, opID), uint64(amount)); err != nil {
+		return err
+	}
+	return writeAmount(fx, spentKey(tenant), spent+uint64(amount))
 }
 
 // unhold gives back the hold of opID, if there is one: the charge did
@@ -99,6 +120,17 @@ func unhold(tenant string, opID idemkv.OperationID) func(idemkv.Effects) error {
 			return err
 		}
 		return writeAmount(fx, spentKey(tenant), spent-min(spent, amount))
+	}
+}
+
+// dropHold converts the hold of opID, if there is one, without knowing
+// the payment's amount: the hold stays counted in the total, as charged.
+func dropHold(tenant string, opID idemkv.OperationID) func(idemkv.Effects) error {
+	return func(fx idemkv.Effects) error {
+		if _, held, err := readAmount(fx, holdKey(tenant, opID)); err != nil || !held {
+			return err
+		}
+		return fx.Delete(holdKey(tenant, opID))
 	}
 }
 
@@ -150,18 +182,4 @@ type Account struct {
 	// Spent is what the account's payments have charged or hold, counted
 	// only while a limit is set.
 	Spent int64 `json:"spent"`
-}
-
-// unholdThenRelease gives the hold back, then releases the key: the
-// charge provably did not happen. If the hold cannot be given back the
-// key stays held, and a retry after its lease resumes the payment, which
-// finds its hold.
-func (s *Service) unholdThenRelease(ctx context.Context, op *httpidem.Op, tenant string, opID idemkv.OperationID) {
-	if s.cfg.AccountLimit > 0 {
-		if err := s.cfg.Store.Update(context.WithoutCancel(ctx), unhold(tenant, opID)); err != nil {
-			s.cfg.Logger.Warn("payments: giving back a hold failed; the payment resumes on a retry", "err", err)
-			return
-		}
-	}
-	op.Release()
 }

@@ -2,11 +2,15 @@ package payments
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +19,8 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/reconcile"
 )
 
@@ -109,7 +115,206 @@ func TestReconciledNotAppliedGivesTheHoldBack(t *testing.T) {
 	require.NoError(t, w.Pass(context.Background()))
 	require.Equal(t, int64(1), w.Stats().NotApplied)
 	assert.Zero(t, f.spent("acct_1"), "the processor never saw it: the hold came back with the release")
+	n := 0
+	require.NoError(t, f.eng.ScanData([]byte("intent/"), func(_, _ []byte) bool { n++; return true }))
+	assert.Zero(t, n, "the intent went with it")
 	r, err := f.eng.Check(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, r.Problems)
+}
+
+// gatedCalls is a processor's network that the test drives: the first
+// n calls are held on their way until the test lets them land (or their
+// caller gives up, and the call ends uncharged); later calls land at once.
+type gatedCalls struct {
+	n       int32
+	calls   atomic.Int32
+	arrived chan gatedCall
+}
+
+type gatedCall struct{ land chan struct{} }
+
+func newGatedCalls(n int32) *gatedCalls {
+	return &gatedCalls{n: n, arrived: make(chan gatedCall, n)}
+}
+
+func (g *gatedCalls) fault(ctx context.Context, _ string) error {
+	if g.calls.Add(1) > g.n {
+		return nil
+	}
+	c := gatedCall{land: make(chan struct{})}
+	g.arrived <- c
+	select {
+	case <-c.land:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestStaleAttemptCannotFreeALiveHold is the overrun of issue 36 (item
+// 4), on serve's wiring with the time driven by the test: a lease of 1 s,
+// a processor that takes 2 s, a limit of 10,000 and payments of 10,000.
+// A is sent at 0 s by a client that gives up at 1.5 s, and again at
+// 1.1 s, when the retry takes the key over; B follows at 1.8 s. When A's
+// first client gives up, its attempt must give back nothing, since the
+// retry still uses A's hold: B is refused, A is charged once, and the
+// account never shows more than its limit. (Before holds were given back
+// in the fenced release, A's stale attempt freed the hold, B was charged
+// too, and the account showed 20,000.)
+func TestStaleAttemptCannotFreeALiveHold(t *testing.T) {
+	const limit, lease = 10000, time.Second
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	net := newGatedCalls(2) // A's two attempts spend their 2 s in flight
+	p := NewProvider(ProviderOptions{Fault: net.fault})
+	svc, err := New(Config{Store: eng, Processor: p, Lease: lease, AccountLimit: limit, Clock: clock})
+	require.NoError(t, err)
+
+	send := func(ctx context.Context, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(ctx, "POST", "/v1/payments", strings.NewReader(`{"amount":10000,"currency":"USD","card":"tok_1"}`))
+		req.Header.Set("Authorization", "Bearer acct_1")
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		svc.Handler().ServeHTTP(w, req)
+		return w
+	}
+	async := func(ctx context.Context, key string) <-chan *httptest.ResponseRecorder {
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- send(ctx, key) }()
+		return done
+	}
+	spent := func() int64 {
+		v, err := eng.GetData(spentKey("acct_1"))
+		if errors.Is(err, idemkv.ErrNotFound) {
+			return 0
+		}
+		require.NoError(t, err)
+		return int64(binary.BigEndian.Uint64(v))
+	}
+
+	gaveUp, giveUp := context.WithCancel(context.Background())
+	a1 := async(gaveUp, "A") // 0 s
+	<-net.arrived
+	clock.Advance(1100 * time.Millisecond) // 1.1 s: A's lease ran out at 1 s
+	a2 := async(context.Background(), "A")
+	a2call := <-net.arrived
+	clock.Advance(400 * time.Millisecond) // 1.5 s: A's first client gives up
+	giveUp()
+	assert.Equal(t, http.StatusConflict, (<-a1).Code, "the stale attempt's answer: lease lost")
+	assert.EqualValues(t, limit, spent(), "A's hold stays: the retry still uses it")
+	clock.Advance(300 * time.Millisecond) // 1.8 s
+	b := send(context.Background(), "B")
+	assert.Equal(t, http.StatusPaymentRequired, b.Code, "B does not fit: %s", b.Body)
+	assert.LessOrEqual(t, spent(), int64(limit))
+	clock.Advance(1300 * time.Millisecond) // 3.1 s: A's retry's call lands
+	close(a2call.land)
+	a := <-a2
+	require.Equal(t, http.StatusCreated, a.Code, "%s", a.Body)
+
+	assert.Equal(t, 1, p.Stats().Charges, "one of A and B charged")
+	assert.EqualValues(t, limit, spent())
+	rec, err := eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "A"})
+	require.NoError(t, err)
+	assert.Equal(t, idemkv.StateCompleted, rec.State)
+	assert.Equal(t, uint32(2), rec.Attempt)
+}
+
+// afterUpdate is a store that calls hook after every Update.
+type afterUpdate struct {
+	*engine.Engine
+	hook func()
+}
+
+func (s afterUpdate) Update(ctx context.Context, fn func(idemkv.Effects) error) error {
+	err := s.Engine.Update(ctx, fn)
+	s.hook()
+	return err
+}
+
+// A client gone before the processor is called: nothing was sent, so the
+// key is released and the hold given back; a gone client whose call was
+// already sent leaves the payment uncertain instead (see
+// TestStaleAttemptCannotFreeALiveHold and TestFaultScriptsEachCall).
+func TestClientGoneBeforeTheCallReleases(t *testing.T) {
+	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := NewProvider(ProviderOptions{})
+	svc, err := New(Config{Store: afterUpdate{eng, cancel}, Processor: p, AccountLimit: 1000})
+	require.NoError(t, err)
+	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/payments", strings.NewReader(order1000))
+	req.Header.Set("Authorization", "Bearer acct_1")
+	req.Header.Set("Idempotency-Key", "k1")
+	w := httptest.NewRecorder()
+	svc.Handler().ServeHTTP(w, req) // the client goes away as the hold commits
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code, "%s", w.Body)
+	assert.Zero(t, p.Stats().Calls, "never sent")
+	_, err = eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "k1"})
+	assert.ErrorIs(t, err, idemkv.ErrNotFound, "released")
+	v, err := eng.GetData(spentKey("acct_1"))
+	require.NoError(t, err)
+	assert.Zero(t, binary.BigEndian.Uint64(v), "the hold came back with the release")
+}
+
+// beforeUpdate is a store whose Update waits for gate, once, when the
+// hook says so.
+type beforeUpdate struct {
+	*engine.Engine
+	wait func() bool
+	gate chan struct{}
+}
+
+func (s beforeUpdate) Update(ctx context.Context, fn func(idemkv.Effects) error) error {
+	if s.wait() {
+		<-s.gate
+	}
+	return s.Engine.Update(ctx, fn)
+}
+
+// An attempt that stalls between its claim and its hold, past its lease,
+// while its retry takes the key over and stores the payment, holds
+// nothing when it wakes: its hold's transaction finds the payment's row.
+// The account counts the payment once, and nothing is left held.
+func TestStaleAttemptHoldsNothingOnceThePaymentIsStored(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: time.Second, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	var updates atomic.Int32
+	reached := make(chan struct{})
+	store := beforeUpdate{Engine: eng, gate: make(chan struct{}), wait: func() bool {
+		if updates.Add(1) != 1 {
+			return false
+		}
+		close(reached)
+		return true
+	}}
+	p := NewProvider(ProviderOptions{})
+	svc, err := New(Config{Store: store, Processor: p, AccountLimit: 10000, Clock: clock})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &svcFixture{t: t, eng: eng, srv: srv, p: p, svc: svc}
+
+	stale := make(chan reply, 1)
+	go func() { stale <- f.pay("acct_1", "k1", order1000) }()
+	<-reached
+	clock.Advance(2 * time.Second)
+	retry := f.pay("acct_1", "k1", order1000)
+	require.Equal(t, http.StatusCreated, retry.status, "%s", retry.body)
+	close(store.gate)
+	problemOf(t, <-stale, http.StatusConflict, httpidem.ProblemLeaseLost)
+
+	assert.Equal(t, int64(1000), f.spent("acct_1"), "counted once")
+	rec, err := eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "k1"})
+	require.NoError(t, err)
+	for _, k := range [][]byte{holdKey("acct_1", rec.OperationID), intentKey("acct_1", rec.OperationID)} {
+		_, err := eng.GetData(k)
+		assert.ErrorIs(t, err, idemkv.ErrNotFound, "%q left behind", k)
+	}
+	assert.Equal(t, 1, p.Stats().Calls, "the stale attempt charged nothing")
 }

@@ -18,7 +18,9 @@ import (
 //	idemkv_http_request_duration_seconds{disposition}  latency in the middleware
 //	idemkv_http_store_errors_total                     requests that met a store error
 //	idemkv_payments_created_total                      payments committed
-//	idemkv_provider_calls_total{result}                charged, declined, timeout, unavailable, cancelled
+//	idemkv_provider_calls_total{result}                charged, declined, timeout, unavailable,
+//	    cancelled (the client went away: before the call, released; during it, uncertain),
+//	    unknown (the call failed some other way: uncertain)
 //	idemkv_engine_*                                    the engine's own (package engineprom)
 func (s *Service) metrics() (httpidem.Observer, error) {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{

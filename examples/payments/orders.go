@@ -99,9 +99,15 @@ func (s *Service) createOrder(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if err := idemkv.ValidateKey(key); err != nil {
-		httpidem.WriteProblem(w, httpidem.ProblemMissingKey, http.StatusBadRequest, "an order needs an Idempotency-Key: "+err.Error(), 0)
+	// The middleware's parser: "o1" (a Structured Field string) and o1 (a
+	// bare token) name one key, as on every protected route.
+	key, err := httpidem.ParseKey(r.Header.Values(httpidem.HeaderKey))
+	if err != nil {
+		kind := httpidem.ProblemInvalidKey
+		if errors.Is(err, httpidem.ErrMissingKey) {
+			kind = httpidem.ProblemMissingKey
+		}
+		httpidem.WriteProblem(w, kind, http.StatusBadRequest, "an order needs an Idempotency-Key: "+err.Error(), 0)
 		return
 	}
 	var req orderRequest

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/reconcile"
 )
@@ -33,7 +34,7 @@ func newOrders(t *testing.T) *orderFixture {
 	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: f.clock, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Fault: f.fault.get})
-	svc, err := New(Config{Store: eng, Processor: p, Now: f.clock.Now})
+	svc, err := New(Config{Store: eng, Processor: p, Clock: f.clock})
 	require.NoError(t, err)
 	f.eng, f.svc, f.srv = eng, svc, httptest.NewServer(svc.Handler())
 	t.Cleanup(func() {
@@ -137,6 +138,23 @@ func TestDeclinedOrderReleasesItsReservation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "released", string(row))
 	assert.Zero(t, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+}
+
+// The order's key is read as the middleware reads it: "o1", a Structured
+// Field string, and o1, a bare token, are one key, one order, one charge.
+func TestOrderKeyFormsNameOneKey(t *testing.T) {
+	f := newOrders(t)
+	status, _, quoted := f.do("POST", "/v1/orders", `"o1"`, pen)
+	require.Equal(t, http.StatusCreated, status, quoted)
+	status, _, bare := f.do("POST", "/v1/orders", "o1", pen)
+	require.Equal(t, http.StatusCreated, status, bare)
+	assert.Equal(t, quoted, bare)
+	assert.Equal(t, 1, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+	for _, key := range []string{`"o1`, "o 1", `"o1";p=1`, "o1, o2"} {
+		status, _, body := f.do("POST", "/v1/orders", key, pen)
+		assert.Equal(t, http.StatusBadRequest, status, "%s: %s", key, body)
+		assert.Contains(t, body, httpidem.ProblemInvalidKey)
+	}
 }
 
 func TestOrderBadInput(t *testing.T) {

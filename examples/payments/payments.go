@@ -58,8 +58,12 @@ type Config struct {
 	// Lease bounds how long a payment may take before a retry may take it
 	// over (resuming the same charge). Default: the store's (30 s).
 	Lease time.Duration
-	// Now tells the time of payments. Default: time.Now.
-	Now func() time.Time
+	// Clock tells the time of payments (Payment.Created): every time the
+	// service reads, in a request, a reconciler's answer or an operator's
+	// settlement, comes from it, so a test or a simulation that drives a
+	// clock drives the service. Default: the Store, whose clock its
+	// records' times are in.
+	Clock idemkv.Clock
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
 	// APIKeys authenticates callers: the bearer token is a secret API key
@@ -147,8 +151,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Processor == nil {
 		cfg.Processor = NewProvider(ProviderOptions{})
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = cfg.Store
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -290,28 +294,50 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	// and a retry never mints a new payment id.
 	opID := op.Lease().OperationID
 	key := opID.StepKey("charge")
-	if err := s.hold(r.Context(), tenant, opID, amount); err != nil {
-		op.Release() // nothing held, nothing charged
-		if errors.Is(err, errOverLimit) {
-			httpidem.WriteProblem(w, "limit-exceeded", http.StatusPaymentRequired, err.Error()+"; nothing was charged", 0)
-			return
-		}
+	// Every give-back of the hold below goes with the attempt's own
+	// release or outcome, in the commit fenced on its lease: an attempt
+	// that has lost its lease to a retry gives back nothing, since the
+	// retry resumes the same operation and still uses the hold (limit.go).
+	paid, err := s.begin(r.Context(), tenant, opID, intent{Amount: amount, Currency: *req.Currency, Description: req.Description})
+	switch {
+	case errors.Is(err, errPaid):
+		// The payment is stored already: answer it, charging nothing.
+		// (Fenced off with the outcome if another attempt stored it.)
+		w.Header().Set("Location", "/v1/payments/"+paid.ID)
+		writeJSON(w, http.StatusCreated, paid.Payment)
+		return
+	case errors.Is(err, errOverLimit):
+		op.Release() // begin's transaction failed whole: nothing held, nothing charged
+		httpidem.WriteProblem(w, "limit-exceeded", http.StatusPaymentRequired, err.Error()+"; nothing was charged", 0)
+		return
+	case err != nil:
+		op.Release(giveBack(tenant, opID)) // whether begin committed is unknown; nothing was charged
 		s.storeError(w, err)
+		return
+	}
+	// A call never sent charged nothing: a client gone before it is
+	// released. Once it is sent, only the processor's own answer can say
+	// that nothing was charged; a call cut short by the client going away
+	// may still land, so it is left to the reconciler like a timeout.
+	if err := r.Context().Err(); err != nil {
+		s.provider.WithLabelValues("cancelled").Inc()
+		op.Release(giveBack(tenant, opID))
+		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
+			"the request ended before the card processor was called; nothing was charged: "+err.Error(), time.Second)
 		return
 	}
 	ch, err := s.cfg.Processor.Charge(r.Context(), ChargeRequest{Key: key, Amount: amount, Currency: *req.Currency, Description: req.Description})
 	switch {
 	case errors.Is(err, ErrProviderTimeout):
 		s.provider.WithLabelValues("timeout").Inc()
-		op.Uncertain("card processor timed out; downstream key " + key)
-		httpidem.WriteProblem(w, "payment-outcome-unknown", http.StatusGatewayTimeout,
-			"the card processor did not answer; the payment is being reconciled and will not be charged twice. Retries with the same key answer 409 until it is settled.", 0)
+		s.outcomeUnknown(w, op, "card processor timed out; downstream key "+key)
 		return
 	case errors.Is(err, ErrDeclined):
 		s.provider.WithLabelValues("declined").Inc()
 		// A final answer, stored and replayed: the same request would be
-		// declined again. Nothing was charged: the hold goes with it.
-		if err := op.Apply(unhold(tenant, opID)); err != nil {
+		// declined again. Nothing was charged: the hold and the intent
+		// go with it.
+		if err := op.Apply(giveBack(tenant, opID)); err != nil {
 			s.storeError(w, err)
 			return
 		}
@@ -319,14 +345,19 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, ErrProviderUnavailable):
 		s.provider.WithLabelValues("unavailable").Inc()
-		s.unholdThenRelease(r.Context(), op, tenant, opID) // refused before charging: a retry may charge
+		op.Release(giveBack(tenant, opID)) // refused before charging: a retry may charge
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the card processor is unavailable; nothing was charged. Retry with the same key.", time.Second)
 		return
-	case err != nil: // the client went away before the call: nothing charged
-		s.provider.WithLabelValues("cancelled").Inc()
-		s.unholdThenRelease(r.Context(), op, tenant, opID)
-		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable, err.Error(), time.Second)
+	case err != nil:
+		// The call ended some other way once sent: the client went away
+		// while it was in flight, say. It may still land.
+		label := "unknown"
+		if r.Context().Err() != nil {
+			label = "cancelled"
+		}
+		s.provider.WithLabelValues(label).Inc()
+		s.outcomeUnknown(w, op, fmt.Sprintf("the call to the card processor ended with %v; downstream key %s", err, key))
 		return
 	}
 	s.provider.WithLabelValues("charged").Inc()
@@ -338,6 +369,15 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	s.created.Inc()
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
 	writeJSON(w, http.StatusCreated, p.Payment)
+}
+
+// outcomeUnknown answers a payment whose charge may or may not have
+// happened: its key becomes uncertain (note says why) until the
+// reconciler asks the processor, and keeps its hold.
+func (s *Service) outcomeUnknown(w http.ResponseWriter, op *httpidem.Op, note string) {
+	op.Uncertain(note)
+	httpidem.WriteProblem(w, "payment-outcome-unknown", http.StatusGatewayTimeout,
+		"the card processor did not answer; the payment is being reconciled and will not be charged twice. Retries with the same key answer 409 until it is settled.", 0)
 }
 
 // maxDescription bounds Payment.Description, in bytes.

@@ -42,13 +42,9 @@ func newServiceWait(t *testing.T, po ProviderOptions, wait time.Duration) *svcFi
 	t.Helper()
 	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(t, err)
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	po.Rand = rand.New(rand.NewPCG(1, 2))
 	p := NewProvider(po)
-	svc, err := New(Config{Store: eng, Processor: p, Wait: wait, Now: func() time.Time {
-		now = now.Add(time.Second)
-		return now
-	}})
+	svc, err := New(Config{Store: eng, Processor: p, Wait: wait, Clock: newTicking()})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(func() {
@@ -56,6 +52,22 @@ func newServiceWait(t *testing.T, po ProviderOptions, wait time.Duration) *svcFi
 		eng.Close()
 	})
 	return &svcFixture{t: t, eng: eng, srv: srv, p: p, svc: svc}
+}
+
+// ticking is a clock that moves one second at every reading, so that
+// every payment has its own Created.
+type ticking struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTicking() *ticking { return &ticking{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)} }
+
+func (c *ticking) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(time.Second)
+	return c.now
 }
 
 type reply struct {

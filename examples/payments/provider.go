@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -46,11 +47,18 @@ type ProviderOptions struct {
 	// (until ctx is done), to stall a call on its way to the processor.
 	// key is the call's downstream idempotency key. Default: nil.
 	Fault func(ctx context.Context, key string) error
-	// Remember is how many charges the ledger keeps, and so how many
-	// downstream keys it deduplicates: past it, the oldest is forgotten,
-	// as a real processor forgets keys after a day or so. Default:
-	// 200,000, about 40 MiB.
+	// Remember is how many charges the ledger in memory keeps, and so how
+	// many downstream keys it deduplicates: past it, the oldest is
+	// forgotten, as a real processor forgets keys after a day or so.
+	// Default: 200,000, about 40 MiB. A Ledger keeps every charge.
 	Remember int
+	// Ledger, if set, keeps the charges durably (ledger.go), so that a
+	// provider started anew on it, after a restart of the process, still
+	// finds and deduplicates every charge made before: a reconciler that
+	// asks it about a payment whose answer was lost hears the truth, not
+	// "never charged". Default: nil, a ledger in memory, which a restart
+	// empties.
+	Ledger Ledger
 }
 
 // ChargeRequest asks a processor for one charge.
@@ -72,8 +80,11 @@ type Processor interface {
 	// Charge makes the charge, or returns the one already made under
 	// req.Key. It fails with ErrProviderUnavailable (nothing charged),
 	// ErrDeclined (nothing charged, for good), ErrProviderTimeout
-	// (charged or not: unknown) or ctx's error
-	// (nothing charged, the call was not sent).
+	// (charged or not: unknown) or ctx's error (the call ended because
+	// ctx did). The service reads any error but the first two as
+	// unknown: a call cut short on its way may still land. Only a ctx
+	// already done before Charge is called proves nothing was sent, and
+	// the service checks that itself.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
 	// Lookup returns the charge made under key; found is false if the
 	// processor has none (and, for the key of an operation that is no
@@ -83,20 +94,21 @@ type Processor interface {
 
 // Provider is a simulated card processor that honours a downstream
 // idempotency key, as real ones do: a second charge under a key returns
-// the first charge instead of charging again. Its ledger lives in memory,
-// bounded (ProviderOptions.Remember); it stands for a remote system and
-// does not survive a restart of the process.
+// the first charge instead of charging again. It keeps its charges in a
+// durable Ledger (ProviderOptions.Ledger), which outlives the process as
+// a remote processor's would, or else in memory, bounded
+// (ProviderOptions.Remember), forgotten when the process ends.
 type Provider struct {
 	opts ProviderOptions
+	book book
 
-	mu      sync.Mutex
-	rnd     *rand.Rand
-	charges map[string]Charge // by downstream key
-	order   []string          // the keys of charges, oldest first
+	mu  sync.Mutex
+	rnd *rand.Rand
 	// inflight counts the calls under way under each key: a lookup
-	// cannot say "no charge" while one may still make it.
+	// cannot say "no charge" while one may still make it. Calls end with
+	// the process, so it need not outlive it.
 	inflight map[string]int
-	made     int // charges made, forgotten ones included
+	made     int // charges made by this provider, forgotten ones included
 	calls    int
 	dedups   int
 }
@@ -121,7 +133,11 @@ func NewProvider(opts ProviderOptions) *Provider {
 	if opts.Remember <= 0 {
 		opts.Remember = 200_000
 	}
-	return &Provider{opts: opts, rnd: r, charges: make(map[string]Charge), inflight: make(map[string]int)}
+	var b book = &memBook{remember: opts.Remember, charges: make(map[string]Charge)}
+	if opts.Ledger != nil {
+		b = ledgerBook{opts.Ledger}
+	}
+	return &Provider{opts: opts, book: b, rnd: r, inflight: make(map[string]int)}
 }
 
 // Charge implements Processor: it charges req.Amount under req.Key, or
@@ -158,47 +174,52 @@ func (p *Provider) Charge(ctx context.Context, req ChargeRequest) (Charge, error
 		}
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.calls++
 	roll := p.rnd.Float64()
+	p.mu.Unlock()
 	if errors.Is(fault, ErrProviderUnavailable) || (fault == nil && roll < p.opts.FailRate) {
 		return Charge{}, ErrProviderUnavailable
 	}
-	c, dup := p.charges[key]
-	if dup {
-		p.dedups++
-	} else {
-		c = Charge{ID: "ch_" + randomHex(8), Key: key, Amount: req.Amount, Currency: req.Currency, Description: req.Description}
-		p.rememberLocked(key, c)
+	// The call has landed: it charges whether or not its caller still
+	// waits.
+	c, made, err := p.book.chargeOnce(context.WithoutCancel(ctx), key, func() Charge {
+		return Charge{ID: "ch_" + randomHex(8), Key: key, Amount: req.Amount, Currency: req.Currency, Description: req.Description}
+	})
+	if err != nil {
+		// The ledger's write failed, committed or not: the caller cannot
+		// know whether it was charged.
+		return Charge{}, fmt.Errorf("%w: the ledger: %w", ErrProviderTimeout, err)
 	}
+	p.mu.Lock()
+	if made {
+		p.made++
+	} else {
+		p.dedups++
+	}
+	p.mu.Unlock()
 	if errors.Is(fault, ErrProviderTimeout) || (fault == nil && roll < p.opts.FailRate+p.opts.TimeoutRate) {
 		return Charge{}, ErrProviderTimeout
 	}
 	return c, nil
 }
 
-// rememberLocked puts c in the ledger under key, forgetting the oldest
-// charge past the bound. REQUIRES: p.mu held.
-func (p *Provider) rememberLocked(key string, c Charge) {
-	p.charges[key] = c
-	p.order = append(p.order, key)
-	p.made++
-	if len(p.order) > p.opts.Remember {
-		delete(p.charges, p.order[0])
-		p.order[0] = ""
-		p.order = p.order[1:]
-	}
-}
-
 // Lookup implements Processor: the status query a reconciler asks. A
-// key the ledger has forgotten (ProviderOptions.Remember) reads as never
-// charged, as with a real processor past its key retention; a key a call
-// is still under way for is ErrChargeInFlight, not "never charged".
+// key the ledger in memory has forgotten (ProviderOptions.Remember) reads
+// as never charged, as with a real processor past its key retention; a
+// key a call is still under way for is ErrChargeInFlight, not "never
+// charged"; a Ledger's read error is returned as it is.
 func (p *Provider) Lookup(_ context.Context, key string) (Charge, bool, error) {
+	// In-flight calls first: a call counted here that lands before the
+	// ledger is read is found there; one that starts after began after
+	// the question was asked.
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.charges[key]
-	if !ok && p.inflight[key] > 0 {
+	inflight := p.inflight[key] > 0
+	p.mu.Unlock()
+	c, ok, err := p.book.get(key)
+	switch {
+	case err != nil:
+		return Charge{}, false, err
+	case !ok && inflight:
 		return Charge{}, false, ErrChargeInFlight
 	}
 	return c, ok, nil
@@ -208,18 +229,18 @@ func (p *Provider) Lookup(_ context.Context, key string) (Charge, bool, error) {
 // is still under way: whether it charges is not known yet.
 var ErrChargeInFlight = errors.New("payments: a charge under this key is in flight")
 
-// Charges returns every charge the ledger holds, oldest first.
+// Charges returns every charge the ledger holds: oldest first in memory,
+// by key in a Ledger. It returns nil if a Ledger cannot be read.
 func (p *Provider) Charges() []Charge {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]Charge, 0, len(p.order))
-	for _, k := range p.order {
-		out = append(out, p.charges[k])
+	all, err := p.book.all()
+	if err != nil {
+		return nil
 	}
-	return out
+	return all
 }
 
-// ProviderStats counts the provider's work.
+// ProviderStats counts the provider's work since NewProvider (a Ledger
+// keeps the charges, not the counts).
 type ProviderStats struct {
 	Calls   int // calls that reached the provider
 	Charges int // charges made

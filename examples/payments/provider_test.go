@@ -22,6 +22,8 @@ import (
 // overriding the rates (here every call is refused): a timeout charges
 // and loses the answer, an unavailable processor charges nothing, another
 // error ends the call uncounted, and nil leaves the call to the rates.
+// The service cannot tell a call that ended some other way from one that
+// may still land, so it leaves that payment uncertain, like a timeout.
 func TestFaultScriptsEachCall(t *testing.T) {
 	errGaveUp := errors.New("gave up")
 	var (
@@ -40,8 +42,11 @@ func TestFaultScriptsEachCall(t *testing.T) {
 	}})
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
 	problemOf(t, f.pay("acct_1", "order-2", order), http.StatusServiceUnavailable, "provider-unavailable")
-	pr := problemOf(t, f.pay("acct_1", "order-3", order), http.StatusServiceUnavailable, "provider-unavailable")
-	assert.Contains(t, pr.Detail, errGaveUp.Error())
+	problemOf(t, f.pay("acct_1", "order-3", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
+	rec, err := f.eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "order-3"})
+	require.NoError(t, err)
+	assert.Equal(t, idemkv.StateUncertain, rec.State)
+	assert.Contains(t, rec.Note, errGaveUp.Error())
 	problemOf(t, f.pay("acct_1", "order-4", order), http.StatusServiceUnavailable, "provider-unavailable")
 	assert.Equal(t, ProviderStats{Calls: 3, Charges: 1}, f.p.Stats(), "only order-1 charged; order-3 never counted")
 }
@@ -74,7 +79,7 @@ func TestStalledChargeIsFencedAfterTakeover(t *testing.T) {
 			return ctx.Err()
 		}
 	}})
-	svc, err := New(Config{Store: eng, Processor: p, Now: clock.Now})
+	svc, err := New(Config{Store: eng, Processor: p, Clock: clock})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()
@@ -166,4 +171,55 @@ func TestLookupOfAChargeInFlight(t *testing.T) {
 	_, found, err = p.Lookup(context.Background(), "k")
 	require.NoError(t, err)
 	assert.True(t, found)
+}
+
+// With a Ledger, the provider's charges outlive the process: a charge
+// whose answer was lost, then a restart (the ledger's store closed and
+// opened again, a new provider on it), and a lookup still finds it, and
+// a retry under its key is answered with it instead of charging again.
+// Concurrent calls under one key make one charge.
+func TestProviderLedgerOutlivesTheProcess(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() *engine.Engine {
+		e, err := engine.Open(dir, &engine.Options{NoBackgroundSweep: true})
+		require.NoError(t, err)
+		return e
+	}
+	e := open()
+	p := NewProvider(ProviderOptions{Ledger: e, TimeoutRate: 1})
+	req := ChargeRequest{Key: "k", Amount: 700, Currency: "EUR", Description: "order 7"}
+	_, err := p.Charge(ctx, req)
+	require.ErrorIs(t, err, ErrProviderTimeout, "charged, and the answer lost")
+	require.NoError(t, e.Close())
+
+	e = open()
+	defer e.Close()
+	p = NewProvider(ProviderOptions{Ledger: e})
+	c, found, err := p.Lookup(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, found, "the charge made before the restart")
+	assert.Equal(t, Charge{ID: c.ID, Key: "k", Amount: 700, Currency: "EUR", Description: "order 7"}, c)
+	again, err := p.Charge(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, c, again)
+
+	var wg sync.WaitGroup
+	ids := make(chan string, 8)
+	for range 8 {
+		wg.Go(func() {
+			c, err := p.Charge(ctx, ChargeRequest{Key: "race", Amount: 100, Currency: "USD"})
+			assert.NoError(t, err)
+			ids <- c.ID
+		})
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		seen[id] = true
+	}
+	assert.Len(t, seen, 1, "one charge under one key")
+	assert.Equal(t, ProviderStats{Calls: 9, Charges: 1, Dedups: 8}, p.Stats())
+	assert.Len(t, p.Charges(), 2)
 }

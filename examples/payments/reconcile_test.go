@@ -22,11 +22,16 @@ func TestReconcilerSettlesATimedOutPayment(t *testing.T) {
 	f := newService(t, ProviderOptions{TimeoutRate: 1})
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusConflict, httpidem.ProblemReconciling)
+	rec := f.record("order-1")
+	v, err := f.eng.GetData(intentKey("acct_1", rec.OperationID))
+	require.NoError(t, err, "the intent is kept without an account limit too")
+	assert.JSONEq(t, `{"amount":5000,"currency":"USD"}`, string(v))
 
 	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Grace: time.Nanosecond}) // the processor answers in process: nothing is in flight
 	require.NoError(t, err)
 	require.NoError(t, w.Pass(context.Background()))
 	require.Equal(t, int64(1), w.Stats().Applied)
+	f.requireNoData(intentKey("acct_1", rec.OperationID), "the payment's row took the intent's place")
 
 	r := f.pay("acct_1", "order-1", order)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
@@ -83,14 +88,14 @@ func TestMalformedProcessorAnswersAreUnknown(t *testing.T) {
 		"bad currency": {charge: Charge{ID: "ch_1", Key: key, Amount: 100, Currency: "usd"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			svc := &Service{cfg: Config{Processor: b, Now: time.Now}}
+			svc := &Service{cfg: Config{Processor: b, Clock: newTicking()}}
 			a, err := svc.Reconcile(context.Background(), rec)
 			if err == nil {
 				assert.Equal(t, reconcile.Unknown, a.Verdict)
 			}
 		})
 	}
-	svc := &Service{cfg: Config{Processor: badProcessor{charge: good}, Now: time.Now}}
+	svc := &Service{cfg: Config{Processor: badProcessor{charge: good}, Clock: newTicking()}}
 	a, err := svc.Reconcile(context.Background(), rec)
 	require.NoError(t, err)
 	assert.Equal(t, reconcile.Applied, a.Verdict)

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/stretchr/testify/require"
@@ -78,12 +77,8 @@ func transcriptService(t *testing.T, keys *APIKeys) (*httptest.Server, *Provider
 	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { eng.Close() })
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2))})
-	svc, err := New(Config{Store: eng, Processor: p, APIKeys: keys, Now: func() time.Time {
-		now = now.Add(time.Second)
-		return now
-	}})
+	svc, err := New(Config{Store: eng, Processor: p, APIKeys: keys, Clock: newTicking()})
 	require.NoError(t, err)
 	return httptest.NewServer(svc.Handler()), p
 }

@@ -2,24 +2,39 @@ package payments
 
 import (
 	"encoding/json"
+	"net/http"
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/httpidem"
 )
 
-// What a payment writes, in the commit of its outcome (from the handler
-// or from the reconciler alike): its row, its place in its account's
-// listing, its hold's conversion (limit.go) and, with Config.Events, its
-// event.
+// What a payment writes, in the commit of its outcome (from the handler,
+// a reconciler's answer or an operator's settlement alike): its row, its
+// place in its account's listing, its hold's conversion (limit.go), the
+// deletion of its intent (intent.go) and, with Config.Events, its event.
 
-// payment is the payment made by the operation opID with the charge ch:
-// its id derives from the operation id, as the charge's key does, so the
-// handler and a reconciler that finds the charge make the same payment.
+// paymentID is the id of the payment the operation opID makes: it
+// derives from the operation id, as the charge's key does, so the
+// handler, a reconciler that finds the charge and an operator make the
+// same payment.
+func paymentID(opID idemkv.OperationID) string { return "pay_" + opID.StepKey("payment")[:24] }
+
+// payment is the payment made by the operation opID with the charge ch.
 func (s *Service) payment(tenant string, opID idemkv.OperationID, ch Charge) stored {
 	return stored{Tenant: tenant, Payment: Payment{
-		ID: "pay_" + opID.StepKey("payment")[:24], Amount: ch.Amount, Currency: ch.Currency, Description: ch.Description,
-		Status: "succeeded", Charge: ch.ID, Created: s.cfg.Now().UTC(),
+		ID: paymentID(opID), Amount: ch.Amount, Currency: ch.Currency, Description: ch.Description,
+		Status: "succeeded", Charge: ch.ID, Created: s.cfg.Clock.Now().UTC(),
 	}}
+}
+
+// createdOutcome is the stored outcome of the payment id, as the handler's
+// answer stores it (Route.PointerOnly): 201, its Location and its content
+// type, and no body; replays rebuild the body from the row.
+func createdOutcome(id string) idemkv.Result {
+	pointer := "/v1/payments/" + id
+	return httpidem.Outcome(http.StatusCreated, pointer,
+		http.Header{"Content-Type": {"application/json"}, "Location": {pointer}}, nil)
 }
 
 // TopicCreated is the topic of the event a payment emits when
@@ -39,7 +54,8 @@ type CreatedEvent struct {
 }
 
 // writer returns the apply function that writes p's row, its place in
-// its tenant's listing and, with Config.Events, its event.
+// its tenant's listing, converts its hold, deletes its intent and, with
+// Config.Events, emits its event.
 func (s *Service) writer(p stored, opID idemkv.OperationID) func(idemkv.Effects) error {
 	return func(fx idemkv.Effects) error {
 		row, _ := json.Marshal(p)
@@ -50,6 +66,9 @@ func (s *Service) writer(p stored, opID idemkv.OperationID) func(idemkv.Effects)
 			return err
 		}
 		if err := s.settleHold(fx, &p, opID); err != nil {
+			return err
+		}
+		if err := fx.Delete(intentKey(p.Tenant, opID)); err != nil {
 			return err
 		}
 		if !s.cfg.Events {

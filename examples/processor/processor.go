@@ -171,7 +171,7 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := Charge{ID: "ch_" + randomHex(8), Key: op.Lease().ID.Key, Amount: req.Amount, Currency: req.Currency,
-		Description: req.Description, Created: time.Now().UTC()}
+		Description: req.Description, Created: s.o.Store.Now().UTC()}
 	row, _ := json.Marshal(c)
 	if err := op.Apply(func(fx idemkv.Effects) error { return fx.Set(chargeKey(c.Key), row) }); err != nil {
 		httpidem.WriteProblem(w, "internal", http.StatusInternalServerError, err.Error(), 0)
