@@ -182,7 +182,7 @@ func resolveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		err := onStore(ctx, c.dir, c.server, c.tokenFile, func(ac *adminClient) error {
 			return ac.call(ctx, http.MethodPost, "/admin/v1/resolve", c.req, &entry)
 		}, func(e *engine.Engine, audit *admin.AuditLog) (err error) {
-			entry, err = admin.Resolve(ctx, e, audit, c.req)
+			entry, err = admin.Resolve(ctx, e, audit, c.req, nil)
 			return err
 		})
 		if err != nil {
