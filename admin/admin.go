@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/reconcile"
 )
 
 // MinTokenLen is the shortest bearer token New accepts, in bytes.
@@ -52,6 +53,17 @@ type Options struct {
 	// endpoints answer 404: an operator's write is never made
 	// unrecorded.
 	Audit *AuditLog
+	// Settler, if set, is the application's side of a resolve that is
+	// not verified: the writes it gives go with the resolution (see
+	// ResolveOptions.Settler). Default: none, a resolve writes the record
+	// alone.
+	Settler reconcile.Settler
+	// Reconciler, if set, answers a resolve with "verify" (see
+	// ResolveOptions.Reconciler); without it such a resolve answers 404.
+	Reconciler reconcile.Reconciler
+	// ResolveTimeout bounds each call a resolve makes to the Settler or
+	// the Reconciler. Default: DefaultResolveTimeout.
+	ResolveTimeout time.Duration
 	// Now is the time listings measure age and lapsed leases against:
 	// the store's clock (default time.Now).
 	Now func() time.Time

@@ -65,6 +65,13 @@ type AuditEntry struct {
 	OperationID string `json:"operation_id,omitempty"`
 	// Outcome says what the write did to the record.
 	Outcome string `json:"outcome"`
+	// Verified says the resolution asked the reconciler first
+	// (ResolveRequest.Verify); Downstream is what it answered: applied,
+	// not applied, or unknown (it could not say, failed or timed out).
+	// An agreeing answer is what was stored; any other refused the
+	// resolution.
+	Verified   bool   `json:"verified,omitempty"`
+	Downstream string `json:"downstream,omitempty"`
 	// Note is the operator's: who, and why.
 	Note string `json:"note"`
 }

@@ -18,13 +18,21 @@
 //	                                                 records in any state, by state, tenant and age (idemkv.Scanner)
 //	GET  /admin/v1/pending?escalated=B&tenant=T&after=C&limit=N
 //	                                                 what awaits reconciliation, or the escalated, oldest first
-//	POST /admin/v1/resolve {...ResolveRequest}       settle a record by hand, audited
+//	POST /admin/v1/resolve {...ResolveRequest}       settle a record by hand, audited, through the service
 //	POST /admin/v1/evict   {...EvictRequest}         remove a record (idemkv.Evicter), audited
 //	GET  /admin/v1/export?outbox=B&inbox=B           every record as JSON lines (Export)
 //	GET  /admin/v1/stats                             the store's figures
 //	POST /admin/v1/check                             the store's check: {"problems": N, "report": {...}}
 //	POST /admin/v1/sweep                             one sweeper pass
 //	POST /admin/v1/backup  {"dir": "/abs/path"}      a consistent copy, while the service runs
+//
+// A resolve goes through the application whose record it settles
+// (Options.Settler, Options.Reconciler; see ResolveOptions): an applied
+// one writes what the service writes with a payment it made, a no-effect
+// one gives back what the operation held, and one with "verify" asks the
+// reconciler first and is made only if the downstream agrees, with the
+// downstream's own answer. A record the downstream says happened is never
+// released by a verified resolve.
 //
 // "idemkv serve --admin-addr" serves it, and "idemkv
 // inspect|list|pending|resolve|evict|export|check|sweep|backup --server
@@ -42,4 +50,10 @@
 //   - Resolve and evict need an audit log (Options.Audit); without one
 //     they answer 404. The audit log holds keys; the Logger never does.
 //   - An export is read page by page, not from one snapshot.
+//   - A resolve without "verify" stands on the operator's word: the
+//     Settler writes what the service writes, but does not check the
+//     downstream. The Settler and the Reconciler are called in the
+//     request, each bounded by Options.ResolveTimeout; a panic in them,
+//     or in the writes they give, refuses the resolve (500, nothing
+//     written) and is logged without the key.
 package admin

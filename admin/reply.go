@@ -20,6 +20,12 @@ const (
 	ProblemConflict       = "admin-conflict"        // 409: the record is not in a state the call takes, or the backup's dir exists
 	ProblemUnavailable    = "admin-unavailable"     // 503: the store is closed or failed
 	ProblemInternal       = "admin-internal"        // 500
+
+	// Refusals of a resolve through the application (ResolveOptions);
+	// each wrote nothing.
+	ProblemDownstreamDisagrees = "admin-downstream-disagrees" // 409: a verified resolve the downstream contradicts
+	ProblemDownstreamUnknown   = "admin-downstream-unknown"   // 502: a verified resolve the downstream could not answer
+	ProblemServiceRefused      = "admin-service-refused"      // 409: the service's Settler refused the resolution, or its writes failed
 )
 
 // writeError answers a store's error: the contract's errors by what they

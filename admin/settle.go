@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/internal/redact"
 )
 
 // An operator's writes: settling a record by hand (Resolve) and evicting
@@ -40,6 +41,12 @@ type ResolveRequest struct {
 	// HTTP response: for records no HTTP route wrote (a saga step's,
 	// whose output is the body).
 	Raw bool `json:"raw,omitempty"`
+	// Verify asks the reconciler first (ResolveOptions.Reconciler): the
+	// resolution is made only if the downstream agrees with it, and an
+	// applied one then stores the downstream's answer (the real charge)
+	// instead of Status, Pointer and Body. A record the downstream says
+	// happened is never released this way.
+	Verify bool `json:"verify,omitempty"`
 	// Note says who settles the record and why (required).
 	Note string `json:"note"`
 }
@@ -108,13 +115,22 @@ func validateNote(name, s string) error {
 var ErrNoAudit = errors.New("admin: no audit log to record the change in")
 
 // Resolve settles req's record in store, recorded in audit, which must
-// not be nil (see audited). It returns the entry of the change.
-func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req ResolveRequest) (AuditEntry, error) {
+// not be nil (see audited), through the application o connects it to
+// (nil: the record alone; see ResolveOptions). It returns the entry of
+// the change. Besides the store's errors and the audit log's, it returns
+// ErrNoReconciler, ErrDownstreamDisagrees, ErrDownstreamUnknown and
+// ErrServiceRefused (a *PanicError among them): each a refusal that
+// wrote nothing.
+func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req ResolveRequest, o *ResolveOptions) (AuditEntry, error) {
 	if err := req.Validate(); err != nil {
 		return AuditEntry{}, err
 	}
-	if audit == nil {
+	o = o.orDefault()
+	switch {
+	case audit == nil:
 		return AuditEntry{}, ErrNoAudit
+	case req.Verify && o.Reconciler == nil:
+		return AuditEntry{}, ErrNoReconciler
 	}
 	rec, err := store.Get(ctx, req.ID())
 	if err != nil {
@@ -137,7 +153,20 @@ func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req Resol
 			sr.Result = httpidem.Outcome(req.Status, req.Pointer, h, req.Body)
 		}
 	}
-	return audited(audit, newAuditEntry("resolve", &rec, outcome, req.Note), func() error { return store.Resolve(ctx, sr) })
+	if req.Verify {
+		outcome = "completed with the downstream's answer, if it says the operation happened"
+		if req.NoEffect {
+			outcome = "removed, if the downstream says the operation did not happen"
+		}
+	}
+	entry := newAuditEntry("resolve", &rec, outcome, req.Note)
+	entry.Verified = req.Verify
+	return audited(audit, entry, func(entry *AuditEntry) error {
+		if err := o.settlement(ctx, &rec, &req, &sr, entry); err != nil {
+			return err
+		}
+		return store.Resolve(ctx, sr)
+	})
 }
 
 // Evict removes req's record from store, which must be an
@@ -164,7 +193,7 @@ func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRe
 		return AuditEntry{}, fmt.Errorf("%w: the record's token is %d, not %d: it changed since it was read", idemkv.ErrFenced, rec.Token, req.Token)
 	}
 	entry := newAuditEntry("evict", &rec, "removed: the next request with its key runs anew", req.Reason)
-	return audited(audit, entry, func() error {
+	return audited(audit, entry, func(*AuditEntry) error {
 		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token})
 		return err
 	})
@@ -173,16 +202,17 @@ func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRe
 // audited makes change between two synced entries of audit: entry as
 // begun before it, so that no change is ever made unrecorded (if that
 // entry cannot be written, nothing is changed), and entry as done, or
-// as failed with the store's error, after it. A begun entry without its
-// end is a change a crash interrupted: it may or may not have been made.
-// It returns the done entry, and ErrAudit if the change was made but that
-// entry could not be written.
-func audited(audit *AuditLog, entry AuditEntry, change func() error) (AuditEntry, error) {
+// as failed with the error that refused it, after it; change may add to
+// entry what it learned on the way (what the downstream answered). A
+// begun entry without its end is a change a crash interrupted: it may or
+// may not have been made. It returns the done entry, and ErrAudit if the
+// change was made but that entry could not be written.
+func audited(audit *AuditLog, entry AuditEntry, change func(*AuditEntry) error) (AuditEntry, error) {
 	entry.Phase = PhaseBegun
 	if err := audit.record(entry); err != nil {
 		return AuditEntry{}, errors.Join(ErrAuditUnavailable, err)
 	}
-	if err := change(); err != nil {
+	if err := change(&entry); err != nil {
 		failed := entry
 		failed.Phase, failed.Outcome = PhaseFailed, "not done: "+err.Error()
 		_ = audit.record(failed) // the begun entry stands if this one fails
@@ -205,7 +235,13 @@ func (a *api) resolve(w http.ResponseWriter, r *http.Request) {
 	if !decodeWithin(w, r, &req, maxResolveBody) {
 		return
 	}
-	entry, err := Resolve(r.Context(), a.store, a.o.Audit, req)
+	entry, err := Resolve(r.Context(), a.store, a.o.Audit, req,
+		&ResolveOptions{Settler: a.o.Settler, Reconciler: a.o.Reconciler, Timeout: a.o.ResolveTimeout})
+	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		id := req.ID()
+		a.o.Logger.Error("admin: the service panicked settling a record; nothing was changed", "tenant", id.Tenant,
+			"endpoint", id.Endpoint, "key_hash", id.Hash(), "in", pe.In, "panic", redact.Key(fmt.Sprint(pe.Value), id.Key, id.Hash()))
+	}
 	a.answerWrite(w, r, entry, err)
 }
 
@@ -240,6 +276,18 @@ func (a *api) answerWrite(w http.ResponseWriter, r *http.Request, entry AuditEnt
 		writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, ErrAuditUnavailable.Error())
 	case errors.Is(err, idemkv.ErrConflict):
 		writeProblem(w, http.StatusConflict, ProblemConflict, err.Error())
+	case errors.Is(err, ErrNoReconciler):
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, err.Error()+": resolve without verify, on your own word")
+	case errors.Is(err, idemkv.ErrClosed), errors.Is(err, idemkv.ErrFailed):
+		a.writeError(w, r, err) // the store, not the application, failed
+	case errors.As(err, new(*PanicError)): // a bug in the application, logged by resolve
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "the service panicked settling the record; nothing was changed (its log has the panic)")
+	case errors.Is(err, ErrDownstreamDisagrees):
+		writeProblem(w, http.StatusConflict, ProblemDownstreamDisagrees, err.Error())
+	case errors.Is(err, ErrDownstreamUnknown):
+		writeProblem(w, http.StatusBadGateway, ProblemDownstreamUnknown, err.Error())
+	case errors.Is(err, ErrServiceRefused):
+		writeProblem(w, http.StatusConflict, ProblemServiceRefused, err.Error())
 	case err != nil:
 		a.writeError(w, r, err)
 	default:

@@ -31,8 +31,8 @@ func init() {
 	})
 	register(&command{
 		name:    "resolve",
-		args:    "(--data DIR | --server URL [--token-file FILE]) --tenant T --endpoint E --key K (--applied [--status N] [--pointer P] [--body-file F] [--content-type T] [--raw] | --no-effect) --note TEXT [--token N] [--json]",
-		summary: "settle an uncertain, abandoned or escalated record by hand: in a store no process has open (--data; audited in DIR/audit.log), or a running service's (--server; audited in its admin audit log)",
+		args:    "(--data DIR [--processor URL] [--processor-timeout D] [--events] [--account-limit N] | --server URL [--token-file FILE]) --tenant T --endpoint E --key K (--applied [--status N] [--pointer P] [--body-file F] [--content-type T] [--raw] | --no-effect) [--verify] --note TEXT [--token N] [--json]",
+		summary: "settle an uncertain, abandoned or escalated record by hand, through the payments service (an applied payment gets its row, a no-effect one gives its hold back), after asking the processor with --verify: in a store no process has open (--data; audited in DIR/audit.log), or a running service's (--server; audited in its admin audit log)",
 		flags:   resolveFlags,
 	})
 }
@@ -148,6 +148,8 @@ type resolveConfig struct {
 	bodyFile               string
 	applied                bool
 	asJSON                 bool
+	// svc builds the payments service for --data (settleservice.go).
+	svc serviceFlags
 }
 
 func resolveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
@@ -166,6 +168,8 @@ func resolveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.BoolVar(&c.req.NoEffect, "no-effect", false, "the operation provably did not happen: remove the record, so that a retry runs anew")
 	fs.StringVar(&c.req.Note, "note", "", "who settles it and why (required; kept on the record and in the audit log)")
 	fs.Uint64Var(&c.req.Token, "token", 0, "settle only if the record's token is still `N` (as pending or inspect printed it)")
+	fs.BoolVar(&c.req.Verify, "verify", false, "ask the processor first (the reconciler's question): settle only if it agrees, and with --applied store the charge it found instead of --status and --pointer; never releases a payment the processor says it charged (with --data, needs --processor)")
+	c.svc.register(fs)
 	fs.BoolVar(&c.asJSON, "json", false, "print the audit entry as JSON")
 	return func(ctx context.Context, stdout io.Writer) error {
 		if err := c.validate(); err != nil {
@@ -181,8 +185,12 @@ func resolveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		var entry admin.AuditEntry
 		err := onStore(ctx, c.dir, c.server, c.tokenFile, func(ac *adminClient) error {
 			return ac.call(ctx, http.MethodPost, "/admin/v1/resolve", c.req, &entry)
-		}, func(e *engine.Engine, audit *admin.AuditLog) (err error) {
-			entry, err = admin.Resolve(ctx, e, audit, c.req)
+		}, func(e *engine.Engine, audit *admin.AuditLog) error {
+			svc, err := c.svc.service(e)
+			if err != nil {
+				return err
+			}
+			entry, err = admin.Resolve(ctx, e, audit, c.req, settleThrough(svc))
 			return err
 		})
 		if err != nil {
@@ -203,6 +211,13 @@ func (c *resolveConfig) validate() error {
 		return errors.New("give exactly one of --applied (it happened; --status N, default 200) and --no-effect (it did not)")
 	case c.req.NoEffect && (c.bodyFile != "" || c.req.Pointer != "" || c.req.Raw):
 		return errors.New("--pointer, --body-file and --raw go with --applied, not --no-effect")
+	case c.server != "" && c.svc.set():
+		return errors.New("--processor, --events and --account-limit go with --data: with --server the service settles with its own")
+	case c.dir != "" && c.req.Verify && c.svc.processorURL == "":
+		return errors.New("--verify with --data needs --processor URL: the processor to ask (the service's; resolve without --verify on your own word otherwise)")
+	}
+	if err := c.svc.validate(); err != nil {
+		return err
 	}
 	if c.req.NoEffect || c.bodyFile == "" {
 		c.req.ContentType = ""
@@ -241,6 +256,10 @@ func printAuditEntry(w io.Writer, e *admin.AuditEntry, asJSON bool) error {
 	if asJSON {
 		return printJSON(w, e)
 	}
-	_, err := fmt.Fprintf(w, "%s/%s/%q (%s, token %d): %s\n", e.Tenant, e.Endpoint, e.Key, e.Was, e.Token, e.Outcome)
+	verified := ""
+	if e.Verified {
+		verified = "; verified, the downstream answered " + e.Downstream
+	}
+	_, err := fmt.Fprintf(w, "%s/%s/%q (%s, token %d): %s%s\n", e.Tenant, e.Endpoint, e.Key, e.Was, e.Token, e.Outcome, verified)
 	return err
 }
