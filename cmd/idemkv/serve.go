@@ -246,7 +246,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		go func() { errc <- msrv.Serve(mln) }()
 	}
 	if c.adminLn != nil {
-		asrv, aln, closeAudit, err := c.adminServer(e, log, errLog)
+		asrv, aln, closeAudit, err := c.adminServerFor(e, svc, log, errLog)
 		if err != nil {
 			closeAll()
 			return err

@@ -70,15 +70,6 @@ func adminHandler(st serveStore, svc *payments.Service, token string, audit *adm
 	return admin.New(st, o)
 }
 
-// adminServer is adminServerFor without the payments service: its
-// resolve writes the record alone, and --verify is refused. serve calls
-// it until it passes its service (serve.go is another branch's of issue
-// 36); it says so in the log.
-func (c *serveConfig) adminServer(st serveStore, logger *slog.Logger, errLog *log.Logger) (*http.Server, net.Listener, func(), error) {
-	logger.Warn("admin API: resolve does not go through the payments service (serve does not pass it), so it writes no payment row, gives no hold back, and refuses --verify")
-	return c.adminServerFor(st, nil, logger, errLog)
-}
-
 // adminServerFor is the admin API's server, with the public server's
 // limits on connections and time, on c.adminLn, resolving through svc
 // (adminHandler), and the function that closes its audit log once the
