@@ -1,0 +1,196 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/examples/payments"
+	"github.com/idemkv/idemkv/internal/pgtest"
+)
+
+var (
+	flagSeed  = flag.Uint64("seed", 0, "run only this seed, and print its whole trace")
+	flagSeeds = flag.Int("seeds", 0, "seeds to run on each store (default 200 on the engine, 60 on PostgreSQL)")
+	flagFirst = flag.Uint64("first", 1, "the first seed to run")
+	flagStore = flag.String("store", "both", "the stores to run on: engine, postgres or both")
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestSimulation runs the payments world (payworld_test.go) seed after
+// seed, on the engine and on PostgreSQL. A failing seed prints its trace
+// and the command that replays it.
+func TestSimulation(t *testing.T) {
+	for _, store := range []string{"engine", "postgres"} {
+		if *flagStore != "both" && *flagStore != store {
+			continue
+		}
+		t.Run(store, func(t *testing.T) {
+			mk, seeds := engineWorld, 200
+			if store == "postgres" {
+				mk, seeds = postgresWorld(t), 60
+			}
+			if *flagSeeds > 0 {
+				seeds = *flagSeeds
+			}
+			first, last := *flagFirst, *flagFirst+uint64(seeds)-1
+			if *flagSeed != 0 {
+				first, last = *flagSeed, *flagSeed
+			}
+			start := time.Now()
+			for seed := first; seed <= last; seed++ {
+				pw, err := runSeed(t, seed, mk)
+				if err != nil || *flagSeed != 0 {
+					var b strings.Builder
+					n := 400
+					if *flagSeed != 0 {
+						n = 0
+					}
+					pw.w.Trace().WriteTo(&b, n)
+					t.Logf("seed %d trace:\n%s", seed, b.String())
+				}
+				if err != nil {
+					t.Fatalf("seed %d failed: %v\nparams %s\nreplay: go test ./sim -run 'TestSimulation/%s' -seed %d -v",
+						seed, err, pw.prm, store, seed)
+				}
+			}
+			t.Logf("%d seeds in %v", last-first+1, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+func engineWorld(pw *payWorld) backend { return &engineBackend{pw: pw} }
+
+// postgresWorld returns the maker of PostgreSQL worlds on a server of
+// the test's own (fsync off: a process crash, not the database's, is
+// what the runs simulate), emptied before every seed.
+func postgresWorld(t *testing.T) func(pw *payWorld) backend {
+	srv := pgtest.Start(t, pgtest.WithoutFsync())
+	dsn := srv.DSN(srv.CreateDatabase(t))
+	return func(pw *payWorld) backend {
+		b := &pgBackend{pw: pw, dsn: dsn, n: pick(pw.w, 1, 2, 3)}
+		if err := resetPostgres(dsn); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+}
+
+// runSeed runs one seed to its end and checks how it left the world.
+func runSeed(t *testing.T, seed uint64, mk func(*payWorld) backend) (*payWorld, error) {
+	dir, err := os.MkdirTemp(t.TempDir(), "seed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	pw, err := newPayWorld(seed, dir, mk)
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	defer pw.w.Close()
+	err = pw.w.Run(pw.start.Add(pw.runLength()))
+	if err == nil {
+		err = pw.finalCheck()
+	}
+	return pw, err
+}
+
+// runLength is long enough for every client to be done, late resends
+// included, and for what they left to be settled or escalated.
+func (pw *payWorld) runLength() time.Duration {
+	prm := pw.prm
+	clients := prm.clientSpread + time.Duration(prm.payments*prm.clientAttempts)*(prm.clientTimeout+2*prm.clientBackoff)
+	return clients + prm.retention + 3*time.Minute + prm.maxAge + prm.maxBackoff + time.Minute
+}
+
+// finalCheck checks what the run left: nothing unsettled, and (where the
+// reconciler's settings are safe) the books balanced: every charge has
+// its payment row and every row its charge, and an account's spent total
+// is the sum of its payments.
+func (pw *payWorld) finalCheck() error {
+	ctx := context.Background()
+	var s *service
+	for _, c := range pw.services {
+		if !c.p.Dead() {
+			s = c
+		}
+	}
+	if s == nil {
+		return fmt.Errorf("no service alive at the end")
+	}
+	for _, esc := range []bool{false, true} {
+		page, err := s.store.List(ctx, idemkv.ListRequest{Escalated: esc, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, rec := range page.Records {
+			return fmt.Errorf("%s/%s left %s (escalated %v) at the end: %s", rec.ID.Tenant, rec.ID.Key, rec.State, rec.Escalated, rec.Note)
+		}
+	}
+	if !pw.prm.safe {
+		return nil
+	}
+	tenants := map[string]bool{}
+	for _, p := range pw.pays {
+		tenants[p.tenant] = true
+	}
+	for tenant := range tenants {
+		var rows struct{ Data []payments.Payment }
+		if err := get(s.svc, tenant, "/v1/payments?limit=1000", &rows); err != nil {
+			return err
+		}
+		var got, want []string
+		var sum int64
+		for _, r := range rows.Data {
+			got = append(got, fmt.Sprintf("%s:%d", r.Charge, r.Amount))
+			sum += r.Amount
+		}
+		for _, c := range pw.down.charges {
+			if c.tenant == tenant && !c.declined {
+				want = append(want, fmt.Sprintf("%s:%d", c.charge.ID, c.charge.Amount))
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("%s: payment rows %v, but the processor charged %v", tenant, got, want)
+		}
+		if pw.prm.limit > 0 {
+			var acct payments.Account
+			if err := get(s.svc, tenant, "/v1/account", &acct); err != nil {
+				return err
+			}
+			if acct.Spent != sum {
+				return fmt.Errorf("%s: the account counts %d spent, its payments sum to %d (a hold left behind, or one counted twice)",
+					tenant, acct.Spent, sum)
+			}
+		}
+	}
+	return nil
+}
+
+// get reads path as tenant through the service's handler.
+func get(svc *payments.Service, tenant, path string, v any) error {
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.Header.Set("Authorization", "Bearer "+tenant)
+	rec := httptest.NewRecorder()
+	svc.Handler().ServeHTTP(rec, r)
+	if rec.Code != http.StatusOK {
+		return fmt.Errorf("GET %s as %s: %d %s", path, tenant, rec.Code, rec.Body)
+	}
+	return json.NewDecoder(bytes.NewReader(rec.Body.Bytes())).Decode(v)
+}
+
+var _ = filepath.Join
