@@ -67,7 +67,7 @@ func (b *engineBackend) sweep(ctx context.Context, st payments.Store) error {
 // crash of one closes its connections, and the database keeps what it
 // committed.
 type pgBackend struct {
-	pw   *payWorld
+	pw  *payWorld
 	dsn string
 	n   int
 }
