@@ -151,15 +151,35 @@ func (pw *payWorld) finalCheck() error {
 		if err := get(s.svc, tenant, "/v1/payments?limit=1000", &rows); err != nil {
 			return err
 		}
+		// A row settled by an operator's word while the processor could
+		// not be asked has no charge id: it stands for any charge of its
+		// amount that no other row names.
 		var got, want []string
 		var sum int64
-		for _, r := range rows.Data {
-			got = append(got, fmt.Sprintf("%s:%d", r.Charge, r.Amount))
-			sum += r.Amount
-		}
+		charged := map[string]int64{}
 		for _, c := range pw.down.charges {
 			if c.tenant == tenant && !c.declined {
+				charged[c.charge.ID] = c.charge.Amount
 				want = append(want, fmt.Sprintf("%s:%d", c.charge.ID, c.charge.Amount))
+			}
+		}
+		var unnamed []int64
+		for _, r := range rows.Data {
+			sum += r.Amount
+			if r.Charge == "" {
+				unnamed = append(unnamed, r.Amount)
+				continue
+			}
+			got = append(got, fmt.Sprintf("%s:%d", r.Charge, r.Amount))
+			delete(charged, r.Charge)
+		}
+		for _, amount := range unnamed {
+			for id, a := range charged {
+				if a == amount {
+					got = append(got, fmt.Sprintf("%s:%d", id, a))
+					delete(charged, id)
+					break
+				}
 			}
 		}
 		slices.Sort(got)
