@@ -50,6 +50,8 @@ func (b *engineBackend) open(p *Proc, _ int) (payments.Store, error) {
 		FS: b.mem, Clock: p, Rand: rand.NewChaCha8(seed32(b.pw.w.Rand())),
 		Lease: b.pw.prm.lease, Retention: b.pw.prm.retention, NoBackgroundSweep: true,
 		Logger: quietPebble{}, MinFreeDisk: -1,
+		// A run holds a few dozen records: small caches open fast.
+		CacheSize: 1 << 20, MemTableSize: 1 << 20, ReplayCacheSize: 1 << 20, Shards: 16,
 	})
 }
 
