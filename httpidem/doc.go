@@ -17,6 +17,10 @@
 //     the response sent: no client sees an answer a crash could take
 //     back. A response too large to buffer is stored without its body at
 //     the moment it starts to stream.
+//   - Kept while it runs. The handler's lease is renewed while it runs
+//     (Route.Heartbeat), so a retry takes a key over only from a holder
+//     that stopped: one that crashed, or stalled for longer than a
+//     lease. Until then a retry gets 409 in progress.
 //   - Replays are byte-identical: the stored status, the route's
 //     replayable headers and body, plus "Idempotent-Replayed: true".
 //   - Nothing held by accident. In a local route, transient answers (5xx,

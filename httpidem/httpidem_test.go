@@ -23,7 +23,6 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/fingerprint"
 	"github.com/idemkv/idemkv/httpidem"
-	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/ttl"
 )
 
@@ -31,7 +30,7 @@ import (
 type fixture struct {
 	t       *testing.T
 	eng     *engine.Engine
-	clock   *fakeclock.Clock
+	clock   *timerClock
 	srv     *httptest.Server
 	reports chan httpidem.Report
 }
@@ -54,7 +53,7 @@ func newFixtureWith(t *testing.T, rt httpidem.Route, h http.HandlerFunc, opt fun
 // the middleware's by mo (either may be nil).
 func buildFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc, eo func(*engine.Options), mo func(*httpidem.Options)) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clock: fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), reports: make(chan httpidem.Report, 100)}
+	f := &fixture{t: t, clock: newTimerClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), reports: make(chan httpidem.Report, 100)}
 	eopts := &engine.Options{
 		Clock: f.clock, NoBackgroundSweep: true,
 		RetentionClasses: ttl.Classes{"money": 30 * 24 * time.Hour},
@@ -68,6 +67,7 @@ func buildFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc, eo func(*
 	mopts := &httpidem.Options{
 		Store:  eng,
 		Tenant: bearer,
+		Clock:  f.clock, // heartbeats beat only when a test advances it
 		Observer: httpidem.ObserverFunc(func(r httpidem.Report) {
 			select {
 			case f.reports <- r:
@@ -711,7 +711,9 @@ func TestExpiredKeyRunsAsNew(t *testing.T) {
 
 func TestLeaseLost(t *testing.T) {
 	g := newGate(http.StatusCreated)
-	f := newFixture(t, httpidem.Route{Lease: time.Second}, g.ServeHTTP)
+	// Without heartbeats, a handler that outlives its lease is like one
+	// that stalled: a retry takes it over.
+	f := newFixture(t, httpidem.Route{Lease: time.Second, Heartbeat: -1}, g.ServeHTTP)
 	first := make(chan response)
 	go func() { first <- f.do("POST", route, `{}`, "k") }()
 	<-g.entered

@@ -78,6 +78,16 @@ type Options struct {
 	// response bodies are never logged.
 	LogRawKeys bool
 
+	// Clock times the heartbeats that keep a running handler's lease
+	// (Route.Heartbeat), through idemkv.AfterFunc: a Clock that is an
+	// idemkv.TimerClock (a simulation's) drives them, any other gets Go's
+	// timers. It must tell the store's time: a route that leaves its
+	// lease to the store's default derives the beat from the lease's
+	// expiry as read on it. Default: the store, if it implements
+	// idemkv.Clock (engine.Engine and pgstore.Store do), else the wall
+	// clock.
+	Clock idemkv.Clock
+
 	// TracerProvider, if set, gives every request the middleware protects
 	// or rejects a span (SpanName), a child of the span in the request's
 	// context, under which the handler runs. The span carries the tenant,
@@ -122,9 +132,29 @@ type Route struct {
 	// and re-sent (idemkv.ClaimRequest.Resumable).
 	Resumable bool
 
-	// Lease bounds how long the handler may run before another request
-	// may take the key over. Default: the store's.
+	// Lease bounds how long the handler may run without renewing its
+	// lease before another request may take the key over; the heartbeat
+	// (Heartbeat) renews it for that long at every beat. Default: the
+	// store's.
 	Lease time.Duration
+
+	// Heartbeat is how often the lease is renewed while the handler runs
+	// (idemkv.Store.Renew, fenced on the lease's token, for Lease). A
+	// handler slower than its lease then keeps its key, and a retry takes
+	// it over only from a holder that stopped: one that crashed, or
+	// stalled (the heartbeat could not renew) for longer than a lease.
+	// The heartbeat stops when the handler returns (or its response
+	// starts to stream), before the outcome is committed, and for good
+	// once a renewal is fenced (another attempt took the key over; the
+	// outcome is then not stored: 409 lease-lost). A renewal that fails
+	// otherwise is logged at Warn and tried again at the next beat. The
+	// beats are timed by Options.Clock. Default (zero): a third of the
+	// lease, so that two beats can fail before the lease runs out. Must
+	// be shorter than a positive Lease. A negative Heartbeat turns the
+	// heartbeat off: the lease is never renewed, and a handler that
+	// outlives it can be taken over while it still runs. Each beat costs
+	// a store write (a durable one in a remote route).
+	Heartbeat time.Duration
 
 	// Retention names the store's retention class for this route's
 	// outcomes. Default: the store's default class.
@@ -211,8 +241,14 @@ type Middleware struct {
 	log       *slog.Logger
 	rawKeys   bool
 	tracer    trace.Tracer // nil: no spans
+	clock     idemkv.Clock // times the heartbeats
 	flights   flights
 }
+
+// wallClock is the default Options.Clock of a store that tells no time.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
 
 // New returns a Middleware. It fails if opts is nil or Store or Tenant
 // is missing: neither has a default.
@@ -233,6 +269,13 @@ func New(opts *Options) (*Middleware, error) {
 	}
 	if opts.TracerProvider != nil {
 		m.tracer = opts.TracerProvider.Tracer(tracerName)
+	}
+	m.clock = opts.Clock
+	if m.clock == nil {
+		m.clock = wallClock{}
+		if c, ok := opts.Store.(idemkv.Clock); ok {
+			m.clock = c
+		}
 	}
 	return m, nil
 }
@@ -261,6 +304,9 @@ func (m *Middleware) Wrap(h http.Handler, route Route) (http.Handler, error) {
 	}
 	if rt.Lease < 0 || rt.Wait < 0 || rt.MaxStoredBody < 0 {
 		return nil, errors.New("httpidem: Lease, Wait and MaxStoredBody may not be negative")
+	}
+	if rt.Lease > 0 && rt.Heartbeat >= rt.Lease {
+		return nil, fmt.Errorf("httpidem: Heartbeat %v must be shorter than Lease %v, or the lease runs out between beats", rt.Heartbeat, rt.Lease)
 	}
 	if rt.MaxStoredBody == 0 {
 		rt.MaxStoredBody = DefaultMaxStoredBody
@@ -492,12 +538,18 @@ func (p *protected) await(ctx context.Context, done chan struct{}, deadline time
 }
 
 // execute runs the handler under lease l and stores its outcome.
+//
+// The heartbeat keeps the lease while the handler runs, and is stopped
+// before anything is settled: when the handler returns, or when its
+// response starts to stream and its outcome is committed early.
 func (p *protected) execute(w http.ResponseWriter, r *http.Request, q *request, l idemkv.Lease) {
 	op := &Op{lease: l}
 	sctx := context.WithoutCancel(r.Context()) // a gone client must not leave the key stuck
 	c := &capture{w: w, header: make(http.Header), limit: p.route.MaxStoredBody}
+	hb := p.startHeartbeat(sctx, q, op)
 	var settleErr error
 	c.spill = func(c *capture) error {
+		q.report.Renewals = hb.stop()
 		settleErr = p.settle(sctx, q, op, c, false)
 		if settleErr == nil && q.report.Disposition == Stored && p.retention != "" {
 			c.header.Set(HeaderRetention, p.retention)
@@ -505,6 +557,7 @@ func (p *protected) execute(w http.ResponseWriter, r *http.Request, q *request, 
 		return settleErr
 	}
 	panicked, stack := p.run(c, r.WithContext(context.WithValue(r.Context(), opKey{}, op)))
+	q.report.Renewals = hb.stop() // a no-op if the response streams: spill stopped it
 	switch {
 	case panicked != nil:
 		if !c.streaming {

@@ -48,6 +48,10 @@ type Report struct {
 	// Err is the store error behind a StoreError, LeaseLost or Unprotected
 	// (fail-open) disposition.
 	Err error
+	// Renewals counts the times the heartbeat renewed the request's lease
+	// while its handler ran (Route.Heartbeat): zero for a handler quicker
+	// than a beat. A handler that keeps a key for long shows here.
+	Renewals int
 }
 
 // Observer receives a Report per request; implementations must be safe

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/idemkv/idemkv"
 )
@@ -16,9 +17,10 @@ var ErrSettled = errors.New("httpidem: outcome already committed")
 // Op is the protected operation a handler runs under. The middleware puts
 // it in the request's context; FromContext returns it.
 type Op struct {
-	lease idemkv.Lease
-
-	mu        sync.Mutex
+	mu sync.Mutex
+	// lease is the request's; the heartbeat moves its Expires as it
+	// renews it.
+	lease     idemkv.Lease
 	applies   []func(idemkv.Effects) error
 	pointer   string
 	uncertain bool
@@ -43,8 +45,20 @@ func FromContext(ctx context.Context) *Op {
 // Lease returns the lease the request holds: its fencing token and, for a
 // remote route, the OperationID to send downstream as the downstream
 // idempotency key. Every attempt of one logical operation that resumes an
-// earlier one (a takeover) carries the same OperationID.
-func (op *Op) Lease() idemkv.Lease { return op.lease }
+// earlier one (a takeover) carries the same OperationID. Its Expires is
+// the lease's end as last renewed by the heartbeat (Route.Heartbeat).
+func (op *Op) Lease() idemkv.Lease {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.lease
+}
+
+// renewed records the lease's end as a heartbeat renewed it.
+func (op *Op) renewed(expires time.Time) {
+	op.mu.Lock()
+	op.lease.Expires = expires
+	op.mu.Unlock()
+}
 
 // Apply adds business writes that commit atomically with the operation's
 // outcome: they are durable exactly when a retry can replay the response,
