@@ -30,6 +30,11 @@
 //     handler calls Op.Release. A client that disconnects still has its
 //     outcome recorded. Otherwise only a failing store can hold a key, and
 //     only until its lease runs out.
+//   - Validation failures are not stored. A 400 or 422 the handler
+//     answers (Route.ValidationFailure), or any answer after Op.Invalid,
+//     says the input was refused before anything was done: the key is
+//     released, in a remote route too, so the corrected request runs
+//     under the same key instead of meeting a 422 key-mismatch.
 //   - Fail closed. When the store fails, requests get 503 with
 //     Retry-After and the handler does not run, unless the route is
 //     marked FailOpen.

@@ -442,6 +442,43 @@ func TestTransientOutcomesAreReleased(t *testing.T) {
 	})
 }
 
+// A validation failure is released, and the writes the handler added
+// with Op.Apply go with it: nothing of the refused request is kept, and
+// the corrected request runs under the same key.
+func TestValidationFailureKeepsNothing(t *testing.T) {
+	for _, mode := range []idemkv.Mode{idemkv.ModeLocal, idemkv.ModeRemote} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var calls atomic.Int64
+			f := newFixture(t, httpidem.Route{Mode: mode}, func(w http.ResponseWriter, r *http.Request) {
+				n := calls.Add(1)
+				body, _ := io.ReadAll(r.Body)
+				httpidem.FromContext(r.Context()).Apply(func(fx idemkv.Effects) error {
+					return fx.Set(fmt.Appendf(nil, "row-%d", n), body)
+				})
+				if strings.Contains(string(body), "-5") {
+					w.WriteHeader(http.StatusUnprocessableEntity)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			assert.Equal(t, http.StatusUnprocessableEntity, f.do("POST", route, `{"amount":-5}`, "k").status)
+			rep := f.report()
+			assert.Equal(t, httpidem.Released, rep.Disposition)
+			assert.Equal(t, http.StatusUnprocessableEntity, rep.Status)
+			_, err := f.eng.GetData([]byte("row-1"))
+			assert.ErrorIs(t, err, idemkv.ErrNotFound, "the refused request's writes are dropped")
+			_, err = f.eng.Get(t.Context(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST " + route, Key: "k"})
+			assert.ErrorIs(t, err, idemkv.ErrNotFound, "nothing is kept under the key, not even uncertain")
+
+			assert.Equal(t, http.StatusCreated, f.do("POST", route, `{"amount":5}`, "k").status)
+			v, err := f.eng.GetData([]byte("row-2"))
+			require.NoError(t, err)
+			assert.Equal(t, `{"amount":5}`, string(v))
+			assert.EqualValues(t, 2, calls.Load())
+		})
+	}
+}
+
 func TestPanicNeverLeavesKeyStuck(t *testing.T) {
 	t.Run("local: released", func(t *testing.T) {
 		var calls atomic.Int64

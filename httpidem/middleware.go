@@ -205,8 +205,27 @@ type Route struct {
 	// final: stored and replayed to retries, or not. One that is not is
 	// released so that a retry runs anew in a local route; in a remote
 	// route it marks the key uncertain unless the handler called
-	// Op.Release. Default: DefaultStorable.
+	// Op.Release. ValidationFailure is asked first: a validation failure
+	// is released whatever Storable says. Default: DefaultStorable.
 	Storable func(status int) bool
+
+	// ValidationFailure decides from the response status whether the
+	// response declares the request invalid: refused before it began to
+	// execute, with nothing done. Such a response is neither stored nor
+	// marked uncertain, in a local route or a remote one: the key is
+	// released, so that the corrected request, sent with the same key,
+	// runs anew instead of meeting a 422 key-mismatch (Stripe saves no
+	// result for a request that failed validation before it began
+	// executing either). Writes added with Op.Apply are dropped with it.
+	// A handler can also declare it whatever the status, with Op.Invalid.
+	// Default: DefaultValidationFailure, 400 and 422. A handler that may
+	// answer 400 or 422 after it acted (a downstream call made, a write
+	// outside Op.Apply committed) must not rely on the default, or its
+	// effect would run again under the same key: give such a route
+	// ValidationFailure: func(int) bool { return false }, which turns the
+	// rule off (every 400 and 422 is then stored, as Storable says), and
+	// call Op.Invalid where the input was refused before any effect.
+	ValidationFailure func(status int) bool
 
 	// Rebuild answers a replay of an outcome stored without its body (a
 	// response larger than MaxStoredBody, or streamed). The status and
@@ -222,13 +241,24 @@ type Route struct {
 // "try again" rather than "this is the answer". In a local route such a
 // response releases the key and a retry runs anew; in a remote route it
 // marks the key uncertain, unless the handler called Op.Release to say
-// the downstream never acted.
+// the downstream never acted. A 400 or a 422 is final too, but by
+// default it is a validation failure (Route.ValidationFailure, asked
+// first), which is released rather than stored.
 func DefaultStorable(status int) bool {
 	switch status {
 	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
 		return false
 	}
 	return status >= 200 && status < 500
+}
+
+// DefaultValidationFailure is the default Route.ValidationFailure: a 400
+// (Bad Request) or a 422 (Unprocessable Content) is taken to refuse the
+// request's input before the handler did anything, so it is not stored
+// and the key is released. Other 4xx (a 402 declined, a 409 out of stock)
+// are business answers, stored and replayed as Storable says.
+func DefaultValidationFailure(status int) bool {
+	return status == http.StatusBadRequest || status == http.StatusUnprocessableEntity
 }
 
 // Middleware protects HTTP handlers with idempotency keys. It is safe for
@@ -328,6 +358,9 @@ func (m *Middleware) Wrap(h http.Handler, route Route) (http.Handler, error) {
 	}
 	if rt.Storable == nil {
 		rt.Storable = DefaultStorable
+	}
+	if rt.ValidationFailure == nil {
+		rt.ValidationFailure = DefaultValidationFailure
 	}
 	if len(rt.Retention) > idemkv.MaxClassLen {
 		return nil, fmt.Errorf("httpidem: retention class name %q is too long", rt.Retention)

@@ -14,8 +14,9 @@ const (
 	Rejected Disposition = "rejected"
 	// Stored: the handler ran and its outcome was stored.
 	Stored Disposition = "stored"
-	// Released: the handler ran; its outcome was transient, so the key was
-	// released for a retry.
+	// Released: the handler ran; its outcome was transient, a validation
+	// failure (Route.ValidationFailure, Op.Invalid) or declared without
+	// effect (Op.Release), so the key was released for a retry.
 	Released Disposition = "released"
 	// Uncertain: the handler ran and reported an unknown outcome.
 	Uncertain Disposition = "uncertain"
