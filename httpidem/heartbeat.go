@@ -34,10 +34,9 @@ type heartbeat struct {
 	// length is what each renewal asks for: the route's lease, or zero
 	// for the store's default.
 	length time.Duration
-	// ctx is the renewals' context; cancel, called by stop, ends a
-	// renewal in flight.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// ctx is the request's, without its cancellation: each renewal
+	// runs under a child of it that stop cancels.
+	ctx context.Context
 
 	mu struct {
 		sync.Mutex
@@ -49,7 +48,9 @@ type heartbeat struct {
 		// taken them.
 		cancelTimer func() bool
 		fired       chan struct{}
-		renewals    int
+		// cancelRenewal ends the renewal in flight, if one is.
+		cancelRenewal context.CancelFunc
+		renewals      int
 	}
 }
 
@@ -78,8 +79,7 @@ func (p *protected) startHeartbeat(ctx context.Context, q *request, op *Op) *hea
 	// logEvent fills in lazily now, while only this goroutine sees q.
 	q.keyHash()
 	q.requestID()
-	h := &heartbeat{p: p, q: q, op: op, every: every, length: p.route.Lease}
-	h.ctx, h.cancel = context.WithCancel(ctx)
+	h := &heartbeat{p: p, q: q, op: op, ctx: ctx, every: every, length: p.route.Lease}
 	h.mu.Lock()
 	h.scheduleLocked()
 	h.mu.Unlock()
@@ -100,21 +100,30 @@ func (h *heartbeat) scheduleLocked() {
 // beat renews the lease once and schedules the next beat, unless the
 // heartbeat was stopped meanwhile or the renewal was fenced.
 func (h *heartbeat) beat() {
-	if h.stopped() {
+	// The context is made here, not once for the request: a request
+	// quicker than a beat, most of them, never pays for it.
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	h.mu.Lock()
+	if h.mu.stopped {
+		h.mu.Unlock()
 		return
 	}
-	renewed, err := h.p.m.store.Renew(h.ctx, h.op.Lease(), h.length)
+	h.mu.cancelRenewal = cancel
+	h.mu.Unlock()
+	renewed, err := h.p.m.store.Renew(ctx, h.op.Lease(), h.length)
 	fenced := errors.Is(err, idemkv.ErrFenced)
 	if err != nil && !h.stopped() {
 		// Logged before the next beat is armed, so that stop, which
 		// waits for this callback until then, also waits for the record.
 		// A renewal that stop cancelled is no failure: stopped is set
 		// before the cancellation.
-		h.p.logEvent(h.ctx, h.q, slog.LevelWarn, msgRenewFailed, slog.Bool("fenced", fenced), slog.Any("err", err))
+		h.p.logEvent(ctx, h.q, slog.LevelWarn, msgRenewFailed, slog.Bool("fenced", fenced), slog.Any("err", err))
 	}
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.mu.cancelRenewal = nil
 	if h.mu.stopped {
 		// The handler returned while the renewal ran: what it did no
 		// longer matters (the settle is fenced on the token, not on the
@@ -152,8 +161,10 @@ func (h *heartbeat) stop() (renewals int) {
 	h.mu.stopped = true
 	cancelTimer, fired := h.mu.cancelTimer, h.mu.fired
 	h.mu.cancelTimer, h.mu.fired = nil, nil
+	if h.mu.cancelRenewal != nil {
+		h.mu.cancelRenewal()
+	}
 	h.mu.Unlock()
-	h.cancel()
 	if cancelTimer != nil && !cancelTimer() {
 		// The beat fired: its callback runs, or is about to. Wait for
 		// it, so that no renewal outlives stop.
