@@ -2,10 +2,13 @@
 // request, reused on every retry. Its Transport, an http.RoundTripper,
 // gives each unsafe request (any method but GET, HEAD, OPTIONS and TRACE) a fresh
 // Idempotency-Key unless the caller set one, keeps it across its own
-// retries, and retries what may succeed later: connection errors, 409 (the
-// first attempt is still running, or its outcome is being reconciled) and
-// 5xx, with jittered exponential backoff that honours Retry-After. It
-// never retries a 422 or another 4xx.
+// retries, and retries what may succeed later, with jittered exponential
+// backoff that honours Retry-After: connection errors; 5xx, 408, 425 and
+// 429; and those 409s that package httpidem answers when the same key
+// should be sent again (problem types in-progress, reconciling and
+// lease-lost: the first attempt is still running, its outcome is being
+// reconciled, or another attempt took it over). It never retries another
+// 409 (a business conflict such as out of stock), a 422 or any other 4xx.
 //
 // # Basics
 //

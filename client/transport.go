@@ -7,9 +7,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -30,11 +32,16 @@ const (
 // retry against a server that honours Idempotency-Key, and retries it: it
 // gives each unsafe request (POST, PUT, PATCH, DELETE, any method but GET,
 // HEAD, OPTIONS and TRACE) a fresh idempotency key unless the
-// request has one, keeps that key on every attempt, and retries connection
-// errors, 409 and 5xx answers with jittered exponential backoff that
-// honours Retry-After. It never retries another 4xx (a 422 says the key
-// was used for a different request; retrying it cannot help), nor an
-// error that cannot pass (a certificate the client does not trust). Safe
+// request has one, keeps that key on every attempt, and retries, with
+// jittered exponential backoff that honours Retry-After, what may succeed
+// later: connection errors; 5xx, 408, 425 and 429 answers (on which the
+// server releases the key); and a 409 only when it is one of package
+// httpidem's problems that say "retry with the same key": in-progress,
+// reconciling or lease-lost (an application/problem+json body of that
+// type). It never retries a business 409 (out of stock, say), another
+// 4xx (a 422 says the key was used for a different request; retrying it
+// cannot help), nor an error that cannot pass (a certificate the client
+// does not trust). Safe
 // methods pass through, retried the same way. Against a server that
 // ignores the header, a retried POST runs twice: the key is what makes
 // retrying safe.
@@ -169,9 +176,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// retryable reports whether an attempt's result calls for another: a
-// transport error that may pass, 409 (in progress, or being reconciled) or
-// a 5xx, while the caller's context is live.
+// The problem types (RFC 9457) of the 409s that package httpidem answers
+// when the same request should be sent again with the same key: the
+// first attempt is still running, its outcome is being reconciled, or it
+// outlived its lease and another attempt took over. Any other 409 (out of
+// stock, a version conflict) is the server's answer, and is not retried.
+const (
+	problemBase        = "https://github.com/idemkv/idemkv/blob/main/docs/http.md#"
+	problemInProgress  = problemBase + "in-progress"
+	problemReconciling = problemBase + "reconciling"
+	problemLeaseLost   = problemBase + "lease-lost"
+)
+
+// maxProblem bounds the body of a 409 read to learn its problem type; the
+// middleware's are a few hundred bytes.
+const maxProblem = 8 << 10
+
+// retryable reports whether an attempt's result calls for another, while
+// the caller's context is live: a transport error that may pass; a 5xx,
+// 408, 425 or 429 (the answers on which the server releases the key); a
+// 409 of one of the middleware's problem types that mean "retry with the
+// same key" (retryConflict). Never another 4xx.
 func retryable(ctx context.Context, resp *http.Response, err error) bool {
 	if ctx.Err() != nil {
 		return false
@@ -182,7 +207,45 @@ func retryable(ctx context.Context, resp *http.Response, err error) bool {
 		var host x509.HostnameError
 		return !errors.As(err, &verify) && !errors.As(err, &unknown) && !errors.As(err, &host)
 	}
-	return resp.StatusCode == http.StatusConflict || resp.StatusCode >= 500
+	switch s := resp.StatusCode; {
+	case s >= 500, s == http.StatusRequestTimeout, s == http.StatusTooEarly, s == http.StatusTooManyRequests:
+		return true
+	case s == http.StatusConflict:
+		return retryConflict(resp)
+	}
+	return false
+}
+
+// retryConflict reports whether the 409 resp is one of the middleware's
+// in-progress, reconciling or lease-lost problems: an
+// application/problem+json body whose type is one of theirs. It reads
+// the start of the body to learn it, and puts it back: the caller of a
+// 409 that is not retried reads the body whole.
+func retryConflict(resp *http.Response) bool {
+	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil || mt != "application/problem+json" || resp.Body == nil {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxProblem))
+	rest := resp.Body
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), rest), rest}
+	if err != nil {
+		return false // the answer broke off: return what came
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(head, &p) != nil {
+		return false
+	}
+	switch p.Type {
+	case problemInProgress, problemReconciling, problemLeaseLost:
+		return true
+	}
+	return false
 }
 
 // retryAfter parses a Retry-After value, delay seconds or an HTTP date,

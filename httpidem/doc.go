@@ -17,6 +17,10 @@
 //     the response sent: no client sees an answer a crash could take
 //     back. A response too large to buffer is stored without its body at
 //     the moment it starts to stream.
+//   - Kept while it runs. The handler's lease is renewed while it runs
+//     (Route.Heartbeat), so a retry takes a key over only from a holder
+//     that stopped: one that crashed, or stalled for longer than a
+//     lease. Until then a retry gets 409 in progress.
 //   - Replays are byte-identical: the stored status, the route's
 //     replayable headers and body, plus "Idempotent-Replayed: true".
 //   - Nothing held by accident. In a local route, transient answers (5xx,
@@ -26,6 +30,11 @@
 //     handler calls Op.Release. A client that disconnects still has its
 //     outcome recorded. Otherwise only a failing store can hold a key, and
 //     only until its lease runs out.
+//   - Validation failures are not stored. A 400 or 422 the handler
+//     answers (Route.ValidationFailure), or any answer after Op.Invalid,
+//     says the input was refused before anything was done: the key is
+//     released, in a remote route too, so the corrected request runs
+//     under the same key instead of meeting a 422 key-mismatch.
 //   - Fail closed. When the store fails, requests get 503 with
 //     Retry-After and the handler does not run, unless the route is
 //     marked FailOpen.

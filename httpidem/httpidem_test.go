@@ -23,7 +23,6 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/fingerprint"
 	"github.com/idemkv/idemkv/httpidem"
-	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/ttl"
 )
 
@@ -31,7 +30,7 @@ import (
 type fixture struct {
 	t       *testing.T
 	eng     *engine.Engine
-	clock   *fakeclock.Clock
+	clock   *timerClock
 	srv     *httptest.Server
 	reports chan httpidem.Report
 }
@@ -54,7 +53,7 @@ func newFixtureWith(t *testing.T, rt httpidem.Route, h http.HandlerFunc, opt fun
 // the middleware's by mo (either may be nil).
 func buildFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc, eo func(*engine.Options), mo func(*httpidem.Options)) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clock: fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), reports: make(chan httpidem.Report, 100)}
+	f := &fixture{t: t, clock: newTimerClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), reports: make(chan httpidem.Report, 100)}
 	eopts := &engine.Options{
 		Clock: f.clock, NoBackgroundSweep: true,
 		RetentionClasses: ttl.Classes{"money": 30 * 24 * time.Hour},
@@ -68,6 +67,7 @@ func buildFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc, eo func(*
 	mopts := &httpidem.Options{
 		Store:  eng,
 		Tenant: bearer,
+		Clock:  f.clock, // heartbeats beat only when a test advances it
 		Observer: httpidem.ObserverFunc(func(r httpidem.Report) {
 			select {
 			case f.reports <- r:
@@ -442,6 +442,43 @@ func TestTransientOutcomesAreReleased(t *testing.T) {
 	})
 }
 
+// A validation failure is released, and the writes the handler added
+// with Op.Apply go with it: nothing of the refused request is kept, and
+// the corrected request runs under the same key.
+func TestValidationFailureKeepsNothing(t *testing.T) {
+	for _, mode := range []idemkv.Mode{idemkv.ModeLocal, idemkv.ModeRemote} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var calls atomic.Int64
+			f := newFixture(t, httpidem.Route{Mode: mode}, func(w http.ResponseWriter, r *http.Request) {
+				n := calls.Add(1)
+				body, _ := io.ReadAll(r.Body)
+				httpidem.FromContext(r.Context()).Apply(func(fx idemkv.Effects) error {
+					return fx.Set(fmt.Appendf(nil, "row-%d", n), body)
+				})
+				if strings.Contains(string(body), "-5") {
+					w.WriteHeader(http.StatusUnprocessableEntity)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			assert.Equal(t, http.StatusUnprocessableEntity, f.do("POST", route, `{"amount":-5}`, "k").status)
+			rep := f.report()
+			assert.Equal(t, httpidem.Released, rep.Disposition)
+			assert.Equal(t, http.StatusUnprocessableEntity, rep.Status)
+			_, err := f.eng.GetData([]byte("row-1"))
+			assert.ErrorIs(t, err, idemkv.ErrNotFound, "the refused request's writes are dropped")
+			_, err = f.eng.Get(t.Context(), idemkv.ID{Tenant: "acct_1", Endpoint: "POST " + route, Key: "k"})
+			assert.ErrorIs(t, err, idemkv.ErrNotFound, "nothing is kept under the key, not even uncertain")
+
+			assert.Equal(t, http.StatusCreated, f.do("POST", route, `{"amount":5}`, "k").status)
+			v, err := f.eng.GetData([]byte("row-2"))
+			require.NoError(t, err)
+			assert.Equal(t, `{"amount":5}`, string(v))
+			assert.EqualValues(t, 2, calls.Load())
+		})
+	}
+}
+
 func TestPanicNeverLeavesKeyStuck(t *testing.T) {
 	t.Run("local: released", func(t *testing.T) {
 		var calls atomic.Int64
@@ -711,7 +748,9 @@ func TestExpiredKeyRunsAsNew(t *testing.T) {
 
 func TestLeaseLost(t *testing.T) {
 	g := newGate(http.StatusCreated)
-	f := newFixture(t, httpidem.Route{Lease: time.Second}, g.ServeHTTP)
+	// Without heartbeats, a handler that outlives its lease is like one
+	// that stalled: a retry takes it over.
+	f := newFixture(t, httpidem.Route{Lease: time.Second, Heartbeat: -1}, g.ServeHTTP)
 	first := make(chan response)
 	go func() { first <- f.do("POST", route, `{}`, "k") }()
 	<-g.entered

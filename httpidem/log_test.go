@@ -214,7 +214,7 @@ func TestLogUncertainAndReconciling(t *testing.T) {
 
 func TestLogTakeoverAndLeaseLost(t *testing.T) {
 	g := newGate(http.StatusCreated)
-	f, sink, all := newLoggedFixture(t, httpidem.Route{Lease: time.Second}, g.ServeHTTP, false)
+	f, sink, all := newLoggedFixture(t, httpidem.Route{Lease: time.Second, Heartbeat: -1}, g.ServeHTTP, false)
 	id := idemkv.ID{Tenant: "acct_1", Endpoint: "POST " + route, Key: secretKey}
 
 	first := make(chan response)

@@ -78,6 +78,16 @@ type Options struct {
 	// response bodies are never logged.
 	LogRawKeys bool
 
+	// Clock times the heartbeats that keep a running handler's lease
+	// (Route.Heartbeat), through idemkv.AfterFunc: a Clock that is an
+	// idemkv.TimerClock (a simulation's) drives them, any other gets Go's
+	// timers. It must tell the store's time: a route that leaves its
+	// lease to the store's default derives the beat from the lease's
+	// expiry as read on it. Default: the store, if it implements
+	// idemkv.Clock (engine.Engine and pgstore.Store do), else the wall
+	// clock.
+	Clock idemkv.Clock
+
 	// TracerProvider, if set, gives every request the middleware protects
 	// or rejects a span (SpanName), a child of the span in the request's
 	// context, under which the handler runs. The span carries the tenant,
@@ -122,9 +132,29 @@ type Route struct {
 	// and re-sent (idemkv.ClaimRequest.Resumable).
 	Resumable bool
 
-	// Lease bounds how long the handler may run before another request
-	// may take the key over. Default: the store's.
+	// Lease bounds how long the handler may run without renewing its
+	// lease before another request may take the key over; the heartbeat
+	// (Heartbeat) renews it for that long at every beat. Default: the
+	// store's.
 	Lease time.Duration
+
+	// Heartbeat is how often the lease is renewed while the handler runs
+	// (idemkv.Store.Renew, fenced on the lease's token, for Lease). A
+	// handler slower than its lease then keeps its key, and a retry takes
+	// it over only from a holder that stopped: one that crashed, or
+	// stalled (the heartbeat could not renew) for longer than a lease.
+	// The heartbeat stops when the handler returns (or its response
+	// starts to stream), before the outcome is committed, and for good
+	// once a renewal is fenced (another attempt took the key over; the
+	// outcome is then not stored: 409 lease-lost). A renewal that fails
+	// otherwise is logged at Warn and tried again at the next beat. The
+	// beats are timed by Options.Clock. Default (zero): a third of the
+	// lease, so that two beats can fail before the lease runs out. Must
+	// be shorter than a positive Lease. A negative Heartbeat turns the
+	// heartbeat off: the lease is never renewed, and a handler that
+	// outlives it can be taken over while it still runs. Each beat costs
+	// a store write (a durable one in a remote route).
+	Heartbeat time.Duration
 
 	// Retention names the store's retention class for this route's
 	// outcomes. Default: the store's default class.
@@ -175,8 +205,27 @@ type Route struct {
 	// final: stored and replayed to retries, or not. One that is not is
 	// released so that a retry runs anew in a local route; in a remote
 	// route it marks the key uncertain unless the handler called
-	// Op.Release. Default: DefaultStorable.
+	// Op.Release. ValidationFailure is asked first: a validation failure
+	// is released whatever Storable says. Default: DefaultStorable.
 	Storable func(status int) bool
+
+	// ValidationFailure decides from the response status whether the
+	// response declares the request invalid: refused before it began to
+	// execute, with nothing done. Such a response is neither stored nor
+	// marked uncertain, in a local route or a remote one: the key is
+	// released, so that the corrected request, sent with the same key,
+	// runs anew instead of meeting a 422 key-mismatch (Stripe saves no
+	// result for a request that failed validation before it began
+	// executing either). Writes added with Op.Apply are dropped with it.
+	// A handler can also declare it whatever the status, with Op.Invalid.
+	// Default: DefaultValidationFailure, 400 and 422. A handler that may
+	// answer 400 or 422 after it acted (a downstream call made, a write
+	// outside Op.Apply committed) must not rely on the default, or its
+	// effect would run again under the same key: give such a route
+	// ValidationFailure: func(int) bool { return false }, which turns the
+	// rule off (every 400 and 422 is then stored, as Storable says), and
+	// call Op.Invalid where the input was refused before any effect.
+	ValidationFailure func(status int) bool
 
 	// Rebuild answers a replay of an outcome stored without its body (a
 	// response larger than MaxStoredBody, or streamed). The status and
@@ -192,13 +241,24 @@ type Route struct {
 // "try again" rather than "this is the answer". In a local route such a
 // response releases the key and a retry runs anew; in a remote route it
 // marks the key uncertain, unless the handler called Op.Release to say
-// the downstream never acted.
+// the downstream never acted. A 400 or a 422 is final too, but by
+// default it is a validation failure (Route.ValidationFailure, asked
+// first), which is released rather than stored.
 func DefaultStorable(status int) bool {
 	switch status {
 	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
 		return false
 	}
 	return status >= 200 && status < 500
+}
+
+// DefaultValidationFailure is the default Route.ValidationFailure: a 400
+// (Bad Request) or a 422 (Unprocessable Content) is taken to refuse the
+// request's input before the handler did anything, so it is not stored
+// and the key is released. Other 4xx (a 402 declined, a 409 out of stock)
+// are business answers, stored and replayed as Storable says.
+func DefaultValidationFailure(status int) bool {
+	return status == http.StatusBadRequest || status == http.StatusUnprocessableEntity
 }
 
 // Middleware protects HTTP handlers with idempotency keys. It is safe for
@@ -211,8 +271,14 @@ type Middleware struct {
 	log       *slog.Logger
 	rawKeys   bool
 	tracer    trace.Tracer // nil: no spans
+	clock     idemkv.Clock // times the heartbeats
 	flights   flights
 }
+
+// wallClock is the default Options.Clock of a store that tells no time.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
 
 // New returns a Middleware. It fails if opts is nil or Store or Tenant
 // is missing: neither has a default.
@@ -233,6 +299,13 @@ func New(opts *Options) (*Middleware, error) {
 	}
 	if opts.TracerProvider != nil {
 		m.tracer = opts.TracerProvider.Tracer(tracerName)
+	}
+	m.clock = opts.Clock
+	if m.clock == nil {
+		m.clock = wallClock{}
+		if c, ok := opts.Store.(idemkv.Clock); ok {
+			m.clock = c
+		}
 	}
 	return m, nil
 }
@@ -262,6 +335,9 @@ func (m *Middleware) Wrap(h http.Handler, route Route) (http.Handler, error) {
 	if rt.Lease < 0 || rt.Wait < 0 || rt.MaxStoredBody < 0 {
 		return nil, errors.New("httpidem: Lease, Wait and MaxStoredBody may not be negative")
 	}
+	if rt.Lease > 0 && rt.Heartbeat >= rt.Lease {
+		return nil, fmt.Errorf("httpidem: Heartbeat %v must be shorter than Lease %v, or the lease runs out between beats", rt.Heartbeat, rt.Lease)
+	}
 	if rt.MaxStoredBody == 0 {
 		rt.MaxStoredBody = DefaultMaxStoredBody
 	}
@@ -282,6 +358,9 @@ func (m *Middleware) Wrap(h http.Handler, route Route) (http.Handler, error) {
 	}
 	if rt.Storable == nil {
 		rt.Storable = DefaultStorable
+	}
+	if rt.ValidationFailure == nil {
+		rt.ValidationFailure = DefaultValidationFailure
 	}
 	if len(rt.Retention) > idemkv.MaxClassLen {
 		return nil, fmt.Errorf("httpidem: retention class name %q is too long", rt.Retention)
@@ -492,12 +571,18 @@ func (p *protected) await(ctx context.Context, done chan struct{}, deadline time
 }
 
 // execute runs the handler under lease l and stores its outcome.
+//
+// The heartbeat keeps the lease while the handler runs, and is stopped
+// before anything is settled: when the handler returns, or when its
+// response starts to stream and its outcome is committed early.
 func (p *protected) execute(w http.ResponseWriter, r *http.Request, q *request, l idemkv.Lease) {
 	op := &Op{lease: l}
 	sctx := context.WithoutCancel(r.Context()) // a gone client must not leave the key stuck
 	c := &capture{w: w, header: make(http.Header), limit: p.route.MaxStoredBody}
+	hb := p.startHeartbeat(sctx, q, op)
 	var settleErr error
 	c.spill = func(c *capture) error {
+		q.report.Renewals = hb.stop()
 		settleErr = p.settle(sctx, q, op, c, false)
 		if settleErr == nil && q.report.Disposition == Stored && p.retention != "" {
 			c.header.Set(HeaderRetention, p.retention)
@@ -505,6 +590,7 @@ func (p *protected) execute(w http.ResponseWriter, r *http.Request, q *request, 
 		return settleErr
 	}
 	panicked, stack := p.run(c, r.WithContext(context.WithValue(r.Context(), opKey{}, op)))
+	q.report.Renewals = hb.stop() // a no-op if the response streams: spill stopped it
 	switch {
 	case panicked != nil:
 		if !c.streaming {

@@ -14,8 +14,9 @@ const (
 	Rejected Disposition = "rejected"
 	// Stored: the handler ran and its outcome was stored.
 	Stored Disposition = "stored"
-	// Released: the handler ran; its outcome was transient, so the key was
-	// released for a retry.
+	// Released: the handler ran; its outcome was transient, a validation
+	// failure (Route.ValidationFailure, Op.Invalid) or declared without
+	// effect (Op.Release), so the key was released for a retry.
 	Released Disposition = "released"
 	// Uncertain: the handler ran and reported an unknown outcome.
 	Uncertain Disposition = "uncertain"
@@ -48,6 +49,10 @@ type Report struct {
 	// Err is the store error behind a StoreError, LeaseLost or Unprotected
 	// (fail-open) disposition.
 	Err error
+	// Renewals counts the times the heartbeat renewed the request's lease
+	// while its handler ran (Route.Heartbeat): zero for a handler quicker
+	// than a beat. A handler that keeps a key for long shows here.
+	Renewals int
 }
 
 // Observer receives a Report per request; implementations must be safe

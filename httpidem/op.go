@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/idemkv/idemkv"
 )
@@ -16,13 +17,15 @@ var ErrSettled = errors.New("httpidem: outcome already committed")
 // Op is the protected operation a handler runs under. The middleware puts
 // it in the request's context; FromContext returns it.
 type Op struct {
-	lease idemkv.Lease
-
-	mu        sync.Mutex
+	mu sync.Mutex
+	// lease is the request's; the heartbeat moves its Expires as it
+	// renews it.
+	lease     idemkv.Lease
 	applies   []func(idemkv.Effects) error
 	pointer   string
 	uncertain bool
 	released  bool
+	invalid   bool
 	// compensations commit with the release (Release's arguments).
 	compensations []func(idemkv.Effects) error
 	note          string
@@ -43,8 +46,20 @@ func FromContext(ctx context.Context) *Op {
 // Lease returns the lease the request holds: its fencing token and, for a
 // remote route, the OperationID to send downstream as the downstream
 // idempotency key. Every attempt of one logical operation that resumes an
-// earlier one (a takeover) carries the same OperationID.
-func (op *Op) Lease() idemkv.Lease { return op.lease }
+// earlier one (a takeover) carries the same OperationID. Its Expires is
+// the lease's end as last renewed by the heartbeat (Route.Heartbeat).
+func (op *Op) Lease() idemkv.Lease {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.lease
+}
+
+// renewed records the lease's end as a heartbeat renewed it.
+func (op *Op) renewed(expires time.Time) {
+	op.mu.Lock()
+	op.lease.Expires = expires
+	op.mu.Unlock()
+}
 
 // Apply adds business writes that commit atomically with the operation's
 // outcome: they are durable exactly when a retry can replay the response,
@@ -86,10 +101,11 @@ func (op *Op) Uncertain(note string) {
 // Release says the operation had no effect: the downstream call was never
 // made, or was refused before it acted. The middleware then releases the
 // key instead of storing the response, and a retry runs anew. In a remote
-// route it is the only way to release: a response that is not final (a
-// 5xx, 408, 425 or 429; Route.Storable) without it marks the key
-// uncertain, because such a response proves nothing about the downstream.
-// Uncertain wins over Release.
+// route a response that is not final (a 5xx, 408, 425 or 429;
+// Route.Storable) marks the key uncertain unless the handler calls
+// Release, because such a response proves nothing about the downstream
+// (a validation failure, Invalid, is released too: the handler never
+// called it). Uncertain wins over Release.
 //
 // compensate, if given, are writes that commit with the release, in the
 // same commit fenced on the request's lease (idemkv.Store.Release): what
@@ -101,6 +117,22 @@ func (op *Op) Release(compensate ...func(idemkv.Effects) error) {
 	op.mu.Lock()
 	op.released = true
 	op.compensations = append(op.compensations, compensate...)
+	op.mu.Unlock()
+}
+
+// Invalid says the request failed validation before the handler began
+// to execute it: nothing was done (no downstream call, no write outside
+// Apply). Like Stripe, which saves no result for such a request, the
+// middleware then neither stores the response nor marks the key
+// uncertain, in a remote route too: it releases the key, so that the
+// corrected request, sent with the same key, runs anew instead of
+// meeting a 422 key-mismatch. Writes added with Apply are dropped. It
+// applies whatever the status the handler answers; by default a 400 or
+// 422 counts as Invalid without the call (Route.ValidationFailure).
+// Uncertain wins over Invalid.
+func (op *Op) Invalid() {
+	op.mu.Lock()
+	op.invalid = true
 	op.mu.Unlock()
 }
 
@@ -130,10 +162,20 @@ func (op *Op) apply(fx idemkv.Effects) error {
 	return nil
 }
 
-// settle marks the outcome committed and returns what the handler set.
-func (op *Op) settle() (pointer string, uncertain, released bool, note string) {
+// declared is what the handler said about its operation.
+type declared struct {
+	pointer   string
+	uncertain bool
+	released  bool
+	invalid   bool
+	note      string
+}
+
+// settle marks the outcome committed and returns what the handler
+// declared.
+func (op *Op) settle() declared {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	op.settled = true
-	return op.pointer, op.uncertain, op.released, op.note
+	return declared{pointer: op.pointer, uncertain: op.uncertain, released: op.released, invalid: op.invalid, note: op.note}
 }

@@ -15,38 +15,49 @@ import (
 // uncertain, or the key given up after a panic or a failed commit.
 
 // settle commits the outcome of the response in c: stored, released or
-// uncertain. final says the handler has returned and the whole body is in
-// the buffer; otherwise the response is about to stream and its body is
-// not stored.
+// uncertain. What the handler declared decides first (Op.Uncertain, then
+// Op.Release and Op.Invalid), then the status: a validation failure
+// (Route.ValidationFailure) is released, a final one (Route.Storable)
+// stored, any other released in a local route and marked uncertain in a
+// remote one. The heartbeat is stopped before settle is called. final
+// says the handler has returned and the whole body is in the buffer;
+// otherwise the response is about to stream and its body is not stored.
 func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, final bool) error {
-	pointer, uncertain, released, note := op.settle()
+	d := op.settle()
 	status := c.status
 	if status == 0 {
 		status = http.StatusOK
 		c.status = status
 	}
 	store := p.m.store
+	invalid := !d.uncertain && (d.invalid || p.route.ValidationFailure(status))
 	switch {
-	case uncertain:
+	case d.uncertain:
 		q.report.Disposition = Uncertain
-		note = clip(note, idemkv.MaxNoteLen)
+		note := clip(d.note, idemkv.MaxNoteLen)
 		err := store.MarkUncertain(ctx, op.lease, note)
 		if err == nil {
 			p.logEvent(ctx, q, slog.LevelInfo, msgUncertain, disposition(q), slog.Int("status", status), slog.String("note", note))
 		}
 		return err
-	case released || (!p.route.Storable(status) && op.lease.Mode != idemkv.ModeRemote):
+	case d.released || invalid || (!p.route.Storable(status) && op.lease.Mode != idemkv.ModeRemote):
+		// A validation failure is released in a remote route too: the
+		// handler refused the input before it called anything.
 		q.report.Disposition = Released
 		err := store.Release(ctx, op.lease, op.compensate())
 		if err == nil {
-			p.logEvent(ctx, q, slog.LevelInfo, msgReleased, disposition(q), slog.Int("status", status))
+			attrs := []slog.Attr{disposition(q), slog.Int("status", status)}
+			if invalid {
+				attrs = append(attrs, slog.Bool("invalid", true))
+			}
+			p.logEvent(ctx, q, slog.LevelInfo, msgReleased, attrs...)
 		}
 		return err
 	case !p.route.Storable(status):
 		// A remote route's 5xx proves nothing about the downstream: only
 		// the handler can say it had no effect (Op.Release).
 		q.report.Disposition = Uncertain
-		note = fmt.Sprintf("status %d without Op.Release: the downstream may have acted", status)
+		note := fmt.Sprintf("status %d without Op.Release: the downstream may have acted", status)
 		err := store.MarkUncertain(ctx, op.lease, note)
 		if err == nil {
 			p.logEvent(ctx, q, slog.LevelInfo, msgUncertain, disposition(q), slog.Int("status", status), slog.String("note", note))
@@ -54,6 +65,7 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 		return err
 	}
 	q.report.Disposition = Stored
+	pointer := d.pointer
 	if pointer == "" {
 		pointer = c.header.Get("Location")
 	}

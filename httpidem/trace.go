@@ -46,6 +46,9 @@ func (p *protected) endSpan(q *request) {
 	if q.attempt > 0 {
 		attrs = append(attrs, attribute.Int("idemkv.attempt", int(q.attempt)))
 	}
+	if q.report.Renewals > 0 {
+		attrs = append(attrs, attribute.Int("idemkv.renewals", q.report.Renewals))
+	}
 	if q.report.Status > 0 {
 		attrs = append(attrs, attribute.Int("http.response.status_code", q.report.Status))
 	}

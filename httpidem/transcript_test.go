@@ -24,7 +24,7 @@ import (
 //
 // Commands:
 //
-//	route [require] [remote] [diagnostics] [max-stored-body=N]
+//	route [require] [remote] [diagnostics] [max-stored-body=N] [no-validation-failures]
 //	    (re)start the server with a fresh store and this route
 //	request
 //	METHOD PATH
@@ -41,7 +41,9 @@ import (
 // where N counts its runs. Query parameters steer it: status=S answers S
 // instead, panic=1 panics, uncertain=1 reports an unknown outcome (and
 // answers 504), release=1 says the operation had no effect (Op.Release),
-// big=N writes N bytes.
+// invalid=1 declares a validation failure (Op.Invalid), big=N writes N
+// bytes. no-validation-failures turns the route's default (400 and 422
+// are validation failures) off.
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/transcripts", func(t *testing.T, path string) {
 		var f *fixture
@@ -54,6 +56,9 @@ func TestTranscripts(t *testing.T) {
 			}
 			if q.Get("release") != "" {
 				httpidem.FromContext(r.Context()).Release()
+			}
+			if q.Get("invalid") != "" {
+				httpidem.FromContext(r.Context()).Invalid()
 			}
 			if q.Get("uncertain") != "" {
 				httpidem.FromContext(r.Context()).Uncertain("downstream timed out")
@@ -91,6 +96,8 @@ func TestTranscripts(t *testing.T) {
 						rt.Fingerprint = &fingerprint.Options{Diagnostics: true}
 					case "max-stored-body":
 						rt.MaxStoredBody, _ = strconv.Atoi(a.Vals[0])
+					case "no-validation-failures":
+						rt.ValidationFailure = func(int) bool { return false }
 					default:
 						t.Fatalf("%s: unknown route argument %q", td.Pos, a.Key)
 					}

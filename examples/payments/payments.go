@@ -58,6 +58,11 @@ type Config struct {
 	// Lease bounds how long a payment may take before a retry may take it
 	// over (resuming the same charge). Default: the store's (30 s).
 	Lease time.Duration
+	// Heartbeat is how often a payment still running renews its lease
+	// (httpidem.Route.Heartbeat): a payment slower than its lease is then
+	// taken over only if its process stalls. Default: a third of the
+	// lease; negative: never renew.
+	Heartbeat time.Duration
 	// Clock tells the time of payments (Payment.Created): every time the
 	// service reads, in a request, a reconciler's answer or an operator's
 	// settlement, comes from it, so a test or a simulation that drives a
@@ -168,7 +173,8 @@ func New(cfg Config) (*Service, error) {
 	if s.orders, err = s.orderSaga(); err != nil {
 		return nil, err
 	}
-	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: s.tenantOf, Challenge: challenge, Observer: obs, Logger: cfg.Logger})
+	m, err := httpidem.New(&httpidem.Options{Store: cfg.Store, Tenant: s.tenantOf, Challenge: challenge, Observer: obs,
+		Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -176,6 +182,7 @@ func New(cfg Config) (*Service, error) {
 		Require:   true,
 		Mode:      idemkv.ModeRemote,
 		Resumable: true, // the processor deduplicates on a key derived from the OperationID
+		Heartbeat: cfg.Heartbeat,
 		Wait:      cfg.Wait,
 		Lease:     cfg.Lease,
 		Fingerprint: &fingerprint.Options{

@@ -176,14 +176,16 @@ func TestBadRequests(t *testing.T) {
 	problemOf(t, f.pay("acct_1", "k4", `{"amount":1.5,"currency":"USD","card":"tok"}`), http.StatusUnprocessableEntity, "invalid-payment")
 	problemOf(t, f.send("GET", "/v1/payments?limit=0", "acct_1", "", ""), http.StatusBadRequest, "invalid-query")
 	problemOf(t, f.send("DELETE", "/v1/payments", "acct_1", "", ""), http.StatusMethodNotAllowed, "method-not-allowed")
-	// A validation error is a final answer: its retry is replayed, body
-	// and all (it has no pointer to rebuild it from).
-	first := f.pay("acct_1", "k5", `{"amount":0,"currency":"USD","card":"tok"}`)
-	again := f.pay("acct_1", "k5", `{"amount":0,"currency":"USD","card":"tok"}`)
-	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
-	assert.Equal(t, http.StatusUnprocessableEntity, again.status)
-	assert.Equal(t, first.body, again.body)
+	// A validation error is not stored (it failed before anything
+	// happened): the corrected request with the same key runs, instead
+	// of getting key-mismatch.
+	first := f.pay("acct_1", "k5", `{"amount":-5,"currency":"USD","card":"tok"}`)
+	assert.Equal(t, http.StatusUnprocessableEntity, first.status)
 	assert.Zero(t, f.p.Stats().Calls, "no bad request reached the card processor")
+	fixed := f.pay("acct_1", "k5", `{"amount":5,"currency":"USD","card":"tok"}`)
+	assert.Equal(t, http.StatusCreated, fixed.status, "%s", fixed.body)
+	assert.Empty(t, fixed.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, 1, f.p.Stats().Calls)
 }
 
 func TestReusedKeyNamesTheChangedFields(t *testing.T) {
