@@ -76,7 +76,7 @@ func (c *client) run() {
 	for _, pay := range c.pays {
 		c.pay(pay)
 	}
-	c.pw.clientsDone++
+	c.pw.busy--
 }
 
 // pay sends pay until it gets its outcome or the client gives up.
@@ -100,7 +100,9 @@ func (c *client) pay(pay *payment) {
 	}
 	if w.Rand().Float64() < prm.replays {
 		d := time.Second + time.Duration(w.Rand().Int64N(int64(prm.retention/3)))
+		c.pw.busy++
 		w.Go(c.p, func() {
+			defer func() { c.pw.busy-- }()
 			if c.p.Sleep(d) == nil {
 				c.send(pay, "replay")
 			}
@@ -110,7 +112,9 @@ func (c *client) pay(pay *payment) {
 		// Past the retention the record is gone: the payment runs anew,
 		// and must find its charge, not make another.
 		d := prm.retention + 30*time.Second + time.Duration(w.Rand().Int64N(int64(time.Minute)))
+		c.pw.busy++
 		w.Go(c.p, func() {
+			defer func() { c.pw.busy-- }()
 			if c.p.Sleep(d) != nil {
 				return
 			}

@@ -88,7 +88,7 @@ func drawParams(w *World) params {
 	prm.maxBackoff = 10 * time.Second
 	prm.maxAttempts = pick(w, 3, 6)
 	prm.maxAge = pick(w, time.Minute, 3*time.Minute)
-	prm.retention = 5 * time.Minute
+	prm.retention = 2 * time.Minute
 	flight := pick(w, 50*ms, 500*ms, 2800*ms)
 	loss := pick(w, 0.0, 0.05, 0.2)
 	prm.toDown = Link{Min: ms, Max: flight, Slow: 0.3, Loss: loss}
@@ -135,7 +135,9 @@ type payWorld struct {
 	start    time.Time
 	dir      string // for the audit logs
 
-	clientsDone int
+	// busy counts the clients still paying and the replays and late
+	// resends still to come: the run ends some time after it reaches 0.
+	busy int
 }
 
 func (pw *payWorld) fail(err error) { pw.w.Fail(err) }
@@ -173,6 +175,7 @@ func newPayWorld(seed uint64, dir string, mk func(pw *payWorld) backend) (*payWo
 			pw.pays = append(pw.pays, pay)
 		}
 		pw.clients = append(pw.clients, c)
+		pw.busy++
 		w.Go(c.p, c.run)
 	}
 	pw.scheduleChaos()

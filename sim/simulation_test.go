@@ -100,19 +100,27 @@ func runSeed(t *testing.T, seed uint64, mk func(*payWorld) backend) (*payWorld, 
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	defer pw.w.Close()
-	err = pw.w.Run(pw.start.Add(pw.runLength()))
+	// Run until the clients are done (late resends included), past the
+	// chaos, then long enough for what they left to be settled or
+	// escalated, and the escalated to be settled by the operator.
+	for err == nil && (pw.busy > 0 || pw.w.Now().Sub(pw.start) < chaosWindow+pw.prm.downMax) {
+		err = pw.w.Run(pw.w.Now().Add(30 * time.Second))
+	}
+	if err == nil {
+		err = pw.w.Run(pw.w.Now().Add(pw.settleTime()))
+	}
 	if err == nil {
 		err = pw.finalCheck()
 	}
 	return pw, err
 }
 
-// runLength is long enough for every client to be done, late resends
-// included, and for what they left to be settled or escalated.
-func (pw *payWorld) runLength() time.Duration {
+// settleTime is how long the reconciler and the operator take at most to
+// settle what the clients left: the reconciler's limit, its backoff, and
+// the operator's rounds.
+func (pw *payWorld) settleTime() time.Duration {
 	prm := pw.prm
-	clients := prm.clientSpread + time.Duration(prm.payments*prm.clientAttempts)*(prm.clientTimeout+2*prm.clientBackoff)
-	return clients + prm.retention + 3*time.Minute + prm.maxAge + prm.maxBackoff + time.Minute
+	return prm.maxAge + prm.grace + prm.lease + prm.maxBackoff + 2*time.Minute
 }
 
 // finalCheck checks what the run left: nothing unsettled, and (where the
