@@ -236,8 +236,8 @@ func (w *World) wake(wt *waiter, v any, err error) {
 	<-w.yield
 }
 
-// Run fires events until the queue is empty, until is reached, a check
-// fails or an actor panics. It returns the first failure.
+// Run fires the events due by until, and leaves the clock at until, unless
+// a check fails or an actor panics first. It returns the first failure.
 func (w *World) Run(until time.Time) error {
 	for {
 		if err := w.failure(); err != nil {
@@ -278,13 +278,14 @@ func (w *World) failure() error {
 
 // next pops the next event due by until, moving the clock to it; events
 // of a frozen process move to its thaw, those of a dead one are dropped.
+// With none due, it moves the clock to until and returns nil.
 func (w *World) next(until time.Time) *event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.queue.Len() > 0 {
 		e := w.queue[0]
 		if e.at.After(until) {
-			return nil
+			break
 		}
 		heap.Pop(&w.queue)
 		e.index = -1
@@ -299,13 +300,19 @@ func (w *World) next(until time.Time) *event {
 			heap.Push(&w.queue, e)
 			continue
 		}
-		if e.at.After(w.now) {
-			w.elapsed += e.at.Sub(w.now)
-			w.now = e.at
-		}
+		w.advanceLocked(e.at)
 		return e
 	}
+	w.advanceLocked(until)
 	return nil
+}
+
+// advanceLocked moves the clock forward to t. REQUIRES: w.mu held.
+func (w *World) advanceLocked(t time.Time) {
+	if t.After(w.now) {
+		w.elapsed += t.Sub(w.now)
+		w.now = t
+	}
 }
 
 // Steps is how many events have fired.
