@@ -59,6 +59,9 @@ func (p *Proc) Read() (time.Time, time.Duration) { return p.w.Read() }
 // has passed, unless stop is called first or p has crashed.
 func (p *Proc) AfterFunc(d time.Duration, f func()) (stop func() bool) {
 	e := p.w.At(d, p, func() { p.w.start(p, f) })
+	if e == nil {
+		return func() bool { return true } // p is dead: f never runs
+	}
 	return func() bool { return p.w.cancel(e) }
 }
 

@@ -105,6 +105,7 @@ type event struct {
 	proc      *Proc
 	fire      func()
 	cancelled bool
+	fired     bool
 	index     int
 }
 
@@ -156,11 +157,14 @@ func (w *World) At(d time.Duration, p *Proc, fire func()) *event {
 	return e
 }
 
-// cancel drops e if it has not fired; it reports whether it did.
+// cancel drops e if it has not fired; it reports whether it did. Like a
+// Go timer's Stop, it reports false only for an event that fired (or was
+// cancelled before): one dropped because its process died never fires,
+// and cancelling it reports true.
 func (w *World) cancel(e *event) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e == nil || e.cancelled || e.index < 0 {
+	if e == nil || e.cancelled || e.fired {
 		return false
 	}
 	e.cancelled = true
@@ -301,6 +305,7 @@ func (w *World) next(until time.Time) *event {
 			continue
 		}
 		w.advanceLocked(e.at)
+		e.fired = true
 		return e
 	}
 	w.advanceLocked(until)

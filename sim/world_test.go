@@ -134,3 +134,16 @@ func TestActorPanicFailsTheRun(t *testing.T) {
 	require.ErrorContains(t, err, "boom")
 	w.Close()
 }
+
+// A timer of a process that crashed never fires; stopping it says so,
+// as a Go timer's Stop does for a timer that never ran.
+func TestTimerOfACrashedProcessStops(t *testing.T) {
+	w := New(1, epoch)
+	p, chaos := w.NewProc("p"), w.NewProc("chaos")
+	stop := p.AfterFunc(time.Second, func() { t.Error("fired") })
+	w.Go(chaos, func() { p.Crash() })
+	require.NoError(t, w.Run(epoch.Add(time.Minute)))
+	require.True(t, stop(), "a timer that never fired")
+	require.True(t, p.AfterFunc(time.Second, func() {})(), "a dead process's timer")
+	w.Close()
+}
