@@ -226,7 +226,8 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 // in one batch with the epoch, and only the first does; the secret is
 // drawn once. The outcomes replay through today's middleware, and the
 // abandoned refund, taken over, resumes the operation id the old process
-// drew for it.
+// drew for it, not the one the store would derive. Once the uncertain
+// refund is settled with no effect, its retry gets the derived id.
 func TestLayout4StoreUpgrades(t *testing.T) {
 	f := upgradetest.Load(t, layout4Fixture)
 	require.Equal(t, 4, f.Layout)
@@ -288,9 +289,19 @@ func TestLayout4StoreUpgrades(t *testing.T) {
 	clock.Advance(f.Lease())
 	old, err := e.Get(ctx, f.ID(aband))
 	require.NoError(t, err)
+	require.NotEqual(t, idemkv.DeriveOperationID(e.secret, old.ID, old.Fingerprint, 0), old.OperationID)
 	got := upgradetest.Send(t, srv.URL, aband)
 	require.Equal(t, http.StatusCreated, got.Status)
 	require.Equal(t, fmt.Sprint(old.OperationID), got.Body)
+
+	rec, err = e.Get(ctx, f.ID(unc))
+	require.NoError(t, err)
+	derived := idemkv.DeriveOperationID(e.secret, rec.ID, rec.Fingerprint, 0)
+	require.NotEqual(t, derived, rec.OperationID, "drawn at random by the layout-4 code")
+	require.NoError(t, e.Resolve(ctx, idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token, NoEffect: true}))
+	got = upgradetest.Send(t, srv.URL, unc)
+	require.Equal(t, http.StatusCreated, got.Status)
+	require.Equal(t, derived.String(), got.Body)
 	rep, err := e.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
