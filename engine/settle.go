@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
 )
 
 // The writes that settle an attempt: the holder's Complete, Release,
@@ -173,7 +174,9 @@ func (e *Engine) release(ctx context.Context, st *stripe, k []byte, l idemkv.Lea
 
 // MarkUncertain implements idemkv.Store. The uncertain record is written
 // with a synced write, keeping the token, attempt and operation id, so a
-// reconciler can settle it with Resolve.
+// reconciler can settle it with Resolve, and the time it was marked
+// (Record.Marked, to the millisecond), which a reconciler's grace runs
+// from.
 func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
 	if err := l.Validate(); err != nil {
 		return err
@@ -195,6 +198,7 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	}
 	unc := h.rec
 	unc.State = idemkv.StateUncertain
+	unc.Marked = record.Milliseconds(now)
 	unc.LeaseExpires = time.Time{}
 	unc.Expires = e.expiresAt(now, unc.Class)
 	unc.Note = note
@@ -283,6 +287,7 @@ func (e *Engine) resolve(ctx context.Context, req *idemkv.ResolveRequest) (err e
 		done := cur
 		done.State = idemkv.StateCompleted
 		done.Escalated = false
+		done.Marked = time.Time{}
 		done.LeaseExpires = time.Time{}
 		done.Note = req.Note
 		done.Expires = e.expiresAt(now, done.Class)
@@ -300,7 +305,8 @@ func (e *Engine) resolve(ctx context.Context, req *idemkv.ResolveRequest) (err e
 	return err
 }
 
-// Escalate implements idemkv.Store.
+// Escalate implements idemkv.Store. An uncertain record keeps the time
+// it was marked; an abandoned one is marked uncertain now.
 func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err error) {
 	if err := e.validateSettle(req.ID, req.Note); err != nil {
 		return err
@@ -323,6 +329,7 @@ func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err 
 	esc.Note = req.Note
 	if cur.State != idemkv.StateUncertain {
 		esc.Expires = e.expiresAt(now, esc.Class)
+		esc.Marked = record.Milliseconds(now)
 	}
 	return e.commitRecord(w.st, w.k, w.s, &cur, &esc, nil)
 }

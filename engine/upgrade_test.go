@@ -227,7 +227,8 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 // drawn once. The outcomes replay through today's middleware, and the
 // abandoned refund, taken over, resumes the operation id the old process
 // drew for it, not the one the store would derive. Once the uncertain
-// refund is settled with no effect, its retry gets the derived id.
+// refund is escalated (its mark stays unknown) and settled with no effect,
+// its retry gets the derived id.
 func TestLayout4StoreUpgrades(t *testing.T) {
 	f := upgradetest.Load(t, layout4Fixture)
 	require.Equal(t, 4, f.Layout)
@@ -298,6 +299,11 @@ func TestLayout4StoreUpgrades(t *testing.T) {
 	require.NoError(t, err)
 	derived := idemkv.DeriveOperationID(e.secret, rec.ID, rec.Fingerprint, 0)
 	require.NotEqual(t, derived, rec.OperationID, "drawn at random by the layout-4 code")
+	require.NoError(t, e.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: "ops"}))
+	rec, err = e.Get(ctx, f.ID(unc))
+	require.NoError(t, err)
+	require.True(t, rec.Escalated)
+	require.True(t, rec.Marked.IsZero(), "escalating keeps the mark, and this one was never kept")
 	require.NoError(t, e.Resolve(ctx, idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token, NoEffect: true}))
 	got = upgradetest.Send(t, srv.URL, unc)
 	require.Equal(t, http.StatusCreated, got.Status)
