@@ -243,8 +243,9 @@ func SplitStamp(v []byte) (token uint64, expires time.Time, value []byte, err er
 // record's entry follows from the record, in memory or on disk.
 const (
 	// PendingOpen: a remote record in progress or an uncertain record.
-	// Past its lease (which renewals move in memory only) a remote
-	// record's holder is presumed gone: the record is abandoned.
+	// Past its lease (as last renewed: a remote claim's renewals are
+	// written, and do not move its entry) a remote record's holder is
+	// presumed gone: the record is abandoned.
 	PendingOpen byte = 'p'
 	// PendingEscalated: an escalated record.
 	PendingEscalated byte = 'x'
