@@ -52,6 +52,12 @@
 // taken over only by a Resumable claim, which keeps the OperationID so the
 // downstream sees the same operation; otherwise it becomes uncertain.
 //
+// A new remote record's OperationID is derived from its request
+// (idemkv.DeriveOperationID) under a secret the store draws when it is
+// created, keeps with its epoch and carries into its backups: every claim
+// of one logical request gets the same id, also after the record was
+// released, resolved with no effect, evicted or expired.
+//
 // # Retention and the sweeper
 //
 // A claim names a retention class (ClaimRequest.Retention; "" is the
