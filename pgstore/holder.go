@@ -109,11 +109,14 @@ const absentSQL = `state = 3, escalated = false, lease_expires = NULL, expires =
 	status = 0, pointer = '', body = NULL, effects = 0, note = ''`
 
 // releaseRecSQL makes the holder's record absent (absentSQL) if it is
-// still in progress under the holder's token ($3; $6-$8 the id).
+// still in progress under the holder's token ($3; $6-$8 the id). It
+// returns the commit's time ($5) where the others return 1: nothing else
+// in a release without events names $5, and PostgreSQL refuses a
+// statement with a parameter whose type it cannot tell.
 const releaseRecSQL = `
 	UPDATE idemkv_records SET ` + absentSQL + `
 	WHERE tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3 AND state = 1
-	RETURNING 1`
+	RETURNING $5::timestamptz`
 
 // Release implements idemkv.Store: the record becomes absent (absentSQL)
 // if the lease still holds it, and its compensations (apply) commit in
@@ -144,6 +147,9 @@ func (s *Store) Release(ctx context.Context, l idemkv.Lease, apply func(idemkv.E
 func (s *Store) releaseWith(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effects) error) error {
 	var events int64
 	err := s.transact(ctx, apply, func(fx *effects, q querier) error {
+		if fx.result != nil { // as the engine's Effects refuse it
+			return fmt.Errorf("%w: a release stores no result (SetResult in its apply function)", idemkv.ErrInvalidArgument)
+		}
 		a, err := fx.args()
 		if err != nil {
 			return err
