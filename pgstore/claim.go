@@ -3,7 +3,6 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -31,9 +30,13 @@ import (
 // is seen by the first and not by the second, and the statement returns
 // nothing. Claim then runs it again.
 //
+// A new record, or one that replaces an absent or local one, gets the
+// request's operation id ($11); a remote takeover keeps the record's, so
+// the attempt it resumes is sent downstream under the same identity.
+//
 // $1-$3 id, $4 fingerprint, $5 mode, $6 resumable, $7 now, $8 lease
-// expiry, $9 expiry of a new record, $10 class, $11 a new operation id
-// (remote claims), $12 created.
+// expiry, $9 expiry of a new record, $10 class, $11 the request's
+// operation id (remote claims; NULL for local ones), $12 created.
 const claimSQL = `
 WITH w AS (
 	INSERT INTO idemkv_records AS r (tenant, endpoint, key, state, mode, fingerprint, token, attempt,
@@ -132,8 +135,10 @@ func (s *Store) claimOnce(ctx context.Context, q querier, req *idemkv.ClaimReque
 	now := s.now()
 	var opID []byte
 	if req.Mode == idemkv.ModeRemote {
-		var id idemkv.OperationID
-		_, _ = rand.Read(id[:])
+		// The logical request's identity, for a new record; a takeover
+		// keeps the record's (claimSQL), and so does a record written
+		// before the store derived them (its id was drawn at random).
+		id := idemkv.DeriveOperationID(s.secret, req.ID, req.Fingerprint, req.Generation)
 		opID = id[:]
 	}
 	id := req.ID

@@ -37,6 +37,10 @@ type Store struct {
 	// sql holds the statements that depend on the options (the retention
 	// classes' windows, LISTEN/NOTIFY).
 	sql statements
+	// secret is the database's secret (idemkv_secret), read at Open and
+	// never changed: every process sharing the database derives the same
+	// operation id for a request under it.
+	secret []byte
 }
 
 type statements struct {
@@ -104,8 +108,14 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	secret, err := readSecret(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	bgctx, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
+	s := &Store{pool: pool, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o),
+		secret: secret}
 	s.startNotifier(bgctx)
 	if !o.NoBackgroundSweep {
 		sw, err := ttl.New(s, &o.Sweep)
