@@ -57,7 +57,7 @@ WITH w AS (
 		lease_expires = excluded.lease_expires,
 		expires = CASE WHEN r.state = 3 THEN excluded.expires ELSE r.expires END,
 		class = CASE WHEN r.state = 3 THEN excluded.class ELSE r.class END,
-		status = 0, pointer = '', body = NULL, effects = 0, note = '', escalated = false
+		status = 0, pointer = '', body = NULL, effects = 0, note = '', escalated = false, marked = NULL
 	WHERE (r.state = 3 AND r.expires <= $7)
 		OR (r.state = 1 AND r.lease_expires <= $7 AND r.fingerprint = excluded.fingerprint
 			AND (r.mode = 0 OR ($5 = 1 AND $6)))
@@ -68,12 +68,12 @@ UNION ALL
 SELECT ` + recordColumns + `, false FROM idemkv_records
 WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM w)`
 
-// abandonedSQL turns an abandoned remote claim uncertain: its lease ran
-// out and the claim that found it cannot resume it. It checks the lease
-// again ($7 now): a Renew committed since the claim's snapshot keeps the
-// record in progress.
+// abandonedSQL turns an abandoned remote claim uncertain, marked now
+// ($7): its lease ran out and the claim that found it cannot resume it.
+// It checks the lease again: a Renew committed since the claim's
+// snapshot keeps the record in progress.
 const abandonedSQL = `
-UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = $5, note = $6
+UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = $5, note = $6, marked = $7
 WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1 AND lease_expires <= $7`
 
 // maxClaimRuns bounds the runs of claimSQL that find a row changing under
@@ -185,6 +185,7 @@ func (s *Store) decide(ctx context.Context, q querier, req *idemkv.ClaimRequest,
 	unc := *cur
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
+	unc.Marked = now
 	unc.Expires = now.Add(s.window(cur.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	id := cur.ID

@@ -106,7 +106,7 @@ func (s *Store) completed(events int64) {
 // than the token of a holder acquired meanwhile; a row made absent in
 // place is instead taken over under its lock, with a token drawn there.
 const absentSQL = `state = 3, escalated = false, lease_expires = NULL, expires = '1970-01-01 00:00:00+00',
-	status = 0, pointer = '', body = NULL, effects = 0, note = ''`
+	status = 0, pointer = '', body = NULL, effects = 0, note = '', marked = NULL`
 
 // releaseRecSQL makes the holder's record absent (absentSQL) if it is
 // still in progress under the holder's token ($3; $6-$8 the id). It
@@ -192,8 +192,10 @@ func (s *Store) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) 
 	return nil
 }
 
-// markUncertainSQL: $1 now, $2-$4 id, $5 token, $6 note.
-const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = %s, note = $6
+// markUncertainSQL: $1 now, $2-$4 id, $5 token, $6 note. The record is
+// marked now (Record.Marked): its holder sends nothing downstream after
+// it.
+const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = %s, note = $6, marked = $1
 	WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 1`
 
 // Renew implements idemkv.Store. The renewed lease is stored: every

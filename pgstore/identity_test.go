@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The store's secret and the operation ids derived under it, beyond
-// what the conformance suite can see through the contract.
+// The store's secret, the operation ids derived under it, and the
+// moment a record was marked uncertain (the marked column), beyond what
+// the conformance suite can see through the contract.
 
 // TestOperationIDSharedByProcesses: two processes sharing a database
 // derive the same operation id for a request (under the database's
@@ -46,8 +47,8 @@ func TestOperationIDSharedByProcesses(t *testing.T) {
 // TestMigrateFromVersion2: a database left at schema version 2, with an
 // abandoned remote record and an uncertain one, opens at version 3 with
 // a secret. The records keep the operation ids they were drawn at random
-// (a takeover resumes one), and a new record of the same request gets
-// the derived id.
+// (a takeover resumes one), have no moment of marking, and a new record
+// of the same request gets the derived id.
 func TestMigrateFromVersion2(t *testing.T) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	pool, err := pgxpool.New(ctx, dsn)
@@ -81,6 +82,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, idemkv.StateUncertain, rec.State)
 	require.Equal(t, random["uncertain"], rec.OperationID[:], "a record keeps the id it was drawn")
+	require.True(t, rec.Marked.IsZero(), "marked before the store kept it: %v", rec.Marked)
 
 	req := idemkv.ClaimRequest{ID: id("abandoned"), Fingerprint: []byte("fp"), Mode: idemkv.ModeRemote, Resumable: true}
 	c, err := s.Claim(ctx, req)
@@ -97,4 +99,79 @@ func TestMigrateFromVersion2(t *testing.T) {
 	rep, err := s.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+}
+
+// TestMarkedColumn: the marked column holds the statement's time, to the
+// microsecond, from MarkUncertain, from a claim that turns an abandoned
+// record uncertain, and from an escalation of an abandoned record; an
+// escalation of an uncertain record keeps it; every way out of the
+// uncertain state clears it.
+func TestMarkedColumn(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	s, _ := reviewStore(t, func(o *pgstore.Options) { o.Clock = clock })
+	clock.Advance(1234567 * time.Microsecond)
+	column := func(key string) *time.Time {
+		t.Helper()
+		var marked *time.Time
+		require.NoError(t, s.Pool().QueryRow(ctx, `SELECT marked FROM idemkv_records WHERE key = $1`, key).Scan(&marked))
+		return marked
+	}
+	remote := func(key string) idemkv.ClaimRequest {
+		return idemkv.ClaimRequest{ID: reviewID(key), Fingerprint: []byte{1}, Mode: idemkv.ModeRemote, Lease: 10 * time.Second}
+	}
+	acquire := func(key string) idemkv.Lease {
+		t.Helper()
+		c, err := s.Claim(ctx, remote(key))
+		require.NoError(t, err)
+		require.Equal(t, idemkv.Acquired, c.Outcome)
+		return c.Lease
+	}
+	requireMarked := func(key string, want time.Time) {
+		t.Helper()
+		got := column(key)
+		require.NotNil(t, got, key)
+		require.True(t, got.Equal(want), "%s: column %v, want %v", key, got, want)
+		rec, err := s.Get(ctx, reviewID(key))
+		require.NoError(t, err)
+		require.True(t, rec.Marked.Equal(want), "%s: Marked %v, want %v", key, rec.Marked, want)
+	}
+
+	byHolder := acquire("by-holder")
+	abandoned := acquire("by-claim")
+	escalated := acquire("by-escalation")
+	clock.Advance(3 * time.Second)
+	markedAt := clock.Now()
+	require.NoError(t, s.MarkUncertain(ctx, byHolder, "timeout"))
+	requireMarked("by-holder", markedAt)
+
+	clock.Advance(7*time.Second + 1001*time.Microsecond) // the other two are abandoned
+	claimedAt := clock.Now()
+	c, err := s.Claim(ctx, remote("by-claim"))
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Reconciling, c.Outcome)
+	require.True(t, c.Record.Marked.Equal(claimedAt))
+	requireMarked("by-claim", claimedAt)
+
+	clock.Advance(2 * time.Second)
+	escalatedAt := clock.Now()
+	require.NoError(t, s.Escalate(ctx, idemkv.EscalateRequest{ID: reviewID("by-escalation"), Token: escalated.Token, Note: "gave up"}))
+	requireMarked("by-escalation", escalatedAt)
+	clock.Advance(time.Second)
+	require.NoError(t, s.Escalate(ctx, idemkv.EscalateRequest{ID: reviewID("by-holder"), Token: byHolder.Token, Note: "gave up"}))
+	requireMarked("by-holder", markedAt)
+
+	// Out of the uncertain state: resolved, resolved with no effect,
+	// evicted.
+	require.NoError(t, s.Resolve(ctx, idemkv.ResolveRequest{ID: reviewID("by-holder"), Token: byHolder.Token,
+		Result: idemkv.Result{Status: 201}}))
+	require.Nil(t, column("by-holder"))
+	require.NoError(t, s.Resolve(ctx, idemkv.ResolveRequest{ID: reviewID("by-claim"), Token: abandoned.Token, NoEffect: true}))
+	require.Nil(t, column("by-claim"))
+	_, err = s.Evict(ctx, idemkv.EvictRequest{ID: reviewID("by-escalation"), Token: escalated.Token})
+	require.NoError(t, err)
+	require.Nil(t, column("by-escalation"))
+
+	var stray int
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM idemkv_records WHERE marked IS NOT NULL AND state <> 2`).Scan(&stray))
+	require.Zero(t, stray)
 }

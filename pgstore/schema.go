@@ -120,6 +120,10 @@ var migrations = []migration{
 			id     INT PRIMARY KEY,
 			secret BYTEA NOT NULL CHECK (octet_length(secret) = 32)
 		)`,
+		// When an uncertain record was marked (Record.Marked); NULL in
+		// every other state, and on records marked before version 3.
+		// Nullable without a default, so adding it rewrites nothing.
+		`ALTER TABLE idemkv_records ADD COLUMN marked TIMESTAMPTZ`,
 	}, fill: createSecret},
 }
 
