@@ -94,6 +94,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("TenantIsolation", func(t *testing.T) { tenantIsolation(t, newHarness) })
 	t.Run("StaleHolderFenced", func(t *testing.T) { staleHolderFenced(t, newHarness) })
 	t.Run("RetentionClasses", func(t *testing.T) { retentionClasses(t, newHarness) })
+	t.Run("OperationIdentity", func(t *testing.T) { operationIdentity(t, newHarness) })
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
 	t.Run("Transactions", func(t *testing.T) { transactions(t, newHarness) })
 	t.Run("Events", func(t *testing.T) { events(t, newHarness) })
