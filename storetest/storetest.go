@@ -95,6 +95,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("StaleHolderFenced", func(t *testing.T) { staleHolderFenced(t, newHarness) })
 	t.Run("RetentionClasses", func(t *testing.T) { retentionClasses(t, newHarness) })
 	t.Run("OperationIdentity", func(t *testing.T) { operationIdentity(t, newHarness) })
+	t.Run("ReleaseCompensations", func(t *testing.T) { releaseCompensations(t, newHarness) })
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
 	t.Run("Transactions", func(t *testing.T) { transactions(t, newHarness) })
 	t.Run("Events", func(t *testing.T) { events(t, newHarness) })
