@@ -20,6 +20,12 @@
 // concurrent read-modify-writes that must serialize (skipped by a store
 // whose Effects do not read), and events that exist exactly when their
 // outcome commits (skipped by a store that is no idemkv.Outbox).
+// Others hold the remote half to what a reconciler relies on: the
+// downstream identity of a logical request (the same OperationID after a
+// release, a resolution with no effect, an eviction, an expiry, a
+// takeover and a restart), a Release's compensations (committed with it,
+// fenced as it is), when a record was marked uncertain (Record.Marked),
+// and a remote lease as renewed, durably.
 package storetest
 
 import (
@@ -96,6 +102,8 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("RetentionClasses", func(t *testing.T) { retentionClasses(t, newHarness) })
 	t.Run("OperationIdentity", func(t *testing.T) { operationIdentity(t, newHarness) })
 	t.Run("ReleaseCompensations", func(t *testing.T) { releaseCompensations(t, newHarness) })
+	t.Run("MarkedUncertain", func(t *testing.T) { markedUncertain(t, newHarness) })
+	t.Run("RemoteRenewal", func(t *testing.T) { remoteRenewal(t, newHarness) })
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
 	t.Run("Transactions", func(t *testing.T) { transactions(t, newHarness) })
 	t.Run("Events", func(t *testing.T) { events(t, newHarness) })
