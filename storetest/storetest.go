@@ -51,10 +51,11 @@ type Config struct {
 	// store keeps local (ModeLocal) claims in memory only, so that they
 	// vanish on Reopen.
 	VolatileLocalClaims bool
-	// DurableRenewals is set by the harness: true if the store writes a
-	// renewed lease durably, so that it survives Reopen (a store shared
-	// by several processes must); false if a renewal lives in memory and
-	// a reopened store knows the lease a remote claim was written with.
+	// DurableRenewals is set by the harness: true if the store also
+	// writes the renewal of a local claim durably, so that it survives
+	// Reopen (a store shared by several processes must); false if a local
+	// claim's renewal lives in memory. A remote claim's renewal is
+	// durable on every store (the contract), whatever this says.
 	DurableRenewals bool
 }
 
