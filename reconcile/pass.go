@@ -16,10 +16,13 @@ import (
 // Options.PerPass of them, oldest first) and handles each one that is
 // due: a record older than MaxAge is escalated; any other is asked about,
 // and resolved (Applied, NotApplied) or put back with backoff (Unknown),
-// or escalated after MaxAttempts. A remote record in progress is due only
-// Grace past its lease, an uncertain one Grace past its creation. Every write is a compare-and-set on the token the
-// listing read, so a record settled meanwhile (by its holder, another
-// worker or an operator) is left as it is. Pass returns an error if the
+// or escalated after MaxAttempts. A record is due Grace past the last
+// moment its attempt may have sent its downstream call: an abandoned one
+// Grace past its lease, an uncertain one Grace past Record.Marked (or past
+// this worker's first sight of it, if its store did not keep Marked).
+// Every write is a compare-and-set on the token the listing read, so a
+// record settled meanwhile (by its holder, another worker or an
+// operator) is left as it is. Pass returns an error if the
 // listing fails or ctx ends; the failures of single records are counted
 // in Stats and retried at a later pass.
 func (w *Worker) Pass(ctx context.Context) error {
@@ -94,19 +97,37 @@ func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error
 	}
 }
 
-// isDue reports whether rec is due at now: an abandoned record Grace
-// past its lease, an uncertain one Grace past its creation (a downstream
-// call can still be on its way for that long), and neither in backoff.
+// isDue reports whether rec is due at now: Grace past the last moment
+// its attempt may have sent a downstream call (a call sent then can be on
+// its way for that long), and not in backoff. That moment is an
+// abandoned record's LeaseExpires, an uncertain one's Marked, or, for an
+// uncertain record whose store keeps no Marked, the moment this worker
+// first listed it. Never Created: it is the key's first claim, not this
+// attempt's, and rounded down to the second.
 func (w *Worker) isDue(rec *idemkv.Record, now time.Time) bool {
-	switch {
-	case rec.State == idemkv.StateInProgress && now.Before(rec.LeaseExpires.Add(w.o.Grace)),
-		now.Before(rec.Created.Add(w.o.Grace)):
-		return false
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	b, ok := w.backoff[rec.ID]
-	return !ok || b.token != rec.Token || !now.Before(b.next)
+	if ok && b.token != rec.Token {
+		b, ok = retry{token: rec.Token}, false // another attempt: start afresh
+	}
+	var sent time.Time // the last moment a call may have been sent
+	switch {
+	case rec.State == idemkv.StateInProgress:
+		sent = rec.LeaseExpires
+	case !rec.Marked.IsZero():
+		sent = rec.Marked
+	default:
+		if !ok || b.seen.IsZero() {
+			b.token, b.seen = rec.Token, now
+			w.backoff[rec.ID] = b
+		}
+		sent = b.seen
+	}
+	if now.Before(sent.Add(w.o.Grace)) {
+		return false
+	}
+	return b.attempts == 0 || !now.Before(b.next)
 }
 
 func (w *Worker) forgetAllBut(seen map[idemkv.ID]bool) {
