@@ -21,13 +21,13 @@
 // A record is asked about Options.Grace after the last moment its current
 // attempt may have sent its downstream call: an abandoned record's lease
 // (Record.LeaseExpires, as last renewed), an uncertain one's mark
-// (Record.Marked). Unknown answers, errors, panics and timeouts are asked
-// again after a jittered exponential backoff (Options.MinBackoff,
-// MaxBackoff). After Options.MaxAttempts of them in a row, or once a
-// record is older than Options.MaxAge, the record is escalated
-// (idemkv.Store.Escalate): it stays uncertain, is never re-run or asked
-// about again, is listed apart (ListRequest.Escalated) and waits for an
-// operator (idemkv resolve).
+// (Record.Marked). Unknown answers, errors, timeouts, and panics in
+// Reconcile or in an answer's Apply are asked again after a jittered
+// exponential backoff (Options.MinBackoff, MaxBackoff). After
+// Options.MaxAttempts of them in a row, or once a record is older than
+// Options.MaxAge, the record is escalated (idemkv.Store.Escalate): it
+// stays uncertain, is never re-run or asked about again, is listed apart
+// (ListRequest.Escalated) and waits for an operator (idemkv resolve).
 //
 // Options.Logger gets a record of each resolution, unknown answer and
 // escalation, naming the record by tenant, endpoint and key_hash
@@ -42,6 +42,12 @@
 //   - Nothing settles a record but an answer: an error, a panic, a
 //     timeout, an out-of-range verdict, a result the store refuses or an
 //     Apply that fails all count as Unknown.
+//   - A panic in the application's code (Reconcile, Answer.Apply, the
+//     OnEscalate hook) is recovered, counted (Stats.Panics) and logged
+//     with its stack at Error; it never ends the process. A panic in
+//     Apply, which runs inside the store's Resolve, writes nothing: the
+//     record stays as it was, is asked about again after the backoff,
+//     and is escalated after MaxAttempts.
 //   - An attempt is given Options.Grace past the last moment it may have
 //     sent its downstream call before its record is asked about: past its
 //     lease if it was abandoned (a slow holder finishes on its own

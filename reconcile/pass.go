@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -148,7 +149,9 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 	}
 	ans, err := w.ask(ctx, rec)
 	if err != nil {
-		if ctx.Err() != nil {
+		if p, ok := err.(*panicked); ok {
+			w.panicked(ctx, rec, p)
+		} else if ctx.Err() != nil {
 			return // the worker is stopping: not the record's fault
 		}
 		w.update(func(s *Stats) { s.Errors++ })
@@ -158,9 +161,17 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 	req := idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token}
 	var applyErr error
 	if ans.Apply != nil {
-		req.Apply = func(fx idemkv.Effects) error {
-			applyErr = ans.Apply(fx)
-			return applyErr
+		// Apply runs inside the store's Resolve: a panic in it would
+		// unwind through the store. Recovered here, it is an error like
+		// any other, and the store writes nothing.
+		req.Apply = func(fx idemkv.Effects) (err error) {
+			defer func() {
+				if v := recover(); v != nil {
+					err = &panicked{where: "Answer.Apply", value: v, stack: debug.Stack()}
+				}
+				applyErr = err
+			}()
+			return ans.Apply(fx)
 		}
 	}
 	switch ans.Verdict {
@@ -195,7 +206,11 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 		w.log(ctx, slog.LevelDebug, msgLost, &rec, slog.Any("err", err))
 	case applyErr != nil, errors.Is(err, idemkv.ErrInvalidResult), errors.Is(err, idemkv.ErrInvalidArgument):
 		// The answer could not be stored (a bad result, or its Apply
-		// failed): as good as no answer.
+		// failed or panicked): as good as no answer.
+		var p *panicked
+		if errors.As(applyErr, &p) {
+			w.panicked(ctx, rec, p)
+		}
 		w.update(func(s *Stats) { s.Errors++ })
 		w.unknown(ctx, rec, "the reconciler's answer could not be stored: "+err.Error())
 	default:
@@ -217,8 +232,8 @@ func (w *Worker) ask(ctx context.Context, rec idemkv.Record) (Answer, error) {
 	ch := make(chan reply, 1)
 	go func() {
 		defer func() {
-			if p := recover(); p != nil {
-				ch <- reply{err: fmt.Errorf("reconciler panicked: %v", p)}
+			if v := recover(); v != nil {
+				ch <- reply{err: &panicked{where: "Reconcile", value: v, stack: debug.Stack()}}
 			}
 		}()
 		a, err := w.r.Reconcile(cctx, rec)
@@ -286,7 +301,7 @@ func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
 		w.update(func(s *Stats) { s.Escalated++ })
 		w.log(ctx, slog.LevelError, msgEscalated, &rec, slog.String("state", rec.State.String()), slog.String("note", note))
 		if w.o.OnEscalate != nil {
-			w.o.OnEscalate(rec, note)
+			w.hook(ctx, rec, "OnEscalate", func() { w.o.OnEscalate(rec, note) })
 		}
 	case lost(err):
 		w.forget(rec.ID)
@@ -296,6 +311,36 @@ func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
 		w.storeError(err)
 		w.log(ctx, slog.LevelWarn, msgStore, &rec, slog.Any("err", err))
 	}
+}
+
+// panicked is a panic recovered from the application's code, with the
+// stack of the goroutine that raised it.
+type panicked struct {
+	where string // "Reconcile", "Answer.Apply", or the hook's name
+	value any
+	stack []byte
+}
+
+func (p *panicked) Error() string { return fmt.Sprintf("%s panicked: %v", p.where, p.value) }
+
+// panicked counts and logs a panic recovered from the application's code
+// about rec. The caller decides what becomes of rec.
+func (w *Worker) panicked(ctx context.Context, rec idemkv.Record, p *panicked) {
+	w.update(func(s *Stats) { s.Panics++ })
+	w.log(ctx, slog.LevelError, msgPanicked, &rec, slog.String("in", p.where),
+		slog.String("panic", fmt.Sprint(p.value)), slog.String("stack", string(p.stack)))
+}
+
+// hook runs fn, a hook of the application's (named name) called about rec
+// after it was settled, and recovers a panic in it: the record stays
+// settled, the panic is counted and logged.
+func (w *Worker) hook(ctx context.Context, rec idemkv.Record, name string, fn func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.panicked(ctx, rec, &panicked{where: name, value: v, stack: debug.Stack()})
+		}
+	}()
+	fn()
 }
 
 // lost reports whether a settling write found the record settled (or

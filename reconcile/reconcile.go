@@ -202,9 +202,15 @@ func (wallClock) Now() time.Time { return time.Now() }
 type Stats struct {
 	Passes int64
 	// Asked counts Reconcile calls; Applied, NotApplied and Unknown their
-	// answers (errors, panics, timeouts and bad verdicts are Unknown, and
-	// also counted in Errors).
+	// answers (errors, panics, timeouts, bad verdicts and answers whose
+	// Apply failed or panicked are Unknown, and also counted in Errors).
 	Asked, Applied, NotApplied, Unknown, Errors int64
+	// Panics counts the panics recovered from the application's code:
+	// in Reconcile and in Answer.Apply (each also an error and an
+	// Unknown answer: nothing is written, the record is asked about again
+	// after the backoff, and escalated after MaxAttempts), and in the
+	// OnEscalate hook (after its record was escalated).
+	Panics int64
 	// Escalated counts records this worker escalated.
 	Escalated int64
 	// Lost counts settling writes that lost to another (a holder that

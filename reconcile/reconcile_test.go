@@ -288,6 +288,7 @@ func TestBadReconcilersNeverSettle(t *testing.T) {
 	st := w.Stats()
 	require.Equal(t, int64(len(bad)), st.Unknown)
 	require.Equal(t, int64(len(bad)), st.Errors)
+	require.Equal(t, int64(1), st.Panics, "the reconciler that panicked")
 	require.Equal(t, int64(1), st.NotApplied)
 	v.requireSound()
 }
