@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -32,6 +33,12 @@ var (
 	ErrMismatch = errors.New("saga: id already started with other input")
 	// ErrNotFound: no saga was started under the id.
 	ErrNotFound = errors.New("saga: not found")
+	// ErrPanicked: a step's Do or Undo panicked. The runner recovered the
+	// panic and stopped, as if it had crashed there: nothing of the
+	// action was stored (a local action's claim is given up, a remote
+	// one's left to run out), the saga's record is left in progress, and
+	// Resume goes on with it once its lease has run out.
+	ErrPanicked = errors.New("saga: a step panicked")
 )
 
 // Step is one step of a saga.
@@ -83,7 +90,9 @@ type Options struct {
 	Lease time.Duration
 	// MaxAttempts bounds the tries of an action that fails transiently:
 	// a Do then fails the saga (its earlier steps are compensated), an
-	// Undo is escalated. Default: 5.
+	// Undo is escalated. It also bounds the panics of one action, counted
+	// by the runner across runs (in memory): an action that has panicked
+	// that often is escalated, Do or Undo. Default: 5.
 	MaxAttempts int
 	// MinBackoff and MaxBackoff bound the wait between tries: doubling
 	// from MinBackoff. Defaults: 100 ms and 5 s.
@@ -99,7 +108,8 @@ type Options struct {
 	// saga: started or taken over, a step done or undone, a step's
 	// outcome unknown, compensating, compensated, completed (Info); a
 	// step that failed and is tried again, a lost lease (Warn); an undo
-	// escalated, a store error (Error). Each names the saga by tenant,
+	// escalated, a step that panicked (with its stack), a store error
+	// (Error). Each names the saga by tenant,
 	// endpoint ("saga/NAME"), key_hash (idemkv.ID.Hash of the saga's
 	// record) and token, and the step by name: never by the saga's id,
 	// which can carry customer data, and never with its input or
@@ -121,8 +131,9 @@ const (
 	// Waiting: Status.Step's outcome is unknown; a reconciler settles it,
 	// and Resume (or Start) then goes on.
 	Waiting Phase = "waiting"
-	// Escalated: an undo kept failing and was escalated; an operator
-	// settles it (idemkv resolve), and Resume then goes on.
+	// Escalated: an undo kept failing, or an action kept panicking, and
+	// was escalated; an operator settles its record (idemkv resolve), and
+	// Resume then goes on.
 	Escalated Phase = "escalated"
 	// Completed: every step completed.
 	Completed Phase = "completed"
@@ -149,6 +160,25 @@ type Runner struct {
 	store idemkv.Store
 	def   Definition
 	o     Options
+
+	mu struct {
+		sync.Mutex
+		panics map[idemkv.ID]int // panics of each action, by its record, since it last ended
+		stats  Stats
+	}
+}
+
+// Stats counts a runner's work since New.
+type Stats struct {
+	// Panics counts the panics recovered from steps' Do and Undo.
+	Panics int64
+}
+
+// Stats returns the runner's counts.
+func (r *Runner) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.stats
 }
 
 // New returns a runner of def on store.
@@ -182,7 +212,9 @@ func New(store idemkv.Store, def Definition, opts *Options) (*Runner, error) {
 	if o.After == nil {
 		o.After = time.After
 	}
-	return &Runner{store: store, def: def, o: o}, nil
+	r := &Runner{store: store, def: def, o: o}
+	r.mu.panics = map[idemkv.ID]int{}
+	return r, nil
 }
 
 // The records of a saga, all keyed by the saga's id in its tenant:

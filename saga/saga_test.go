@@ -57,7 +57,17 @@ func (s *shop) reopen() {
 	s.open()
 }
 
-// act counts a call of action and returns its scripted fault.
+// Faults that are not errors: a bug in the step's code.
+var (
+	// panicNow: the action panics before it does anything.
+	panicNow = errors.New("panic now")
+	// panicAfterCall: a remote action's call lands, then the code that
+	// reads its answer panics.
+	panicAfterCall = errors.New("panic after the call")
+)
+
+// act counts a call of action and returns its scripted fault, or panics
+// for panicNow.
 func (s *shop) act(action string) error {
 	s.mu.Lock()
 	s.calls[action]++
@@ -69,6 +79,9 @@ func (s *shop) act(action string) error {
 	s.mu.Unlock()
 	if ch != nil {
 		(<-ch)()
+	}
+	if err == panicNow {
+		panic(action + ": nil map")
 	}
 	return err
 }
@@ -99,8 +112,11 @@ func (s *shop) definition() saga.Definition {
 	remote := func(name string) func(ctx context.Context, x *saga.Exec) ([]byte, error) {
 		return func(_ context.Context, x *saga.Exec) ([]byte, error) {
 			err := s.act(name)
-			if err == nil || errors.Is(err, saga.ErrUnknown) { // a timeout: the call landed
+			if err == nil || errors.Is(err, saga.ErrUnknown) || err == panicAfterCall { // a timeout: the call landed
 				s.charge(x.Key, name)
+			}
+			if err == panicAfterCall {
+				panic(name + ": unreadable answer")
 			}
 			if err != nil {
 				return nil, err
