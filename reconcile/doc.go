@@ -29,6 +29,10 @@
 // stays uncertain, is never re-run or asked about again, is listed apart
 // (ListRequest.Escalated) and waits for an operator (idemkv resolve).
 //
+// Options.OnResolve is told of each record the worker resolved, so that
+// what waited on it goes on at once: a saga whose step it was
+// (saga.Runner.Wake).
+//
 // Options.Logger gets a record of each resolution, unknown answer and
 // escalation, naming the record by tenant, endpoint and key_hash
 // (idemkv.ID.Hash), never by its key.
@@ -43,7 +47,7 @@
 //     timeout, an out-of-range verdict, a result the store refuses or an
 //     Apply that fails all count as Unknown.
 //   - A panic in the application's code (Reconcile, Answer.Apply, the
-//     OnEscalate hook) is recovered, counted (Stats.Panics) and logged
+//     OnResolve and OnEscalate hooks) is recovered, counted (Stats.Panics) and logged
 //     with its stack at Error; it never ends the process. A panic in
 //     Apply, which runs inside the store's Resolve, writes nothing: the
 //     record stays as it was, is asked about again after the backoff,

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,16 +90,38 @@ func TestPanicInApplyIsRecovered(t *testing.T) {
 	v.requireSound()
 }
 
-// TestPanicInOnEscalateIsRecovered: a panic in the OnEscalate hook is
-// recovered and counted; the record stays escalated.
-func TestPanicInOnEscalateIsRecovered(t *testing.T) {
+// TestPanicInHooksIsRecovered: a panic in OnResolve or OnEscalate is
+// recovered and counted; the record stays settled. OnResolve is called
+// once per record this worker resolved, with the verdict.
+func TestPanicInHooksIsRecovered(t *testing.T) {
 	v := newEnv(t)
-	v.uncertain("k")
-	w := v.worker(newDownstream(), reconcile.Options{MaxAttempts: 1,
+	d := newDownstream()
+	v.uncertain("applied")
+	d.set("applied", reconcile.Applied)
+	v.uncertain("gone")
+	d.set("gone", reconcile.NotApplied)
+	v.uncertain("unknown")
+	var mu sync.Mutex
+	resolved := map[string]reconcile.Verdict{}
+	w := v.worker(d, reconcile.Options{MaxAttempts: 1,
+		OnResolve: func(_ context.Context, rec idemkv.Record, verdict reconcile.Verdict) {
+			mu.Lock()
+			resolved[rec.ID.Key] = verdict
+			mu.Unlock()
+			panic(errors.New("hook bug"))
+		},
 		OnEscalate: func(idemkv.Record, string) { panic("pager bug") }})
 	require.NotPanics(t, func() { require.NoError(t, w.Pass(ctx)) })
-	rec, _ := v.state("k")
+	assert.Equal(t, map[string]reconcile.Verdict{"applied": reconcile.Applied, "gone": reconcile.NotApplied}, resolved)
+	rec, ok := v.state("applied")
+	require.True(t, ok)
+	assert.Equal(t, idemkv.StateCompleted, rec.State)
+	_, ok = v.state("gone")
+	assert.False(t, ok)
+	rec, _ = v.state("unknown")
 	assert.True(t, rec.Escalated)
 	st := w.Stats()
-	assert.Equal(t, [2]int64{1, 1}, [2]int64{st.Panics, st.Escalated})
+	assert.Equal(t, [4]int64{3, 1, 1, 1}, [4]int64{st.Panics, st.Applied, st.NotApplied, st.Escalated})
+	assert.Zero(t, st.Errors, "the answers were fine")
+	v.requireSound()
 }

@@ -200,6 +200,9 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 			attrs = append(attrs, slog.Int("status", req.Result.Status))
 		}
 		w.log(ctx, slog.LevelInfo, msgResolved, &rec, attrs...)
+		if w.o.OnResolve != nil {
+			w.hook(ctx, rec, "OnResolve", func() { w.o.OnResolve(ctx, rec, ans.Verdict) })
+		}
 	case lost(err):
 		w.forget(rec.ID)
 		w.update(func(s *Stats) { s.Lost++ })

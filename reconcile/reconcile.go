@@ -160,6 +160,16 @@ type Options struct {
 	// OnEscalate, if set, is called after a record is escalated, with the
 	// record as it was and the note written on it: page someone.
 	OnEscalate func(rec idemkv.Record, note string)
+	// OnResolve, if set, is called after this worker has resolved a
+	// record (Applied or NotApplied), with the record as it was listed
+	// and the verdict, so that what waited on the record goes on at once:
+	// saga.Runner.Wake resumes the saga whose step it was, instead of
+	// leaving it until the saga's lease runs out. It runs in the pass, in
+	// the goroutine that settled the record, and the pass waits for it
+	// (it holds one of the pass's Concurrency slots meanwhile); it must
+	// honour ctx. A panic in it is recovered and counted (Stats.Panics);
+	// the record stays resolved. Default: none.
+	OnResolve func(ctx context.Context, rec idemkv.Record, verdict Verdict)
 	// Logger receives a structured record of what the worker does to
 	// each record: resolved (Info), an unknown answer (Warn), escalated
 	// (Error), a settling write lost to another (Debug), a store error
@@ -209,7 +219,7 @@ type Stats struct {
 	// in Reconcile and in Answer.Apply (each also an error and an
 	// Unknown answer: nothing is written, the record is asked about again
 	// after the backoff, and escalated after MaxAttempts), and in the
-	// OnEscalate hook (after its record was escalated).
+	// OnResolve and OnEscalate hooks (after their record was settled).
 	Panics int64
 	// Escalated counts records this worker escalated.
 	Escalated int64
