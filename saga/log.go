@@ -20,6 +20,7 @@ import (
 const (
 	msgStarted      = "saga: started"
 	msgTakenOver    = "saga: taken over"
+	msgWoken        = "saga: woken; its step was settled"
 	msgStepDone     = "saga: step done"
 	msgStepUndone   = "saga: step undone"
 	msgStepRetrying = "saga: step failed; retrying"

@@ -97,8 +97,16 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the wait between tries: doubling
 	// from MinBackoff. Defaults: 100 ms and 5 s.
 	MinBackoff, MaxBackoff time.Duration
-	// After waits between tries. Default: time.After. Tests inject it.
+	// After waits between tries. Default: a wait on Clock, through
+	// idemkv.AfterFunc (Go's timers, unless Clock is an
+	// idemkv.TimerClock). Tests inject it.
 	After func(time.Duration) <-chan time.Time
+	// Clock tells the time that the leases of the sagas this runner
+	// stopped to wait on a step (see Runner.Wake) are compared with, so
+	// that it forgets those that have run out. Default: the store, if it
+	// tells the time (an *engine.Engine and a *pgstore.Store do), else
+	// the wall clock.
+	Clock idemkv.Clock
 	// Retention names the retention class of every record of a saga (its
 	// input, its recovery points, its outcome); "" is the store's default.
 	// A saga must end within it: a saga still waiting (on a reconciler,
@@ -163,15 +171,26 @@ type Runner struct {
 
 	mu struct {
 		sync.Mutex
+		// parked holds the leases of the sagas this runner stopped to
+		// wait on an action (Phase Waiting or Escalated), by tenant and
+		// id: it still holds them, so Wake can go on at once once the
+		// action is settled. Resume forgets those that have run out.
+		parked map[sagaRef]idemkv.Lease
 		panics map[idemkv.ID]int // panics of each action, by its record, since it last ended
 		stats  Stats
 	}
 }
 
+// sagaRef names a saga: its tenant and id.
+type sagaRef struct{ tenant, id string }
+
 // Stats counts a runner's work since New.
 type Stats struct {
 	// Panics counts the panics recovered from steps' Do and Undo.
 	Panics int64
+	// Woken counts the sagas Wake went on with at once, under the lease
+	// this runner kept when it stopped them to wait.
+	Woken int64
 }
 
 // Stats returns the runner's counts.
@@ -209,10 +228,23 @@ func New(store idemkv.Store, def Definition, opts *Options) (*Runner, error) {
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = max(o.MinBackoff, 5*time.Second)
 	}
+	if o.Clock == nil {
+		if c, ok := store.(idemkv.Clock); ok {
+			o.Clock = c
+		} else {
+			o.Clock = wallClock{}
+		}
+	}
 	if o.After == nil {
-		o.After = time.After
+		c := o.Clock
+		o.After = func(d time.Duration) <-chan time.Time {
+			ch := make(chan time.Time, 1)
+			idemkv.AfterFunc(c, d, func() { ch <- c.Now() })
+			return ch
+		}
 	}
 	r := &Runner{store: store, def: def, o: o}
+	r.mu.parked = map[sagaRef]idemkv.Lease{}
 	r.mu.panics = map[idemkv.ID]int{}
 	return r, nil
 }
@@ -246,6 +278,10 @@ const (
 	statusFailed = 422 // a step that failed for good; its reason
 	statusUndone = 409 // a compensated saga; the failure
 )
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
 
 func fingerprint(input []byte) []byte {
 	h := sha256.Sum256(input)

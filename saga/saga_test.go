@@ -3,6 +3,7 @@ package saga_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -64,6 +65,8 @@ var (
 	// panicAfterCall: a remote action's call lands, then the code that
 	// reads its answer panics.
 	panicAfterCall = errors.New("panic after the call")
+	// callLost: a remote action times out, and its call never landed.
+	callLost = fmt.Errorf("%w: the request was lost", saga.ErrUnknown)
 )
 
 // act counts a call of action and returns its scripted fault, or panics
@@ -112,7 +115,7 @@ func (s *shop) definition() saga.Definition {
 	remote := func(name string) func(ctx context.Context, x *saga.Exec) ([]byte, error) {
 		return func(_ context.Context, x *saga.Exec) ([]byte, error) {
 			err := s.act(name)
-			if err == nil || errors.Is(err, saga.ErrUnknown) || err == panicAfterCall { // a timeout: the call landed
+			if err == nil || (errors.Is(err, saga.ErrUnknown) && err != callLost) || err == panicAfterCall { // a timeout: the call landed
 				s.charge(x.Key, name)
 			}
 			if err == panicAfterCall {
