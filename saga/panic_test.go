@@ -32,7 +32,7 @@ func (s *shop) get(id, action string) (idemkv.Record, bool) {
 // saga's lease has run out.
 func TestPanickingStepIsLeftForALaterPass(t *testing.T) {
 	s := newShop(t)
-	s.faults["confirm"] = []error{panicNow}
+	s.faults["confirm"] = []error{errPanicNow}
 	r, buf := s.loggedRunner(slog.LevelInfo)
 	before := func() idemkv.Record { rec, _ := s.get("o11", ""); return rec }
 
@@ -84,7 +84,7 @@ func TestPanickingStepIsLeftForALaterPass(t *testing.T) {
 // same key, which the processor deduplicates.
 func TestPanickingRemoteStepIsSentAgainUnderItsKey(t *testing.T) {
 	s := newShop(t)
-	s.faults["authorize"] = []error{panicAfterCall}
+	s.faults["authorize"] = []error{errPanicAfterCall}
 	r := s.runner()
 	var err error
 	require.NotPanics(t, func() { _, err = r.Start(ctx, "acct_1", "o12", nil) })
@@ -112,7 +112,7 @@ func TestPanickingRemoteStepIsSentAgainUnderItsKey(t *testing.T) {
 func TestCompensationThatKeepsPanickingIsEscalated(t *testing.T) {
 	s := newShop(t)
 	s.faults["capture"] = []error{saga.ErrPermanent}
-	s.faults["void"] = []error{panicNow, panicNow, panicNow}
+	s.faults["void"] = []error{errPanicNow, errPanicNow, errPanicNow}
 	r := s.runner() // MaxAttempts: 3
 	var err error
 	require.NotPanics(t, func() { _, err = r.Start(ctx, "acct_1", "o13", nil) })

@@ -60,17 +60,17 @@ func (s *shop) reopen() {
 
 // Faults that are not errors: a bug in the step's code.
 var (
-	// panicNow: the action panics before it does anything.
-	panicNow = errors.New("panic now")
-	// panicAfterCall: a remote action's call lands, then the code that
+	// errPanicNow: the action panics before it does anything.
+	errPanicNow = errors.New("panic now")
+	// errPanicAfterCall: a remote action's call lands, then the code that
 	// reads its answer panics.
-	panicAfterCall = errors.New("panic after the call")
-	// callLost: a remote action times out, and its call never landed.
-	callLost = fmt.Errorf("%w: the request was lost", saga.ErrUnknown)
+	errPanicAfterCall = errors.New("panic after the call")
+	// errCallLost: a remote action times out, and its call never landed.
+	errCallLost = fmt.Errorf("%w: the request was lost", saga.ErrUnknown)
 )
 
 // act counts a call of action and returns its scripted fault, or panics
-// for panicNow.
+// for errPanicNow.
 func (s *shop) act(action string) error {
 	s.mu.Lock()
 	s.calls[action]++
@@ -83,7 +83,7 @@ func (s *shop) act(action string) error {
 	if ch != nil {
 		(<-ch)()
 	}
-	if err == panicNow {
+	if err == errPanicNow {
 		panic(action + ": nil map")
 	}
 	return err
@@ -115,10 +115,10 @@ func (s *shop) definition() saga.Definition {
 	remote := func(name string) func(ctx context.Context, x *saga.Exec) ([]byte, error) {
 		return func(_ context.Context, x *saga.Exec) ([]byte, error) {
 			err := s.act(name)
-			if err == nil || (errors.Is(err, saga.ErrUnknown) && err != callLost) || err == panicAfterCall { // a timeout: the call landed
+			if err == nil || (errors.Is(err, saga.ErrUnknown) && err != errCallLost) || err == errPanicAfterCall { // a timeout: the call landed
 				s.charge(x.Key, name)
 			}
-			if err == panicAfterCall {
+			if err == errPanicAfterCall {
 				panic(name + ": unreadable answer")
 			}
 			if err != nil {

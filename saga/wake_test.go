@@ -97,7 +97,7 @@ func TestReconciledStepWakesItsSaga(t *testing.T) {
 // the same key, at once.
 func TestStepNotAppliedIsSentAgainAtOnce(t *testing.T) {
 	s := newShop(t)
-	s.faults["authorize"] = []error{callLost}
+	s.faults["authorize"] = []error{errCallLost}
 	r := s.runner()
 	st, err := r.Start(ctx, "acct_1", "o21", nil)
 	require.NoError(t, err)
