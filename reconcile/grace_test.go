@@ -71,7 +71,7 @@ func TestGraceRunsFromTheTakeover(t *testing.T) {
 	v.claim("marked", false, 0, idemkv.Reconciling)
 	marked := v.clock.Now()
 	rec, _ := v.state("marked")
-	require.Equal(t, marked, rec.Marked)
+	require.True(t, marked.Equal(rec.Marked), "marked %v, want %v", rec.Marked, marked)
 	require.NoError(t, w.Pass(ctx))
 	require.Zero(t, d.timesAsked("marked"), "marked just now: its call may still be in flight")
 	require.Zero(t, d.timesAsked("abandoned"), "within the grace of its lease")
@@ -124,7 +124,7 @@ func TestGraceUnderASecond(t *testing.T) {
 	v.claim("abandoned", false, 100*time.Millisecond, idemkv.Acquired)
 	leaseEnd := v.clock.Now().Add(100 * time.Millisecond)
 	rec, _ := v.state("marked")
-	require.Equal(t, t0, rec.Created, "rounded down to the second")
+	require.True(t, t0.Equal(rec.Created), "rounded down to the second: %v", rec.Created)
 	v.clock.Advance(50 * time.Millisecond)
 	require.NoError(t, v.e.MarkUncertain(ctx, l, "timeout"))
 	marked := v.clock.Now()
@@ -197,7 +197,7 @@ func TestGraceFromTheStoresMarked(t *testing.T) {
 			t.Skipf("needs Record.Marked from the %s store: the engine (branch i36-engine) and pgstore (branch i36-pg) "+
 				"are being taught to keep it; this test runs once they are merged", teststore.Name())
 		}
-		require.Equal(t, marked, rec.Marked, key)
+		require.True(t, marked.Equal(rec.Marked), "%s: marked %v, want %v", key, rec.Marked, marked)
 	}
 
 	d := newDownstream()
