@@ -249,7 +249,7 @@ func modelLocalUndo(ctx context.Context, x *saga.Exec, action string, fault func
 }
 
 // modelReconciler settles uncertain actions by the ledger: an action whose
-// key the processor saw happened.
+// key the processor saw happened; and wakes the saga of each through r.
 func modelReconciler(t *testing.T, e teststore.Store, r *saga.Runner, w *modelWorld, clock *fakeclock.Clock) *reconcile.Worker {
 	worker, err := reconcile.New(e, reconcile.ReconcilerFunc(func(ctx context.Context, rec idemkv.Record) (reconcile.Answer, error) {
 		a, ok, err := r.ActionOf(ctx, rec)
@@ -263,7 +263,13 @@ func modelReconciler(t *testing.T, e teststore.Store, r *saga.Runner, w *modelWo
 			return reconcile.Answer{Verdict: reconcile.NotApplied}, nil
 		}
 		return reconcile.Answer{Verdict: reconcile.Applied, Result: saga.Done([]byte(a.Step))}, nil
-	}), &reconcile.Options{Clock: clock, Grace: time.Second, Handles: func(rec idemkv.Record) bool { return !r.Owns(rec) }})
+	}), &reconcile.Options{Clock: clock, Grace: time.Second, Handles: func(rec idemkv.Record) bool { return !r.Owns(rec) },
+		OnResolve: func(ctx context.Context, rec idemkv.Record, _ reconcile.Verdict) {
+			// The saga goes on at once, in the pass, as serve wires it.
+			if _, _, err := r.Wake(ctx, rec); err != nil && !errors.Is(err, idemkv.ErrFenced) {
+				t.Errorf("wake: %v", err)
+			}
+		}})
 	require.NoError(t, err)
 	return worker
 }
