@@ -66,7 +66,7 @@ func TestConformanceNoReplayCache(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite already runs with the cache on")
 	}
-	storetest.Run(t, storetest.DirHarness(openForConformance(func(o *Options) { o.ReplayCacheSize = -1 }), true))
+	storetest.Run(t, harness(openForConformance(func(o *Options) { o.ReplayCacheSize = -1 })))
 }
 
 // TestReplayCacheNeverShadowsANewerRecord covers the first of the cache's

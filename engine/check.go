@@ -70,6 +70,9 @@ type CheckReport struct {
 	// Layout says whether the layout marker is stored (a store only lacks
 	// it before its first Open that writes).
 	Layout bool `json:"layout"`
+	// Secret says whether the store's secret is stored (a store in layout
+	// 4 has none).
+	Secret bool `json:"secret"`
 	// SweepCursor says whether a sweep pass is under way (its position is
 	// stored).
 	SweepCursor bool `json:"sweep_cursor"`
@@ -95,8 +98,10 @@ func (r *CheckReport) add(key, format string, args ...any) {
 // on disk:
 //
 //   - every key is in a known namespace; the metadata holds only the
-//     layout marker (record.Layout), the epoch (8 bytes) and the sweeper's
-//     position (a record key);
+//     layout marker (record.Layout, or 4 on a store opened read-only in
+//     layout 4), the epoch (8 bytes), the store's secret (32 bytes; a
+//     marked store in layout 5 has one), the sweeper's position (a record
+//     key), the clock's mark and the marks of evicted outcomes;
 //   - every record key decodes to a valid ID and encodes back to itself;
 //   - every record decodes (the codec itself refuses unknown states and
 //     flags, results on records that are not completed, and fields beyond
@@ -179,6 +184,11 @@ func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
 	if (r.Records > 0 || r.Effects > 0) && !r.Layout {
 		r.add(hex.EncodeToString(layoutKey), "records or effects but no layout marker")
 	}
+	if r.Layout && e.layout >= record.Layout && !r.Secret {
+		// Written with the marker: without it, the ids of new remote
+		// records would no longer be the ones given before.
+		r.add(hex.EncodeToString(secretKey), "layout %d but no secret", e.layout)
+	}
 	return r, nil
 }
 
@@ -188,8 +198,13 @@ func (e *Engine) checkMeta(r *CheckReport, k, v []byte) {
 		// Read above.
 	case bytes.Equal(k, layoutKey):
 		r.Layout = true
-		if len(v) != 8 || binary.BigEndian.Uint64(v) != record.Layout {
-			r.add(hex.EncodeToString(k), "layout marker %x, want layout %d", v, record.Layout)
+		if len(v) != 8 || binary.BigEndian.Uint64(v) != e.layout {
+			r.add(hex.EncodeToString(k), "layout marker %x, want layout %d", v, e.layout)
+		}
+	case bytes.Equal(k, secretKey):
+		r.Secret = true
+		if len(v) != record.SecretLen {
+			r.add(hex.EncodeToString(k), "secret is %d bytes, want %d", len(v), record.SecretLen)
 		}
 	case bytes.Equal(k, clockKey):
 		if len(v) != 8 {

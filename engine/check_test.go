@@ -475,6 +475,7 @@ func writeBenchStore(b testing.TB, n int, effects bool) string {
 	batch := db.NewBatch()
 	_ = batch.Set(layoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)
 	_ = batch.Set(epochKey, binary.BigEndian.AppendUint64(nil, 1), nil)
+	_ = batch.Set(secretKey, make([]byte, record.SecretLen), nil)
 	exp := t0.Add(24 * time.Hour)
 	bucket := record.AppendBucket(nil, ttl.DefaultClass, record.BucketEnd(exp, time.Hour))
 	fxCount := 0

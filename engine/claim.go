@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -32,11 +31,9 @@ func (e *Engine) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Cla
 		return idemkv.Claim{}, err
 	}
 	e.counters.claims.Add(1)
-	// Drawn before the lock, and used only if the claim acquires.
-	opID, err := e.newOperationID(req.Mode)
-	if err != nil {
-		return idemkv.Claim{}, err
-	}
+	// An HMAC, computed before the lock, and used only if the claim
+	// starts a new remote operation.
+	opID := e.operationID(&req)
 	k := appendRecordKey(nil, req.ID)
 	st := e.table.stripe(k)
 	now := e.clock.Now()
@@ -152,20 +149,17 @@ func (e *Engine) commitClaim(st *stripe, k []byte, s *slot, prev, rec *idemkv.Re
 	return nil
 }
 
-// newOperationID draws the downstream identity a remote claim gets if it
-// starts a new operation.
-func (e *Engine) newOperationID(m idemkv.Mode) (idemkv.OperationID, error) {
-	var id idemkv.OperationID
-	if m != idemkv.ModeRemote {
-		return id, nil
+// operationID is the downstream identity a remote claim gets if it
+// starts a new operation: derived from the request under the store's
+// secret, so that every claim of one logical request (after a release,
+// an eviction or an expiry too) gets the same one, and a downstream that
+// deduplicates on it absorbs a late call of an earlier attempt. A
+// takeover resumes the stored id instead.
+func (e *Engine) operationID(req *idemkv.ClaimRequest) idemkv.OperationID {
+	if req.Mode != idemkv.ModeRemote {
+		return idemkv.OperationID{}
 	}
-	if _, err := io.ReadFull(e.opts.Rand, id[:]); err != nil {
-		return id, fmt.Errorf("engine: operation id: %w", err)
-	}
-	if id.IsZero() {
-		id[0] = 1 // the zero id means "none"
-	}
-	return id, nil
+	return idemkv.DeriveOperationID(e.secret, req.ID, req.Fingerprint, req.Generation)
 }
 
 func leaseOf(r *idemkv.Record) idemkv.Lease {

@@ -20,6 +20,18 @@ func openForConformance(extra func(*Options)) storetest.OpenFunc {
 	}
 }
 
+// harness is the suite's harness for the engine: a store in a directory,
+// whose local claims live in memory (they vanish on reopen) and whose
+// remote claims' renewals are written (they survive it).
+func harness(open storetest.OpenFunc) storetest.NewHarness {
+	dir := storetest.DirHarness(open, true)
+	return func(t *testing.T, cfg *storetest.Config) storetest.Harness {
+		c := cfg.EnsureDefaults()
+		c.DurableRenewals = true
+		return dir(t, c)
+	}
+}
+
 // TestConformance runs the store contract's conformance suite against the
 // engine, the porcupine check (storetest.Linearizable) included. Local
 // claims live in memory, so they vanish on reopen. The engine drops expired
@@ -27,7 +39,7 @@ func openForConformance(extra func(*Options)) storetest.OpenFunc {
 // few hundred keys a round of the porcupine check uses, whose model has no
 // such drop.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.DirHarness(openForConformance(nil), true))
+	storetest.Run(t, harness(openForConformance(nil)))
 }
 
 // TestConformanceClaimFilterRebuilding runs the conformance suite with a
@@ -39,8 +51,8 @@ func TestConformanceClaimFilterRebuilding(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite already runs with the filter on")
 	}
-	storetest.Run(t, storetest.DirHarness(openForConformance(func(o *Options) {
+	storetest.Run(t, harness(openForConformance(func(o *Options) {
 		o.ReplayCacheSize = -1
 		o.claimFilterMinKeys = 2
-	}), true))
+	})))
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
 )
 
 // busyRetry is the RetryAfter given while a key's write is in flight: its
@@ -108,6 +109,9 @@ func decideClaim(req *idemkv.ClaimRequest, c *claimCase) claimDecision {
 	}
 	unc := cur
 	unc.State = idemkv.StateUncertain
+	// Its holder sends nothing once its lease has run out, which it has
+	// by now: a reconciler's grace may run from here.
+	unc.Marked = record.Milliseconds(now)
 	unc.LeaseExpires = time.Time{}
 	unc.Expires = c.curExpires
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)

@@ -93,6 +93,7 @@ func TestDecideClaim(t *testing.T) {
 			require.Zero(t, d.rec.LeaseExpires)
 			require.Equal(t, now.Add(30*24*time.Hour), d.rec.Expires, "the record's class")
 			require.Contains(t, d.rec.Note, "attempt 2")
+			require.True(t, d.rec.Marked.Equal(now), "marked uncertain now, not %v", d.rec.Marked)
 		}},
 		{name: "expired remote lease, local claim: uncertain", cur: held(idemkv.ModeRemote, 0), durable: true, resumable: true, check: func(t *testing.T, d claimDecision) {
 			require.Equal(t, idemkv.Reconciling, d.outcome)

@@ -25,15 +25,15 @@
 //     crash both are present or neither is.
 //   - A ModeRemote Claim: the in-progress record, before the caller may call
 //     downstream.
+//   - Renew of a remote claim: the record with its new lease, so that after
+//     a crash the stored lease is still the last moment its holder could
+//     have called downstream (a reconciler waits for it).
 //   - Release of a remote claim, MarkUncertain, Resolve: their record change.
 //
-// Two writes are deliberately not synced, because a crash makes them moot:
-//
-//   - A ModeLocal Claim is held only in memory. Its effect cannot commit
-//     without its outcome, so a crash before Complete leaves no trace and a
-//     retry simply runs.
-//   - Renew extends the lease in memory only. After a crash the holder is
-//     gone, and the durable record keeps the lease it was claimed with.
+// Local claims are deliberately not written, because a crash makes them
+// moot: a ModeLocal Claim, and its renewals, are held only in memory. Its
+// effect cannot commit without its outcome, so a crash before Complete
+// leaves no trace and a retry simply runs.
 //
 // Pebble makes a synced write visible to readers before the sync finishes.
 // The engine never lets a duplicate observe such a write: while a key's
@@ -51,6 +51,12 @@
 // holder's effects are fenced with its outcome). An expired remote lease is
 // taken over only by a Resumable claim, which keeps the OperationID so the
 // downstream sees the same operation; otherwise it becomes uncertain.
+//
+// A new remote record's OperationID is derived from its request
+// (idemkv.DeriveOperationID) under a secret the store draws when it is
+// created, keeps with its epoch and carries into its backups: every claim
+// of one logical request gets the same id, also after the record was
+// released, resolved with no effect, evicted or expired.
 //
 // # Retention and the sweeper
 //

@@ -53,6 +53,12 @@ type Engine struct {
 	// are epoch<<tokenSeqBits | seq, so tokens grow across restarts.
 	epoch uint64
 	seq   atomic.Uint64
+	// layout is the store's layout: record.Layout once a read-write Open
+	// has written it; a read-only Open may read layout 4 as it is.
+	layout uint64
+	// secret keys the operation ids of new remote records
+	// (record.SecretKey); nil only on a read-only store that has none.
+	secret []byte
 
 	counters counters
 	// backupMu runs one Backup at a time (backup.go).

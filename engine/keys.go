@@ -19,6 +19,7 @@ var (
 	epochKey  = record.EpochKey
 	clockKey  = record.ClockKey
 	layoutKey = record.LayoutKey
+	secretKey = record.SecretKey
 )
 
 // ErrLayout is returned by Open for a store written in a layout this

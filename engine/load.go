@@ -31,8 +31,9 @@ const loadBatchBytes = 1 << 20
 // Each record is stored as given, except that it gets a fresh fencing
 // token, later than every token the store has handed out, and defaults for
 // the zero fields a claim would have set: Attempt 1, Created now, a lease
-// from now for an in-progress record, an operation id for a remote one,
-// and Expires at the end of its class's window from now. The ID,
+// from now for an in-progress record, the operation id a claim would
+// derive for a remote one (generation 0), and Expires at the end of its
+// class's window from now. The ID,
 // fingerprint, state, class and result must be ones the engine accepts; a
 // record in progress must be remote (a local claim is never stored), and
 // none may claim effects (Record.Effects): Load writes no business data.
@@ -159,9 +160,7 @@ func (l *loader) fill(rec *idemkv.Record) error {
 		rec.Created = l.now.Truncate(time.Second)
 	}
 	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
-		if rec.OperationID, err = e.newOperationID(idemkv.ModeRemote); err != nil {
-			return err
-		}
+		rec.OperationID = idemkv.DeriveOperationID(e.secret, rec.ID, rec.Fingerprint, 0)
 	}
 	if rec.State == idemkv.StateInProgress && rec.LeaseExpires.IsZero() {
 		rec.LeaseExpires = l.now.Add(e.opts.Lease)

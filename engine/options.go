@@ -57,7 +57,10 @@ type Options struct {
 	// for tests and tools that set a manual clock on purpose.
 	ClockTolerance time.Duration
 
-	// Rand supplies randomness for operation ids. Default: crypto/rand.
+	// Rand supplies the store's secret: 32 bytes, drawn once, by the Open
+	// that creates the store (or migrates it from layout 3 or 4), under
+	// which the store derives operation ids. A test or a simulation that
+	// seeds it gets a deterministic store. Default: crypto/rand.
 	Rand io.Reader
 
 	// Lease is the lease a claim gets when ClaimRequest.Lease is zero.

@@ -211,8 +211,8 @@ func (s *scan) record(it *pebble.Iterator) (idemkv.Record, bool, error) {
 	return rec, want, nil
 }
 
-// renewedLease sets rec's lease to its holder's, as renewed in memory, if
-// a holder of rec's token has k's slot.
+// renewedLease sets rec's lease to its holder's, if a holder of rec's
+// token has k's slot: the page's snapshot may predate a renewal.
 func (e *Engine) renewedLease(k []byte, rec *idemkv.Record) {
 	st := e.table.stripe(k)
 	st.mu.Lock()

@@ -9,16 +9,18 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/record"
 )
 
 // The writes that settle an attempt: the holder's Complete, Release,
-// MarkUncertain and Renew, and a reconciler's Resolve. Each is a
-// compare-and-set on the record's token. It runs in three steps: under
-// the key's stripe mutex it checks the token and marks the key busy (so
-// that nothing else changes the key meanwhile, and duplicates answer
-// InProgress rather than read a write that is not yet durable); it
-// commits with a synced write, no lock held; then it removes the busy
-// slot under the mutex again (commitRecord).
+// MarkUncertain and Renew (which writes only a remote claim's record),
+// and a reconciler's Resolve. Each is a compare-and-set on the record's
+// token. It runs in three steps: under the key's stripe mutex it checks
+// the token and marks the key busy (so that nothing else changes the key
+// meanwhile, and duplicates answer InProgress rather than read a write
+// that is not yet durable); it commits with a synced write, no lock
+// held; then it removes the busy slot under the mutex again
+// (commitRecord), or, for a renewal, keeps it as the holder's (renew).
 //
 // Every stripe mutex is released by a defer, and every write that marked a
 // slot busy is guarded by abandonOnPanic, so that a panic out of Pebble
@@ -173,7 +175,9 @@ func (e *Engine) release(ctx context.Context, st *stripe, k []byte, l idemkv.Lea
 
 // MarkUncertain implements idemkv.Store. The uncertain record is written
 // with a synced write, keeping the token, attempt and operation id, so a
-// reconciler can settle it with Resolve.
+// reconciler can settle it with Resolve, and the time it was marked
+// (Record.Marked, to the millisecond), which a reconciler's grace runs
+// from.
 func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
 	if err := l.Validate(); err != nil {
 		return err
@@ -195,6 +199,7 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	}
 	unc := h.rec
 	unc.State = idemkv.StateUncertain
+	unc.Marked = record.Milliseconds(now)
 	unc.LeaseExpires = time.Time{}
 	unc.Expires = e.expiresAt(now, unc.Class)
 	unc.Note = note
@@ -202,9 +207,11 @@ func (e *Engine) MarkUncertain(ctx context.Context, l idemkv.Lease, note string)
 	return e.commitRecord(h.st, h.k, h.s, h.prev(), &unc, nil)
 }
 
-// Renew implements idemkv.Store. Renewal is held in memory: the durable
-// record of a remote claim keeps the lease it was claimed with, which only
-// matters after a crash, when its holder is gone anyway.
+// Renew implements idemkv.Store. A remote claim's renewal is written
+// with a synced write, as the claim was, so that after a crash the stored
+// lease is still the last moment its holder could have called downstream,
+// which a reconciler waits for. A local claim's renewal is held in
+// memory: after a crash its holder is gone, and so is the claim.
 func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv.Lease, error) {
 	if err := l.Validate(); err != nil {
 		return idemkv.Lease{}, err
@@ -222,19 +229,44 @@ func (e *Engine) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (id
 		return idemkv.Lease{}, err
 	}
 	defer e.gate.exit()
-	k := appendRecordKey(nil, l.ID)
-	st := e.table.stripe(k)
 	now := e.clock.Now()
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	s, err := e.holdLocked(ctx, st, k, l)
+	h, err := e.hold(ctx, l)
 	if err != nil {
 		return idemkv.Lease{}, err
 	}
-	s.rec.LeaseExpires = now.Add(d)
-	s.clearBusy()
+	next := h.rec
+	next.LeaseExpires = now.Add(d)
+	if err := e.renew(&h, &next); err != nil {
+		return idemkv.Lease{}, err
+	}
 	e.counters.renewed.Add(1)
-	return leaseOf(&s.rec), nil
+	return leaseOf(&next), nil
+}
+
+// renew ends the holder's write on h.s that renews its lease to next's:
+// for a stored record, with a synced write of next in place of h.rec.
+// The slot stays the holder's, with the new lease.
+func (e *Engine) renew(h *held, next *idemkv.Record) (err error) {
+	defer e.abandonOnPanic(h.s, &err)
+	if h.stored {
+		if e.testHookWrite != nil {
+			e.testHookWrite()
+		}
+		b := e.db.NewBatch()
+		e.putRecord(b, h.k, &h.rec, next)
+		err = e.commits.commit(b)
+		_ = b.Close()
+		if err != nil {
+			err = e.fail(fmt.Errorf("engine: durable renewal: %w", err))
+			h.s.abandonWrite()
+			return err
+		}
+	}
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	h.s.rec.LeaseExpires = next.LeaseExpires
+	h.s.clearBusy()
+	return nil
 }
 
 // Resolve implements idemkv.Store. An abandoned record (a remote record
@@ -283,6 +315,7 @@ func (e *Engine) resolve(ctx context.Context, req *idemkv.ResolveRequest) (err e
 		done := cur
 		done.State = idemkv.StateCompleted
 		done.Escalated = false
+		done.Marked = time.Time{}
 		done.LeaseExpires = time.Time{}
 		done.Note = req.Note
 		done.Expires = e.expiresAt(now, done.Class)
@@ -300,7 +333,8 @@ func (e *Engine) resolve(ctx context.Context, req *idemkv.ResolveRequest) (err e
 	return err
 }
 
-// Escalate implements idemkv.Store.
+// Escalate implements idemkv.Store. An uncertain record keeps the time
+// it was marked; an abandoned one is marked uncertain now.
 func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err error) {
 	if err := e.validateSettle(req.ID, req.Note); err != nil {
 		return err
@@ -323,6 +357,7 @@ func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err 
 	esc.Note = req.Note
 	if cur.State != idemkv.StateUncertain {
 		esc.Expires = e.expiresAt(now, esc.Class)
+		esc.Marked = record.Milliseconds(now)
 	}
 	return e.commitRecord(w.st, w.k, w.s, &cur, &esc, nil)
 }

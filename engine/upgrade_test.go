@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -20,12 +21,17 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/record"
 	"github.com/idemkv/idemkv/internal/upgradetest"
 )
 
-// layout3Fixture is the store written by the last code that wrote layout
-// 3, and the requests that wrote it (generate.go there).
-const layout3Fixture = "testdata/layout3"
+// layout3Fixture and layout4Fixture are the stores written by the last
+// code that wrote layouts 3 and 4, and the requests that wrote them
+// (generate.go there): the same requests each time.
+const (
+	layout3Fixture = "testdata/layout3"
+	layout4Fixture = "testdata/layout4"
+)
 
 // migrationLog counts the engine's "store migrated" lines.
 type migrationLog struct {
@@ -59,9 +65,9 @@ func fixtureOptions(f *upgradetest.Fixture, clock *fakeclock.Clock, log *migrati
 }
 
 // requireFixtureStore checks a store opened from the fixture in the
-// current layout: every invariant holds, every record, effect and
-// unsettled record the old code wrote is there, and the pending index
-// (which layout 3 lacked) counts the unsettled ones.
+// current layout (or read-only in its own): every invariant holds, every
+// record, effect and unsettled record the old code wrote is there, and
+// the pending index (which layout 3 lacked) counts the unsettled ones.
 func requireFixtureStore(t *testing.T, f *upgradetest.Fixture, e *Engine) {
 	t.Helper()
 	rep, err := e.Check(ctx)
@@ -118,8 +124,8 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(Layout), l)
 
-	// A second Open finds layout 4 and migrates nothing; so does a
-	// read-only one now.
+	// A second Open finds the current layout and migrates nothing; so
+	// does a read-only one now.
 	r, err := Open(dir, &ro)
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
@@ -131,8 +137,9 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 	db := e.db
 	v, closer, err := db.Get(layoutKey)
 	require.NoError(t, err)
-	require.Equal(t, uint64(4), binary.BigEndian.Uint64(v))
+	require.Equal(t, uint64(Layout), binary.BigEndian.Uint64(v))
 	require.NoError(t, closer.Close())
+	require.Len(t, e.secret, 32, "the migration draws the store's secret")
 
 	// The middleware over the migrated store. A handler that runs records
 	// the operation it ran as: only the resumed refund may run.
@@ -212,6 +219,100 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 	}
 }
 
+// TestLayout4StoreUpgrades opens the store the layout-4 code wrote
+// through httpidem over HTTP. A read-only Open reads it as it is: sound,
+// still in layout 4 and without a secret, so it cannot claim. The first
+// read-write Open migrates it, adding the marker and the store's secret
+// in one batch with the epoch, and only the first does; the secret is
+// drawn once. The outcomes replay through today's middleware, and the
+// abandoned refund, taken over, resumes the operation id the old process
+// drew for it, not the one the store would derive. Once the uncertain
+// refund is escalated (its mark stays unknown) and settled with no effect,
+// its retry gets the derived id.
+func TestLayout4StoreUpgrades(t *testing.T) {
+	f := upgradetest.Load(t, layout4Fixture)
+	require.Equal(t, 4, f.Layout)
+	dir := f.CopyStore(t)
+	clock := fakeclock.New(f.End.Add(time.Second))
+	log := &migrationLog{}
+	opts := fixtureOptions(f, clock, log)
+
+	l, err := StoredLayout(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), l)
+	ro := *opts
+	ro.ReadOnly = true
+	r, err := Open(dir, &ro)
+	require.NoError(t, err, "a read-only Open reads layout 4 as it is")
+	require.Nil(t, r.secret)
+	requireFixtureStore(t, f, r)
+	unc, aband := f.Keys(upgradetest.Uncertain)[0], f.Keys(upgradetest.Abandoned)[0]
+	rec, err := r.Get(ctx, f.ID(unc))
+	require.NoError(t, err)
+	require.Equal(t, idemkv.StateUncertain, rec.State)
+	require.True(t, rec.Marked.IsZero(), "marked by a store that did not keep the mark")
+	_, err = r.Claim(ctx, idemkv.ClaimRequest{ID: f.ID(aband), Fingerprint: rec.Fingerprint, Mode: idemkv.ModeRemote})
+	require.ErrorIs(t, err, ErrReadOnly)
+	require.NoError(t, r.Close())
+	l, err = StoredLayout(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), l, "a read-only Open changes nothing")
+	require.Zero(t, log.count())
+
+	e, err := Open(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, 1, log.count(), "the first read-write Open migrates")
+	requireFixtureStore(t, f, e)
+	require.Len(t, e.secret, record.SecretLen)
+	secret := bytes.Clone(e.secret)
+	require.NoError(t, e.Close())
+	l, err = StoredLayout(dir, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(Layout), l)
+
+	e, err = Open(dir, opts)
+	require.NoError(t, err)
+	defer e.Close()
+	require.Equal(t, 1, log.count(), "a migrated store is not migrated again")
+	require.Equal(t, secret, e.secret, "the secret is drawn once")
+	requireFixtureStore(t, f, e)
+
+	srv := f.Serve(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := httpidem.FromContext(r.Context())
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, op.Lease().OperationID)
+	}))
+	f.RequireReplays(t, srv.URL)
+
+	// The abandoned refund, once its lease has run out, is resumed under
+	// the operation id the layout-4 process drew and sent downstream.
+	clock.Advance(f.Lease())
+	old, err := e.Get(ctx, f.ID(aband))
+	require.NoError(t, err)
+	require.NotEqual(t, idemkv.DeriveOperationID(e.secret, old.ID, old.Fingerprint, 0), old.OperationID)
+	got := upgradetest.Send(t, srv.URL, aband)
+	require.Equal(t, http.StatusCreated, got.Status)
+	require.Equal(t, fmt.Sprint(old.OperationID), got.Body)
+
+	rec, err = e.Get(ctx, f.ID(unc))
+	require.NoError(t, err)
+	derived := idemkv.DeriveOperationID(e.secret, rec.ID, rec.Fingerprint, 0)
+	require.NotEqual(t, derived, rec.OperationID, "drawn at random by the layout-4 code")
+	require.NoError(t, e.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: "ops"}))
+	rec, err = e.Get(ctx, f.ID(unc))
+	require.NoError(t, err)
+	require.True(t, rec.Escalated)
+	require.True(t, rec.Marked.IsZero(), "escalating keeps the mark, and this one was never kept")
+	require.NoError(t, e.Resolve(ctx, idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token, NoEffect: true}))
+	got = upgradetest.Send(t, srv.URL, unc)
+	require.Equal(t, http.StatusCreated, got.Status)
+	require.Equal(t, derived.String(), got.Body)
+	rep, err := e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+}
+
 // TestOpenRefusesAFutureLayout: the fixture's store marked with layout 99
 // is refused read-write and read-only, and left unchanged; StoredLayout
 // names it and refuses it too.
@@ -262,15 +363,20 @@ func TestStoredLayoutOfNoStore(t *testing.T) {
 	require.Zero(t, l)
 }
 
-// TestLayout3MigrationCrash opens the fixture's store on a crashable
-// filesystem, taking a crash clone before every filesystem write of the
+// TestLayout3MigrationCrash and TestLayout4MigrationCrash open the
+// fixture's store on a crashable filesystem, taking a crash clone before every filesystem write of the
 // Open that migrates it and of its Close. Every clone opens (the crash
-// left layout 3 or layout 4, never a mix: the index, the marker and the
-// epoch are one synced batch), and is then in layout 4 with every record
-// and a complete pending index; the clones that crashed before the batch
+// left the old layout or the current one, never a mix: the index of
+// layout 3, the secret, the marker and the epoch are one synced batch),
+// and is then in the current layout with every record, a complete
+// pending index and a secret; the clones that crashed before the batch
 // was durable are migrated by that second Open.
-func TestLayout3MigrationCrash(t *testing.T) {
-	f := upgradetest.Load(t, layout3Fixture)
+func TestLayout3MigrationCrash(t *testing.T) { testMigrationCrash(t, layout3Fixture) }
+
+func TestLayout4MigrationCrash(t *testing.T) { testMigrationCrash(t, layout4Fixture) }
+
+func testMigrationCrash(t *testing.T, fixture string) {
+	f := upgradetest.Load(t, fixture)
 	mem := vfs.NewCrashableMem()
 	const dir = "db"
 	require.NoError(t, mem.MkdirAll(dir, 0o755))
@@ -318,6 +424,7 @@ func TestLayout3MigrationCrash(t *testing.T) {
 		require.NoError(t, err, "crash before fs operation %d (%d%% unsynced kept)", cl.op, cl.pct)
 		migratedAgain += log.count()
 		requireFixtureStore(t, f, e)
+		require.Len(t, e.secret, record.SecretLen)
 		require.NoError(t, e.Close())
 	}
 	t.Logf("%d crash clones: %d migrated by the Open after the crash, %d unopenable (manifest entry lost)",

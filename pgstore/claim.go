@@ -3,7 +3,6 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -31,9 +30,13 @@ import (
 // is seen by the first and not by the second, and the statement returns
 // nothing. Claim then runs it again.
 //
+// A new record, or one that replaces an absent or local one, gets the
+// request's operation id ($11); a remote takeover keeps the record's, so
+// the attempt it resumes is sent downstream under the same identity.
+//
 // $1-$3 id, $4 fingerprint, $5 mode, $6 resumable, $7 now, $8 lease
-// expiry, $9 expiry of a new record, $10 class, $11 a new operation id
-// (remote claims), $12 created.
+// expiry, $9 expiry of a new record, $10 class, $11 the request's
+// operation id (remote claims; NULL for local ones), $12 created.
 const claimSQL = `
 WITH w AS (
 	INSERT INTO idemkv_records AS r (tenant, endpoint, key, state, mode, fingerprint, token, attempt,
@@ -54,7 +57,7 @@ WITH w AS (
 		lease_expires = excluded.lease_expires,
 		expires = CASE WHEN r.state = 3 THEN excluded.expires ELSE r.expires END,
 		class = CASE WHEN r.state = 3 THEN excluded.class ELSE r.class END,
-		status = 0, pointer = '', body = NULL, effects = 0, note = '', escalated = false
+		status = 0, pointer = '', body = NULL, effects = 0, note = '', escalated = false, marked = NULL
 	WHERE (r.state = 3 AND r.expires <= $7)
 		OR (r.state = 1 AND r.lease_expires <= $7 AND r.fingerprint = excluded.fingerprint
 			AND (r.mode = 0 OR ($5 = 1 AND $6)))
@@ -65,12 +68,12 @@ UNION ALL
 SELECT ` + recordColumns + `, false FROM idemkv_records
 WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM w)`
 
-// abandonedSQL turns an abandoned remote claim uncertain: its lease ran
-// out and the claim that found it cannot resume it. It checks the lease
-// again ($7 now): a Renew committed since the claim's snapshot keeps the
-// record in progress.
+// abandonedSQL turns an abandoned remote claim uncertain, marked now
+// ($7): its lease ran out and the claim that found it cannot resume it.
+// It checks the lease again: a Renew committed since the claim's
+// snapshot keeps the record in progress.
 const abandonedSQL = `
-UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = $5, note = $6
+UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = $5, note = $6, marked = $7
 WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1 AND lease_expires <= $7`
 
 // maxClaimRuns bounds the runs of claimSQL that find a row changing under
@@ -132,8 +135,10 @@ func (s *Store) claimOnce(ctx context.Context, q querier, req *idemkv.ClaimReque
 	now := s.now()
 	var opID []byte
 	if req.Mode == idemkv.ModeRemote {
-		var id idemkv.OperationID
-		_, _ = rand.Read(id[:])
+		// The logical request's identity, for a new record; a takeover
+		// keeps the record's (claimSQL), and so does a record written
+		// before the store derived them (its id was drawn at random).
+		id := idemkv.DeriveOperationID(s.secret, req.ID, req.Fingerprint, req.Generation)
 		opID = id[:]
 	}
 	id := req.ID
@@ -180,6 +185,7 @@ func (s *Store) decide(ctx context.Context, q querier, req *idemkv.ClaimRequest,
 	unc := *cur
 	unc.State = idemkv.StateUncertain
 	unc.LeaseExpires = time.Time{}
+	unc.Marked = now
 	unc.Expires = now.Add(s.window(cur.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	id := cur.ID

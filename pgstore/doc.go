@@ -25,6 +25,20 @@
 // function runs before the claim is known, so it must do nothing but
 // write through Effects (which the Effects contract asks anyway).
 //
+// # Downstream identity
+//
+// A remote claim's OperationID (what StepKey derives a downstream's
+// idempotency key from) is idemkv.DeriveOperationID of the request under
+// the database's secret: 32 random bytes drawn by the migration that
+// created the table idemkv_secret and read by every Open. So every process
+// sharing the database gives a logical request the same id, on every
+// claim: after a release, a resolution with no effect, an eviction, or
+// the record's expiry, the request is sent downstream under the key it
+// had, and a downstream that deduplicates on it absorbs a late call.
+// ClaimRequest.Generation names another identity; a takeover keeps the
+// stored one. Records written before schema version 3 keep the ids they
+// were drawn at random.
+//
 // The relays of several processes publish the outbox together
 // (idemkv.SharedOutbox, outbox.Options.Shared): each claims the earliest
 // unpublished events of some entities with FOR UPDATE SKIP LOCKED, so no
@@ -38,7 +52,12 @@
 // claim that finds a record it cannot take writes and locks nothing, so a
 // replay costs no WAL flush.
 // Every holder write (Complete, Release, MarkUncertain, Renew) is an
-// update or delete conditional on the fencing token, in one statement.
+// update conditional on the fencing token, in one statement. A Release
+// may carry the attempt's compensations (its apply function: a hold given
+// back): their writes and events go out in the release's statement, and
+// only if it changed the record, so a holder whose lease was taken over
+// gives back nothing; one that reads runs in a SERIALIZABLE transaction,
+// as Complete's does (below).
 // These run at READ COMMITTED: each is a single statement whose row lock
 // and re-check of the condition on the latest row version decide it. The
 // pool's sessions use generic plans (SET plan_cache_mode once connected,
@@ -58,6 +77,10 @@
 //
 // # What is durable
 //
+// Renew is a committed update of the record's lease, so every process
+// sharing the database holds off retries and reconcilers until the
+// renewed lease runs out, and so does one that restarts.
+//
 // Every write commits as the server's synchronous_commit makes a commit
 // durable, local claims included: a local claim lost in a crash of the
 // database would take its fencing token with it (the sequence's advance
@@ -67,9 +90,14 @@
 // # Time
 //
 // Leases and expiry are measured by each process's clock
-// (Options.Clock). Processes sharing a database must keep their clocks
-// in step (NTP): a clock ahead by S takes over an expired lease up to S
-// early. Keep leases much longer than the worst skew.
+// (Options.Clock), and so is Record.Marked: the statement that marks a
+// record uncertain (MarkUncertain, a claim that finds a remote lease run
+// out and cannot resume it, an Escalate of such an abandoned record)
+// stores its time, to the microsecond; an Escalate of an uncertain
+// record keeps it, and every way out of the uncertain state clears it.
+// Processes sharing a database must keep their clocks in step (NTP): a
+// clock ahead by S takes over an expired lease up to S early, and marks
+// a record up to S late. Keep leases much longer than the worst skew.
 //
 // # Caveats
 //
@@ -88,6 +116,14 @@
 //     be non-serializable); and a transaction that read may fail to
 //     serialize (and, after 16 runs, fail with ErrConflict) over rows it
 //     only writes, such as an event entity's counter.
+//   - The secret is in the database: whoever can read idemkv_secret can
+//     compute the operation ids of requests they can name. A copy of the
+//     records moved to another database must take idemkv_secret with it,
+//     or its requests are sent downstream under new ids.
+//   - During a rolling upgrade to schema version 3, processes of an
+//     earlier build that are still running draw random operation ids
+//     and mark no record (Marked stays zero); a process of an earlier
+//     build refuses to open the migrated database.
 //   - The relays of one database either all claim (outbox.Options.Shared)
 //     or all read: a reading relay does not see what claiming ones hold.
 //   - Tested against PostgreSQL 15. The statements keep to what

@@ -106,14 +106,17 @@ func (s *Store) completed(events int64) {
 // than the token of a holder acquired meanwhile; a row made absent in
 // place is instead taken over under its lock, with a token drawn there.
 const absentSQL = `state = 3, escalated = false, lease_expires = NULL, expires = '1970-01-01 00:00:00+00',
-	status = 0, pointer = '', body = NULL, effects = 0, note = ''`
+	status = 0, pointer = '', body = NULL, effects = 0, note = '', marked = NULL`
 
 // releaseRecSQL makes the holder's record absent (absentSQL) if it is
-// still in progress under the holder's token ($3; $6-$8 the id).
+// still in progress under the holder's token ($3; $6-$8 the id). It
+// returns the commit's time ($5) where the others return 1: nothing else
+// in a release without events names $5, and PostgreSQL refuses a
+// statement with a parameter whose type it cannot tell.
 const releaseRecSQL = `
 	UPDATE idemkv_records SET ` + absentSQL + `
 	WHERE tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3 AND state = 1
-	RETURNING 1`
+	RETURNING $5::timestamptz`
 
 // Release implements idemkv.Store: the record becomes absent (absentSQL)
 // if the lease still holds it, and its compensations (apply) commit in
@@ -144,6 +147,9 @@ func (s *Store) Release(ctx context.Context, l idemkv.Lease, apply func(idemkv.E
 func (s *Store) releaseWith(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effects) error) error {
 	var events int64
 	err := s.transact(ctx, apply, func(fx *effects, q querier) error {
+		if fx.result != nil { // as the engine's Effects refuse it
+			return fmt.Errorf("%w: a release stores no result (SetResult in its apply function)", idemkv.ErrInvalidArgument)
+		}
 		a, err := fx.args()
 		if err != nil {
 			return err
@@ -186,8 +192,10 @@ func (s *Store) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) 
 	return nil
 }
 
-// markUncertainSQL: $1 now, $2-$4 id, $5 token, $6 note.
-const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = %s, note = $6
+// markUncertainSQL: $1 now, $2-$4 id, $5 token, $6 note. The record is
+// marked now (Record.Marked): its holder sends nothing downstream after
+// it.
+const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = %s, note = $6, marked = $1
 	WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 1`
 
 // Renew implements idemkv.Store. The renewed lease is stored: every

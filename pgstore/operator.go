@@ -97,7 +97,8 @@ WHERE r.tenant = old.tenant AND r.endpoint = old.endpoint AND r.key = old.key
 	AND (old.state = 2 OR (old.state = 1 AND old.mode = 1 AND old.lease_expires <= $1)
 		OR (old.state = 3 AND old.expires > $1))
 RETURNING old.state, old.mode, old.fingerprint, old.token, old.attempt, old.operation_id, old.created,
-	old.lease_expires, old.expires, old.class, old.status, old.pointer, old.body, old.effects, old.note, old.escalated`
+	old.lease_expires, old.expires, old.class, old.status, old.pointer, old.body, old.effects, old.note, old.escalated,
+	old.marked`
 
 // Evict implements idemkv.Evicter. When nothing was evicted, a read says
 // why, as of just after.

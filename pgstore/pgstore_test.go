@@ -125,15 +125,18 @@ func TestCompleteTx(t *testing.T) {
 }
 
 // TestOpenMigratesOnceWhenManyOpenAtOnce: eight processes' worth of
-// concurrent Opens of an empty database all succeed, on one schema.
+// concurrent Opens of an empty database all succeed, on one schema and
+// one secret.
 func TestOpenMigratesOnceWhenManyOpenAtOnce(t *testing.T) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
+	secrets := make([][]byte, len(errs))
 	for i := range errs {
 		wg.Go(func() {
 			s, err := pgstore.Open(ctx, dsn, &pgstore.Options{NoBackgroundSweep: true})
 			if err == nil {
+				secrets[i] = pgstore.Secret(s)
 				err = s.Close()
 			}
 			errs[i] = err
@@ -143,7 +146,13 @@ func TestOpenMigratesOnceWhenManyOpenAtOnce(t *testing.T) {
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
+	require.Len(t, secrets[0], 32)
+	require.NotEqual(t, make([]byte, 32), secrets[0])
+	for _, secret := range secrets[1:] {
+		require.Equal(t, secrets[0], secret, "every process derives under one secret")
+	}
 	s := open(t, dsn)
+	require.Equal(t, secrets[0], pgstore.Secret(s), "the secret is kept")
 	var v int
 	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT version FROM idemkv_schema WHERE id = 1`).Scan(&v))
 	require.Equal(t, pgstore.SchemaVersion, v)

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 
@@ -12,14 +13,22 @@ import (
 
 // SchemaVersion is the version of the schema this code reads and writes.
 // Open migrates an older schema to it and refuses a newer one.
-const SchemaVersion = 2
+const SchemaVersion = 3
+
+// A migration takes the schema from one version to the next: its
+// statements, then fill, if set, which writes what the statements cannot
+// compute (a secret drawn in this process).
+type migration struct {
+	stmts []string
+	fill  func(ctx context.Context, tx pgx.Tx) error
+}
 
 // migrations[v-1] takes the schema from version v-1 to v. Each runs in
 // one transaction with the version row, so a migration is applied whole
 // or not at all. The statements are the SQL subset PostgreSQL and
 // CockroachDB share (docs/design.md, "The PostgreSQL store").
-var migrations = [][]string{
-	{
+var migrations = []migration{
+	{stmts: []string{
 		// Fencing tokens: unique and increasing for the life of the
 		// database, across every process.
 		`CREATE SEQUENCE idemkv_tokens`,
@@ -95,14 +104,56 @@ var migrations = [][]string{
 			relay_until TIMESTAMPTZ
 		)`,
 		`INSERT INTO idemkv_outbox_cursor (id, last, acked, relay) VALUES (1, 0, 0, '')`,
-	},
-	{
+	}},
+	{stmts: []string{
 		// Relays that share the outbox (ClaimOutbox) mark what they
 		// published; the acknowledged prefix is deleted. The index finds
 		// each entity's earliest unpublished event.
 		`ALTER TABLE idemkv_outbox ADD COLUMN published BOOL NOT NULL DEFAULT false`,
 		`CREATE INDEX idemkv_outbox_entity ON idemkv_outbox (topic, entity, entity_seq) WHERE NOT published`,
-	},
+	}},
+	{stmts: []string{
+		// The store's secret, which every process sharing the database
+		// derives remote operation ids under (idemkv.DeriveOperationID):
+		// one row, written once, by the migration that creates it (fill).
+		`CREATE TABLE idemkv_secret (
+			id     INT PRIMARY KEY,
+			secret BYTEA NOT NULL CHECK (octet_length(secret) = 32)
+		)`,
+		// When an uncertain record was marked (Record.Marked); NULL in
+		// every other state, and on records marked before version 3.
+		// Nullable without a default, so adding it rewrites nothing.
+		`ALTER TABLE idemkv_records ADD COLUMN marked TIMESTAMPTZ`,
+	}, fill: createSecret},
+}
+
+// secretLen is the length of the store's secret, in bytes.
+const secretLen = 32
+
+// createSecret draws the store's secret (crypto/rand, not the server's
+// random(), which is no cryptographic generator) and stores it.
+func createSecret(ctx context.Context, tx pgx.Tx) error {
+	secret := make([]byte, secretLen)
+	if _, err := rand.Read(secret); err != nil {
+		return fmt.Errorf("pgstore: draw the store's secret: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO idemkv_secret (id, secret) VALUES (1, $1)`, secret); err != nil {
+		return fmt.Errorf("pgstore: store the store's secret: %w", err)
+	}
+	return nil
+}
+
+// readSecret reads the store's secret, which the migration to version 3
+// wrote.
+func readSecret(ctx context.Context, pool *pgxpool.Pool) ([]byte, error) {
+	var secret []byte
+	if err := pool.QueryRow(ctx, `SELECT secret FROM idemkv_secret WHERE id = 1`).Scan(&secret); err != nil {
+		return nil, fmt.Errorf("pgstore: read the store's secret: %w", err)
+	}
+	if len(secret) != secretLen {
+		return nil, fmt.Errorf("pgstore: the store's secret is %d bytes, want %d", len(secret), secretLen)
+	}
+	return secret, nil
 }
 
 // migrate brings the schema to SchemaVersion. Several processes may open
@@ -141,8 +192,14 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool, to int) error {
 			return fmt.Errorf("%w: the database's idemkv schema is version %d; this build knows up to %d", errNewerSchema, v, SchemaVersion)
 		}
 		for ; v < to; v++ {
-			for _, stmt := range migrations[v] {
+			m := migrations[v]
+			for _, stmt := range m.stmts {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)
+				}
+			}
+			if m.fill != nil {
+				if err := m.fill(ctx, tx); err != nil {
 					return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)
 				}
 			}

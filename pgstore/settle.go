@@ -24,7 +24,7 @@ const settleableSQL = `tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3
 const (
 	resolveRecSQL = `
 	UPDATE idemkv_records SET state = 3, escalated = false, lease_expires = NULL, expires = %s,
-		status = $9, pointer = $10, body = $11, effects = $12, note = $13
+		status = $9, pointer = $10, body = $11, effects = $12, note = $13, marked = NULL
 	WHERE ` + settleableSQL + `
 	RETURNING 1`
 
@@ -32,10 +32,13 @@ const (
 	UPDATE idemkv_records SET ` + absentSQL + ` WHERE ` + settleableSQL + `
 	RETURNING 1`
 
-	// escalateSQL: $1 now, $2-$4 id, $5 token, $6 note.
+	// escalateSQL: $1 now, $2-$4 id, $5 token, $6 note. An uncertain
+	// record keeps its expiry and the moment it was marked; an abandoned
+	// one is marked now, as a claim that found it would have marked it.
 	escalateSQL = `
 UPDATE idemkv_records SET escalated = true, lease_expires = NULL, note = $6,
-	expires = CASE WHEN state = 2 THEN expires ELSE %s END, state = 2
+	expires = CASE WHEN state = 2 THEN expires ELSE %s END,
+	marked = CASE WHEN state = 2 THEN marked ELSE $1::timestamptz END, state = 2
 WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5
 	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $1))`
 )

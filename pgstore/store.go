@@ -37,6 +37,10 @@ type Store struct {
 	// sql holds the statements that depend on the options (the retention
 	// classes' windows, LISTEN/NOTIFY).
 	sql statements
+	// secret is the database's secret (idemkv_secret), read at Open and
+	// never changed: every process sharing the database derives the same
+	// operation id for a request under it.
+	secret []byte
 }
 
 type statements struct {
@@ -104,8 +108,14 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	secret, err := readSecret(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	bgctx, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o)}
+	s := &Store{pool: pool, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o),
+		secret: secret}
 	s.startNotifier(bgctx)
 	if !o.NoBackgroundSweep {
 		sw, err := ttl.New(s, &o.Sweep)
@@ -223,7 +233,7 @@ func (s *Store) validateResult(r *idemkv.Result) error {
 
 // recordColumns are the columns scanRecord reads, in its order.
 const recordColumns = `state, mode, fingerprint, token, attempt, operation_id, created,
-	lease_expires, expires, class, status, pointer, body, effects, note, escalated`
+	lease_expires, expires, class, status, pointer, body, effects, note, escalated, marked`
 
 // scanRecord reads recordColumns into a Record for id.
 func scanRecord(row pgx.Row, id idemkv.ID, extra ...any) (idemkv.Record, error) {
@@ -233,11 +243,12 @@ func scanRecord(row pgx.Row, id idemkv.ID, extra ...any) (idemkv.Record, error) 
 		token           int64
 		attempt         int32
 		opID            []byte
-		lease           *time.Time
+		lease, marked   *time.Time
 		status, effects int32
 	)
 	dest := append([]any{&state, &mode, &r.Fingerprint, &token, &attempt, &opID, &r.Created,
-		&lease, &r.Expires, &r.Class, &status, &r.Result.Pointer, &r.Result.Body, &effects, &r.Note, &r.Escalated}, extra...)
+		&lease, &r.Expires, &r.Class, &status, &r.Result.Pointer, &r.Result.Body, &effects, &r.Note, &r.Escalated,
+		&marked}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return idemkv.Record{}, err
 	}
@@ -252,6 +263,13 @@ func scanRecord(row pgx.Row, id idemkv.ID, extra ...any) (idemkv.Record, error) 
 	r.Result.Status, r.Effects = int(status), int(effects)
 	if r.State != idemkv.StateCompleted {
 		r.Result = idemkv.Result{}
+	}
+	// Every statement that takes a record out of the uncertain state
+	// clears marked; one run by a process of an earlier version (a
+	// rolling upgrade) does not know the column, so only an uncertain
+	// record's is read.
+	if marked != nil && r.State == idemkv.StateUncertain {
+		r.Marked = marked.UTC()
 	}
 	return r, nil
 }

@@ -18,12 +18,20 @@
 //	})
 //	go w.Run(ctx)
 //
-// Unknown answers, errors, panics and timeouts are asked again after a
-// jittered exponential backoff (Options.MinBackoff, MaxBackoff). After
+// A record is asked about Options.Grace after the last moment its current
+// attempt may have sent its downstream call: an abandoned record's lease
+// (Record.LeaseExpires, as last renewed), an uncertain one's mark
+// (Record.Marked). Unknown answers, errors, timeouts, and panics in
+// Reconcile or in an answer's Apply are asked again after a jittered
+// exponential backoff (Options.MinBackoff, MaxBackoff). After
 // Options.MaxAttempts of them in a row, or once a record is older than
-// Options.MaxAge, the record is escalated (idemkv.Store.Escalate): it stays
-// uncertain, is never re-run or asked about again, is listed apart
+// Options.MaxAge, the record is escalated (idemkv.Store.Escalate): it
+// stays uncertain, is never re-run or asked about again, is listed apart
 // (ListRequest.Escalated) and waits for an operator (idemkv resolve).
+//
+// Options.OnResolve is told of each record the worker resolved, so that
+// what waited on it goes on at once: a saga whose step it was
+// (saga.Runner.Wake).
 //
 // Options.Logger gets a record of each resolution, unknown answer and
 // escalation, naming the record by tenant, endpoint and key_hash
@@ -38,20 +46,41 @@
 //   - Nothing settles a record but an answer: an error, a panic, a
 //     timeout, an out-of-range verdict, a result the store refuses or an
 //     Apply that fails all count as Unknown.
-//   - A holder is given its lease and Options.Grace before its record is
-//     asked about, and the Resolve that settles it fences the holder off,
-//     as a takeover would.
+//   - A panic in the application's code (Reconcile, Answer.Apply, the
+//     OnResolve and OnEscalate hooks) is recovered, counted (Stats.Panics) and logged
+//     with its stack at Error; it never ends the process. A panic in
+//     Apply, which runs inside the store's Resolve, writes nothing: the
+//     record stays as it was, is asked about again after the backoff,
+//     and is escalated after MaxAttempts.
+//   - An attempt is given Options.Grace past the last moment it may have
+//     sent its downstream call before its record is asked about: past its
+//     lease if it was abandoned (a slow holder finishes on its own
+//     meanwhile), past Record.Marked if it is uncertain, at full clock
+//     precision. A takeover, a renewal or a late mark moves that moment;
+//     Record.Created, the key's first claim rounded down to the second,
+//     never counts. The Resolve that settles a record fences its holder
+//     off, as a takeover would.
 //
 // # Caveats
 //
-//   - NotApplied must be true for good: the downstream has no trace of the
-//     operation and will refuse or never receive a late request under its
-//     key. A processor that merely has not seen the request yet (it is in
-//     flight) is Unknown. Grace is what makes "not seen" likely final for a
-//     crashed holder; choose it above the downstream call's timeout.
+//   - A Reconciler answers NotApplied only when the downstream has seen no
+//     request under the operation's key and will refuse one that arrives
+//     later, or deduplicate it: a downstream that has merely not seen the
+//     request yet (it may be in flight) and would then act on it must be
+//     answered Unknown. Stores derive the operation id from the logical
+//     request (idemkv.DeriveOperationID), so the retry after NotApplied
+//     re-sends the same downstream key: a downstream that deduplicates on
+//     it absorbs a call that lands late, whatever the verdict. That
+//     identity is the line of defence; the grace is an optimisation that
+//     makes wrong "not applied" verdicts, and the needless retries they
+//     cause, rare. Choose it above the downstream call's timeout.
+//   - A store that does not keep Record.Marked (one from before it
+//     existed) returns uncertain records with none; the worker then counts
+//     the grace from the moment it first listed the record, so a worker
+//     that restarts waits it again.
 //   - Attempts are counted in memory: a restarted worker asks again from
 //     the first attempt. Options.MaxAge, counted from the record's
-//     creation, bounds how long that can go on.
+//     creation, bounds how long a record stays unsettled in all.
 //   - A Reconciler that ignores its context keeps its goroutine after the
 //     worker stops waiting for it.
 package reconcile

@@ -16,13 +16,14 @@ const (
 	msgEscalated = "reconcile: escalated; it waits for an operator"
 	msgLost      = "reconcile: settled by another"
 	msgStore     = "reconcile: store error; retrying at a later pass"
+	msgPanicked  = "reconcile: the application's code panicked"
 )
 
 // log logs one record about rec (nil: about no record in particular) to
 // Options.Logger, or as a line of text to Options.Logf. rec is named by
-// its tenant, endpoint, key hash and token; the "err", "note" and
-// "reason" attributes have its key taken out, since the stores name the
-// key in their errors.
+// its tenant, endpoint, key hash and token; the "err", "note", "reason"
+// and "panic" attributes have its key taken out, since the stores name
+// the key in their errors (and a panic's value may quote it).
 func (w *Worker) log(ctx context.Context, level slog.Level, msg string, rec *idemkv.Record, attrs ...slog.Attr) {
 	switch {
 	case w.o.Logger != nil && !w.o.Logger.Enabled(ctx, level), w.o.Logger == nil && w.o.Logf == nil:
@@ -38,7 +39,7 @@ func (w *Worker) log(ctx context.Context, level slog.Level, msg string, rec *ide
 			slog.Uint64("token", rec.Token),
 		)
 		for i, a := range attrs {
-			if a.Key == "err" || a.Key == "note" || a.Key == "reason" {
+			if a.Key == "err" || a.Key == "note" || a.Key == "reason" || a.Key == "panic" {
 				attrs[i].Value = slog.StringValue(redact.Key(a.Value.String(), rec.ID.Key, hash))
 			}
 		}

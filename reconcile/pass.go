@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -16,10 +17,13 @@ import (
 // Options.PerPass of them, oldest first) and handles each one that is
 // due: a record older than MaxAge is escalated; any other is asked about,
 // and resolved (Applied, NotApplied) or put back with backoff (Unknown),
-// or escalated after MaxAttempts. A remote record in progress is due only
-// Grace past its lease, an uncertain one Grace past its creation. Every write is a compare-and-set on the token the
-// listing read, so a record settled meanwhile (by its holder, another
-// worker or an operator) is left as it is. Pass returns an error if the
+// or escalated after MaxAttempts. A record is due Grace past the last
+// moment its attempt may have sent its downstream call: an abandoned one
+// Grace past its lease, an uncertain one Grace past Record.Marked (or past
+// this worker's first sight of it, if its store did not keep Marked).
+// Every write is a compare-and-set on the token the listing read, so a
+// record settled meanwhile (by its holder, another worker or an
+// operator) is left as it is. Pass returns an error if the
 // listing fails or ctx ends; the failures of single records are counted
 // in Stats and retried at a later pass.
 func (w *Worker) Pass(ctx context.Context) error {
@@ -94,19 +98,37 @@ func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error
 	}
 }
 
-// isDue reports whether rec is due at now: an abandoned record Grace
-// past its lease, an uncertain one Grace past its creation (a downstream
-// call can still be on its way for that long), and neither in backoff.
+// isDue reports whether rec is due at now: Grace past the last moment
+// its attempt may have sent a downstream call (a call sent then can be on
+// its way for that long), and not in backoff. That moment is an
+// abandoned record's LeaseExpires, an uncertain one's Marked, or, for an
+// uncertain record whose store keeps no Marked, the moment this worker
+// first listed it. Never Created: it is the key's first claim, not this
+// attempt's, and rounded down to the second.
 func (w *Worker) isDue(rec *idemkv.Record, now time.Time) bool {
-	switch {
-	case rec.State == idemkv.StateInProgress && now.Before(rec.LeaseExpires.Add(w.o.Grace)),
-		now.Before(rec.Created.Add(w.o.Grace)):
-		return false
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	b, ok := w.backoff[rec.ID]
-	return !ok || b.token != rec.Token || !now.Before(b.next)
+	if ok && b.token != rec.Token {
+		b, ok = retry{token: rec.Token}, false // another attempt: start afresh
+	}
+	var sent time.Time // the last moment a call may have been sent
+	switch {
+	case rec.State == idemkv.StateInProgress:
+		sent = rec.LeaseExpires
+	case !rec.Marked.IsZero():
+		sent = rec.Marked
+	default:
+		if !ok || b.seen.IsZero() {
+			b.token, b.seen = rec.Token, now
+			w.backoff[rec.ID] = b
+		}
+		sent = b.seen
+	}
+	if now.Before(sent.Add(w.o.Grace)) {
+		return false
+	}
+	return b.attempts == 0 || !now.Before(b.next)
 }
 
 func (w *Worker) forgetAllBut(seen map[idemkv.ID]bool) {
@@ -127,7 +149,9 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 	}
 	ans, err := w.ask(ctx, rec)
 	if err != nil {
-		if ctx.Err() != nil {
+		if p, ok := err.(*panicked); ok {
+			w.panicked(ctx, rec, p)
+		} else if ctx.Err() != nil {
 			return // the worker is stopping: not the record's fault
 		}
 		w.update(func(s *Stats) { s.Errors++ })
@@ -137,9 +161,17 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 	req := idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token}
 	var applyErr error
 	if ans.Apply != nil {
-		req.Apply = func(fx idemkv.Effects) error {
-			applyErr = ans.Apply(fx)
-			return applyErr
+		// Apply runs inside the store's Resolve: a panic in it would
+		// unwind through the store. Recovered here, it is an error like
+		// any other, and the store writes nothing.
+		req.Apply = func(fx idemkv.Effects) (err error) {
+			defer func() {
+				if v := recover(); v != nil {
+					err = &panicked{where: "Answer.Apply", value: v, stack: debug.Stack()}
+				}
+				applyErr = err
+			}()
+			return ans.Apply(fx)
 		}
 	}
 	switch ans.Verdict {
@@ -168,13 +200,20 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 			attrs = append(attrs, slog.Int("status", req.Result.Status))
 		}
 		w.log(ctx, slog.LevelInfo, msgResolved, &rec, attrs...)
+		if w.o.OnResolve != nil {
+			w.hook(ctx, rec, "OnResolve", func() { w.o.OnResolve(ctx, rec, ans.Verdict) })
+		}
 	case lost(err):
 		w.forget(rec.ID)
 		w.update(func(s *Stats) { s.Lost++ })
 		w.log(ctx, slog.LevelDebug, msgLost, &rec, slog.Any("err", err))
 	case applyErr != nil, errors.Is(err, idemkv.ErrInvalidResult), errors.Is(err, idemkv.ErrInvalidArgument):
 		// The answer could not be stored (a bad result, or its Apply
-		// failed): as good as no answer.
+		// failed or panicked): as good as no answer.
+		var p *panicked
+		if errors.As(applyErr, &p) {
+			w.panicked(ctx, rec, p)
+		}
 		w.update(func(s *Stats) { s.Errors++ })
 		w.unknown(ctx, rec, "the reconciler's answer could not be stored: "+err.Error())
 	default:
@@ -196,8 +235,8 @@ func (w *Worker) ask(ctx context.Context, rec idemkv.Record) (Answer, error) {
 	ch := make(chan reply, 1)
 	go func() {
 		defer func() {
-			if p := recover(); p != nil {
-				ch <- reply{err: fmt.Errorf("reconciler panicked: %v", p)}
+			if v := recover(); v != nil {
+				ch <- reply{err: &panicked{where: "Reconcile", value: v, stack: debug.Stack()}}
 			}
 		}()
 		a, err := w.r.Reconcile(cctx, rec)
@@ -265,7 +304,7 @@ func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
 		w.update(func(s *Stats) { s.Escalated++ })
 		w.log(ctx, slog.LevelError, msgEscalated, &rec, slog.String("state", rec.State.String()), slog.String("note", note))
 		if w.o.OnEscalate != nil {
-			w.o.OnEscalate(rec, note)
+			w.hook(ctx, rec, "OnEscalate", func() { w.o.OnEscalate(rec, note) })
 		}
 	case lost(err):
 		w.forget(rec.ID)
@@ -275,6 +314,36 @@ func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
 		w.storeError(err)
 		w.log(ctx, slog.LevelWarn, msgStore, &rec, slog.Any("err", err))
 	}
+}
+
+// panicked is a panic recovered from the application's code, with the
+// stack of the goroutine that raised it.
+type panicked struct {
+	where string // "Reconcile", "Answer.Apply", or the hook's name
+	value any
+	stack []byte
+}
+
+func (p *panicked) Error() string { return fmt.Sprintf("%s panicked: %v", p.where, p.value) }
+
+// panicked counts and logs a panic recovered from the application's code
+// about rec. The caller decides what becomes of rec.
+func (w *Worker) panicked(ctx context.Context, rec idemkv.Record, p *panicked) {
+	w.update(func(s *Stats) { s.Panics++ })
+	w.log(ctx, slog.LevelError, msgPanicked, &rec, slog.String("in", p.where),
+		slog.String("panic", fmt.Sprint(p.value)), slog.String("stack", string(p.stack)))
+}
+
+// hook runs fn, a hook of the application's (named name) called about rec
+// after it was settled, and recovers a panic in it: the record stays
+// settled, the panic is counted and logged.
+func (w *Worker) hook(ctx context.Context, rec idemkv.Record, name string, fn func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.panicked(ctx, rec, &panicked{where: name, value: v, stack: debug.Stack()})
+		}
+	}()
+	fn()
 }
 
 // lost reports whether a settling write found the record settled (or

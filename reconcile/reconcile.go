@@ -23,10 +23,14 @@ const (
 	Unknown Verdict = iota
 	// Applied: the operation happened; Answer.Result is its outcome.
 	Applied
-	// NotApplied: the operation provably did not happen, and will not
-	// (the downstream has no record of its key and will refuse a late
-	// request under it, or the step can safely run again): the record is
-	// removed and a retry runs anew.
+	// NotApplied: the operation did not happen, and a request under its
+	// key that arrives later will not make it happen anew: the downstream
+	// has seen no request under the key, and will refuse one that arrives
+	// later or deduplicate it against the retry. The record is removed
+	// and a retry runs anew, under the same downstream key (the operation
+	// id is derived from the logical request, idemkv.DeriveOperationID).
+	// A downstream that has merely not seen the request yet (it may be in
+	// flight) and would then act on it twice must answer Unknown.
 	NotApplied
 )
 
@@ -99,14 +103,29 @@ type Options struct {
 	Clock idemkv.Clock
 	// Interval is how often Run starts a pass. Default: 1 s.
 	Interval time.Duration
-	// Grace is how long past its lease a remote record in progress is left
-	// to its holder before the worker asks about it (a holder that is
-	// slow, not gone, finishes on its own, and a call it sent just before
-	// its lease ran out has landed by then), and how old an uncertain
-	// record must be before it is asked about (the call that timed out may
-	// still be on its way). Keep it above the downstream call's timeout: a
-	// NotApplied answered while the call is still in flight would let a
-	// retry run it again. Default: 10 s.
+	// Grace is how long the worker leaves a record after the last moment
+	// its current attempt may have sent its downstream call, before it
+	// asks about it: the call may still be in flight until then, and a
+	// downstream asked too early says it saw nothing. That moment is,
+	// for an abandoned record (remote, in progress, its lease run out),
+	// its LeaseExpires, as last renewed: a holder sends nothing once its
+	// lease has run out, and a slow holder, not gone, finishes on its own
+	// meanwhile. For an uncertain record it is Record.Marked: its holder
+	// marked it, or a claim found its lease run out. For an uncertain
+	// record whose store did not keep Marked (zero), it is the moment
+	// this worker first listed it (kept in memory: a restarted worker
+	// waits the grace again). Never Record.Created, which is the key's
+	// first claim, rounded down to the second and kept by takeovers. Full
+	// clock precision: a grace under a second is honoured.
+	//
+	// Keep it above the downstream call's timeout (and the time a request
+	// can spend in flight), so that a NotApplied is not answered while the
+	// call can still land. It is an optimisation, not the line of defence:
+	// a retry after NotApplied re-sends the same downstream key (stores
+	// derive the operation id from the logical request), so a downstream
+	// that deduplicates on it absorbs a late call whatever the verdict;
+	// the grace makes wrong "not applied" verdicts, and the needless
+	// retries they cause, rare. Default: 10 s.
 	Grace time.Duration
 	// MinBackoff and MaxBackoff bound the wait before a record that got
 	// Unknown is asked about again: MinBackoff doubled per attempt, capped
@@ -118,8 +137,10 @@ type Options struct {
 	// row. Default: 20. Attempts are counted in memory, per worker; a
 	// restart begins them again, which MaxAge bounds.
 	MaxAttempts int
-	// MaxAge escalates a record older than this (by Record.Created),
-	// whatever its attempts. Default: 24 h.
+	// MaxAge escalates a record older than this (by Record.Created, the
+	// key's first claim: it bounds how long a record stays unsettled in
+	// all, across takeovers and restarts), whatever its attempts, once it
+	// is due. Default: 24 h.
 	MaxAge time.Duration
 	// Timeout bounds one Reconcile call. Default: 10 s.
 	Timeout time.Duration
@@ -139,6 +160,16 @@ type Options struct {
 	// OnEscalate, if set, is called after a record is escalated, with the
 	// record as it was and the note written on it: page someone.
 	OnEscalate func(rec idemkv.Record, note string)
+	// OnResolve, if set, is called after this worker has resolved a
+	// record (Applied or NotApplied), with the record as it was listed
+	// and the verdict, so that what waited on the record goes on at once:
+	// saga.Runner.Wake resumes the saga whose step it was, instead of
+	// leaving it until the saga's lease runs out. It runs in the pass, in
+	// the goroutine that settled the record, and the pass waits for it
+	// (it holds one of the pass's Concurrency slots meanwhile); it must
+	// honour ctx. A panic in it is recovered and counted (Stats.Panics);
+	// the record stays resolved. Default: none.
+	OnResolve func(ctx context.Context, rec idemkv.Record, verdict Verdict)
 	// Logger receives a structured record of what the worker does to
 	// each record: resolved (Info), an unknown answer (Warn), escalated
 	// (Error), a settling write lost to another (Debug), a store error
@@ -181,9 +212,15 @@ func (wallClock) Now() time.Time { return time.Now() }
 type Stats struct {
 	Passes int64
 	// Asked counts Reconcile calls; Applied, NotApplied and Unknown their
-	// answers (errors, panics, timeouts and bad verdicts are Unknown, and
-	// also counted in Errors).
+	// answers (errors, panics, timeouts, bad verdicts and answers whose
+	// Apply failed or panicked are Unknown, and also counted in Errors).
 	Asked, Applied, NotApplied, Unknown, Errors int64
+	// Panics counts the panics recovered from the application's code:
+	// in Reconcile and in Answer.Apply (each also an error and an
+	// Unknown answer: nothing is written, the record is asked about again
+	// after the backoff, and escalated after MaxAttempts), and in the
+	// OnResolve and OnEscalate hooks (after their record was settled).
+	Panics int64
 	// Escalated counts records this worker escalated.
 	Escalated int64
 	// Lost counts settling writes that lost to another (a holder that
@@ -204,16 +241,19 @@ type Worker struct {
 	o     Options
 
 	mu      sync.Mutex
-	backoff map[idemkv.ID]retry // records that got Unknown, by ID
+	backoff map[idemkv.ID]retry // records seen without Marked, or that got Unknown, by ID
 	cursor  string              // where the next pass's listing starts
 	stats   Stats
 }
 
-// retry is the state of a record that got Unknown.
+// retry is what the worker keeps in memory about one record: when it
+// first listed it, if its store did not say when it was marked, and its
+// Unknown answers.
 type retry struct {
-	token    uint64 // the record's token: a new one starts afresh
-	attempts int
-	next     time.Time
+	token    uint64    // the record's token: a new one starts afresh
+	seen     time.Time // when first listed, for an uncertain record with no Marked
+	attempts int       // Unknown answers in a row
+	next     time.Time // not asked again before
 }
 
 // New returns a worker that settles store's records through r.

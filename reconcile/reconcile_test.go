@@ -24,11 +24,15 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 const lease = 30 * time.Second
 
+// env is a suite's store: the engine or PostgreSQL (teststore), with
+// Record.Marked kept as the contract has it (markedStore).
 type env struct {
 	t     *testing.T
 	dir   string
 	clock *fakeclock.Clock
-	e     teststore.Store
+	e     *markedStore
+	marks *marks
+	old   bool // a store from before Marked existed
 }
 
 func newEnv(t *testing.T) *env {
@@ -39,7 +43,11 @@ func newEnv(t *testing.T) *env {
 }
 
 func (v *env) open() {
-	v.e = teststore.Open(v.t, v.dir, teststore.Options{Clock: v.clock, Lease: lease})
+	if v.marks == nil {
+		v.marks = newMarks()
+	}
+	v.e = &markedStore{Store: teststore.Open(v.t, v.dir, teststore.Options{Clock: v.clock, Lease: lease}),
+		clock: v.clock, old: v.old, marks: v.marks}
 }
 
 func (v *env) reopen() {
@@ -90,7 +98,7 @@ func (v *env) state(key string) (idemkv.Record, bool) {
 }
 
 func (v *env) requireSound() {
-	teststore.RequireSound(v.t, v.e)
+	teststore.RequireSound(v.t, v.e.Store)
 }
 
 // downstream is a scripted downstream: what became of each operation, by
@@ -280,6 +288,7 @@ func TestBadReconcilersNeverSettle(t *testing.T) {
 	st := w.Stats()
 	require.Equal(t, int64(len(bad)), st.Unknown)
 	require.Equal(t, int64(len(bad)), st.Errors)
+	require.Equal(t, int64(1), st.Panics, "the reconciler that panicked")
 	require.Equal(t, int64(1), st.NotApplied)
 	v.requireSound()
 }

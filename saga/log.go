@@ -20,6 +20,7 @@ import (
 const (
 	msgStarted      = "saga: started"
 	msgTakenOver    = "saga: taken over"
+	msgWoken        = "saga: woken; its step was settled"
 	msgStepDone     = "saga: step done"
 	msgStepUndone   = "saga: step undone"
 	msgStepRetrying = "saga: step failed; retrying"
@@ -30,12 +31,13 @@ const (
 	msgEscalated    = "saga: escalated; it waits for an operator"
 	msgLeaseLost    = "saga: lease lost"
 	msgStoreFailed  = "saga: store error"
+	msgPanicked     = "saga: step panicked; left for a later pass"
 )
 
 // log logs one record about the saga id of tenant (token: the runner's
 // lease of it, 0 if none): its names, then attrs. The raw id goes in only
-// with Options.LogRawKeys; the "err", "note" and "failure" attributes
-// have it taken out unless it does (errors, the stores' and this
+// with Options.LogRawKeys; the "err", "note", "failure" and "panic"
+// attributes have it taken out unless it does (errors, the stores' and this
 // package's, may quote it).
 func (r *Runner) log(ctx context.Context, level slog.Level, msg, tenant, id string, token uint64, attrs ...slog.Attr) {
 	if r.o.Logger == nil || !r.o.Logger.Enabled(ctx, level) {
@@ -56,7 +58,7 @@ func (r *Runner) log(ctx context.Context, level slog.Level, msg, tenant, id stri
 		all = append(all, slog.Uint64("token", token))
 	}
 	for _, a := range attrs {
-		if (a.Key == "err" || a.Key == "note" || a.Key == "failure") && !r.o.LogRawKeys {
+		if (a.Key == "err" || a.Key == "note" || a.Key == "failure" || a.Key == "panic") && !r.o.LogRawKeys {
 			a.Value = slog.StringValue(redact.Key(a.Value.String(), id, hash))
 		}
 		all = append(all, a)

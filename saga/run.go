@@ -43,6 +43,7 @@ func (r *Runner) Start(ctx context.Context, tenant, id string, input []byte) (St
 // one. A saga whose input its store no longer holds (it stayed open past
 // its records' retention) is escalated, for an operator.
 func (r *Runner) Resume(ctx context.Context) (int, error) {
+	r.forgetRunOut(r.o.Clock.Now())
 	req := idemkv.ListRequest{Limit: 1000}
 	n := 0
 	var errs error
@@ -105,14 +106,48 @@ func (r *Runner) run(ctx context.Context, tenant, id string, input []byte) (Stat
 	default: // ended (Replay), or held by another runner
 		return r.Status(ctx, tenant, id)
 	}
-	d := &driver{r: r, saga: c.Lease, tenant: tenant, id: id, input: input, outputs: map[string][]byte{}}
+	r.unpark(tenant, id) // a lease this runner kept of it has run out: this one replaces it
+	d := r.driver(c.Lease, tenant, id, input)
 	msg := msgStarted
 	if c.Lease.Takeover() {
 		msg = msgTakenOver
 	}
 	d.log(ctx, slog.LevelInfo, msg, slog.Uint64("attempt", uint64(c.Lease.Attempt)),
 		slog.String("operation_id", c.Lease.OperationID.String()))
-	return d.drive(ctx)
+	return d.run(ctx)
+}
+
+// driver returns a driver of the saga id of tenant, whose record it holds
+// under l.
+func (r *Runner) driver(l idemkv.Lease, tenant, id string, input []byte) *driver {
+	return &driver{r: r, saga: l, tenant: tenant, id: id, input: input, outputs: map[string][]byte{}}
+}
+
+// run drives the saga, and if it stops to wait on an action (a reconciler,
+// an operator), keeps its lease for Wake.
+func (d *driver) run(ctx context.Context) (Status, error) {
+	for {
+		st, err := d.drive(ctx)
+		if err != nil || (st.Phase != Waiting && st.Phase != Escalated) {
+			return st, err
+		}
+		d.r.park(d.tenant, d.id, d.saga)
+		// A settlement that came between the action's mark and the park
+		// found no lease to wake: look at the action once more.
+		kind := "do"
+		if st.Compensating {
+			kind = "undo"
+		}
+		rec, err := d.r.get(ctx, d.r.id(d.tenant, d.id, kind+"/"+st.Step))
+		if err != nil || (rec != nil && rec.State == idemkv.StateUncertain) {
+			return st, nil // still waiting (or unreadable: Wake, or Resume, goes on)
+		}
+		l, ok := d.r.unpark(d.tenant, d.id)
+		if !ok {
+			return st, nil // a Wake took it meanwhile
+		}
+		*d = *d.r.driver(l, d.tenant, d.id, d.input) // from the first step, as a new run
+	}
 }
 
 // driver drives one saga whose record it holds.
@@ -206,7 +241,7 @@ const (
 // action runs one action of step s, kind "do" or "undo", under its own
 // record, or reads the outcome its record holds.
 func (d *driver) action(ctx context.Context, kind string, s Step) ([]byte, actionState, error) {
-	if _, err := d.r.store.Renew(ctx, d.saga, d.r.o.Lease); err != nil {
+	if err := d.renew(ctx); err != nil {
 		// ErrFenced: another runner has it
 		return nil, 0, d.storeErr(ctx, fmt.Errorf("saga: %q: the saga's lease: %w", d.id, err), stepAttrs(kind, s)...)
 	}
@@ -241,6 +276,9 @@ func (d *driver) action(ctx context.Context, kind string, s Step) ([]byte, actio
 	}
 	out, st, err := d.attempts(ctx, kind, s, c.Lease)
 	d.logAction(ctx, kind, s, st, err)
+	if err == nil {
+		d.r.forgetPanics(c.Lease.ID) // the action has ended
+	}
 	return out, st, err
 }
 
@@ -253,6 +291,8 @@ func (d *driver) logAction(ctx context.Context, kind string, s Step, st actionSt
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		// The caller stopped the runner: nothing failed.
+	case errors.Is(err, ErrPanicked):
+		// Logged, with its stack, where it was recovered.
 	case err != nil:
 		_ = d.storeErr(ctx, err, attrs...)
 	case st == actionDone && kind == "do":
@@ -278,7 +318,10 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 		}
 		out, err := call(ctx, kind, s, x)
 		bg := context.WithoutCancel(ctx) // settle the action even if ctx ends now
+		var p *panicked
 		switch {
+		case errors.As(err, &p):
+			return d.panicked(bg, kind, s, l, p)
 		case err == nil:
 			var apply func(idemkv.Effects) error
 			if !s.Remote {
@@ -322,17 +365,20 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 		if l, rerr = store.Renew(ctx, l, d.r.o.Lease); rerr != nil {
 			return nil, 0, rerr
 		}
-		if _, rerr = store.Renew(ctx, d.saga, d.r.o.Lease); rerr != nil {
+		if rerr = d.renew(ctx); rerr != nil {
 			return nil, 0, rerr
 		}
 	}
 }
 
-func call(ctx context.Context, kind string, s Step, x *Exec) ([]byte, error) {
-	if kind == "do" {
-		return s.Do(ctx, x)
+// renew renews the saga's lease, and keeps the renewed lease (its new
+// expiry) for a park.
+func (d *driver) renew(ctx context.Context) error {
+	l, err := d.r.store.Renew(ctx, d.saga, d.r.o.Lease)
+	if err == nil {
+		d.saga = l
 	}
-	return nil, s.Undo(ctx, x)
+	return err
 }
 
 // backoff is the wait after the given number of tries.

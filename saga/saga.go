@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -32,6 +33,12 @@ var (
 	ErrMismatch = errors.New("saga: id already started with other input")
 	// ErrNotFound: no saga was started under the id.
 	ErrNotFound = errors.New("saga: not found")
+	// ErrPanicked: a step's Do or Undo panicked. The runner recovered the
+	// panic and stopped, as if it had crashed there: nothing of the
+	// action was stored (a local action's claim is given up, a remote
+	// one's left to run out), the saga's record is left in progress, and
+	// Resume goes on with it once its lease has run out.
+	ErrPanicked = errors.New("saga: a step panicked")
 )
 
 // Step is one step of a saga.
@@ -83,13 +90,23 @@ type Options struct {
 	Lease time.Duration
 	// MaxAttempts bounds the tries of an action that fails transiently:
 	// a Do then fails the saga (its earlier steps are compensated), an
-	// Undo is escalated. Default: 5.
+	// Undo is escalated. It also bounds the panics of one action, counted
+	// by the runner across runs (in memory): an action that has panicked
+	// that often is escalated, Do or Undo. Default: 5.
 	MaxAttempts int
 	// MinBackoff and MaxBackoff bound the wait between tries: doubling
 	// from MinBackoff. Defaults: 100 ms and 5 s.
 	MinBackoff, MaxBackoff time.Duration
-	// After waits between tries. Default: time.After. Tests inject it.
+	// After waits between tries. Default: a wait on Clock, through
+	// idemkv.AfterFunc (Go's timers, unless Clock is an
+	// idemkv.TimerClock). Tests inject it.
 	After func(time.Duration) <-chan time.Time
+	// Clock tells the time that the leases of the sagas this runner
+	// stopped to wait on a step (see Runner.Wake) are compared with, so
+	// that it forgets those that have run out. Default: the store, if it
+	// tells the time (an *engine.Engine and a *pgstore.Store do), else
+	// the wall clock.
+	Clock idemkv.Clock
 	// Retention names the retention class of every record of a saga (its
 	// input, its recovery points, its outcome); "" is the store's default.
 	// A saga must end within it: a saga still waiting (on a reconciler,
@@ -99,7 +116,8 @@ type Options struct {
 	// saga: started or taken over, a step done or undone, a step's
 	// outcome unknown, compensating, compensated, completed (Info); a
 	// step that failed and is tried again, a lost lease (Warn); an undo
-	// escalated, a store error (Error). Each names the saga by tenant,
+	// escalated, a step that panicked (with its stack), a store error
+	// (Error). Each names the saga by tenant,
 	// endpoint ("saga/NAME"), key_hash (idemkv.ID.Hash of the saga's
 	// record) and token, and the step by name: never by the saga's id,
 	// which can carry customer data, and never with its input or
@@ -121,8 +139,9 @@ const (
 	// Waiting: Status.Step's outcome is unknown; a reconciler settles it,
 	// and Resume (or Start) then goes on.
 	Waiting Phase = "waiting"
-	// Escalated: an undo kept failing and was escalated; an operator
-	// settles it (idemkv resolve), and Resume then goes on.
+	// Escalated: an undo kept failing, or an action kept panicking, and
+	// was escalated; an operator settles its record (idemkv resolve), and
+	// Resume then goes on.
 	Escalated Phase = "escalated"
 	// Completed: every step completed.
 	Completed Phase = "completed"
@@ -149,6 +168,36 @@ type Runner struct {
 	store idemkv.Store
 	def   Definition
 	o     Options
+
+	mu struct {
+		sync.Mutex
+		// parked holds the leases of the sagas this runner stopped to
+		// wait on an action (Phase Waiting or Escalated), by tenant and
+		// id: it still holds them, so Wake can go on at once once the
+		// action is settled. Resume forgets those that have run out.
+		parked map[sagaRef]idemkv.Lease
+		panics map[idemkv.ID]int // panics of each action, by its record, since it last ended
+		stats  Stats
+	}
+}
+
+// sagaRef names a saga: its tenant and id.
+type sagaRef struct{ tenant, id string }
+
+// Stats counts a runner's work since New.
+type Stats struct {
+	// Panics counts the panics recovered from steps' Do and Undo.
+	Panics int64
+	// Woken counts the sagas Wake went on with at once, under the lease
+	// this runner kept when it stopped them to wait.
+	Woken int64
+}
+
+// Stats returns the runner's counts.
+func (r *Runner) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.stats
 }
 
 // New returns a runner of def on store.
@@ -179,10 +228,25 @@ func New(store idemkv.Store, def Definition, opts *Options) (*Runner, error) {
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = max(o.MinBackoff, 5*time.Second)
 	}
-	if o.After == nil {
-		o.After = time.After
+	if o.Clock == nil {
+		if c, ok := store.(idemkv.Clock); ok {
+			o.Clock = c
+		} else {
+			o.Clock = wallClock{}
+		}
 	}
-	return &Runner{store: store, def: def, o: o}, nil
+	if o.After == nil {
+		c := o.Clock
+		o.After = func(d time.Duration) <-chan time.Time {
+			ch := make(chan time.Time, 1)
+			idemkv.AfterFunc(c, d, func() { ch <- c.Now() })
+			return ch
+		}
+	}
+	r := &Runner{store: store, def: def, o: o}
+	r.mu.parked = map[sagaRef]idemkv.Lease{}
+	r.mu.panics = map[idemkv.ID]int{}
+	return r, nil
 }
 
 // The records of a saga, all keyed by the saga's id in its tenant:
@@ -214,6 +278,10 @@ const (
 	statusFailed = 422 // a step that failed for good; its reason
 	statusUndone = 409 // a compensated saga; the failure
 )
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
 
 func fingerprint(input []byte) []byte {
 	h := sha256.Sum256(input)

@@ -3,6 +3,7 @@ package saga_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -57,7 +58,19 @@ func (s *shop) reopen() {
 	s.open()
 }
 
-// act counts a call of action and returns its scripted fault.
+// Faults that are not errors: a bug in the step's code.
+var (
+	// errPanicNow: the action panics before it does anything.
+	errPanicNow = errors.New("panic now")
+	// errPanicAfterCall: a remote action's call lands, then the code that
+	// reads its answer panics.
+	errPanicAfterCall = errors.New("panic after the call")
+	// errCallLost: a remote action times out, and its call never landed.
+	errCallLost = fmt.Errorf("%w: the request was lost", saga.ErrUnknown)
+)
+
+// act counts a call of action and returns its scripted fault, or panics
+// for errPanicNow.
 func (s *shop) act(action string) error {
 	s.mu.Lock()
 	s.calls[action]++
@@ -69,6 +82,9 @@ func (s *shop) act(action string) error {
 	s.mu.Unlock()
 	if ch != nil {
 		(<-ch)()
+	}
+	if err == errPanicNow {
+		panic(action + ": nil map")
 	}
 	return err
 }
@@ -99,8 +115,11 @@ func (s *shop) definition() saga.Definition {
 	remote := func(name string) func(ctx context.Context, x *saga.Exec) ([]byte, error) {
 		return func(_ context.Context, x *saga.Exec) ([]byte, error) {
 			err := s.act(name)
-			if err == nil || errors.Is(err, saga.ErrUnknown) { // a timeout: the call landed
+			if err == nil || (errors.Is(err, saga.ErrUnknown) && err != errCallLost) || err == errPanicAfterCall { // a timeout: the call landed
 				s.charge(x.Key, name)
+			}
+			if err == errPanicAfterCall {
+				panic(name + ": unreadable answer")
 			}
 			if err != nil {
 				return nil, err
@@ -244,6 +263,8 @@ func TestUnknownAuthorizationIsReconciledToSuccess(t *testing.T) {
 		return reconcile.Answer{Verdict: reconcile.Applied, Result: saga.Done([]byte("auth_" + a.Key[:8]))}, nil
 	}), &reconcile.Options{Clock: s.clock, Grace: time.Second, Handles: func(rec idemkv.Record) bool { return !r.Owns(rec) }})
 	require.NoError(t, err)
+	require.NoError(t, w.Pass(ctx))
+	require.Zero(t, w.Stats().Asked, "within the grace: the call that timed out may still land")
 	s.clock.Advance(time.Second) // the grace: the call that timed out has ended
 	require.NoError(t, w.Pass(ctx))
 	require.Equal(t, int64(1), w.Stats().Applied, "the step, not the saga record")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/idemkv/idemkv"
 )
@@ -104,12 +103,8 @@ type Action struct {
 // it was sent under: what a reconciler asks the downstream about. It reads
 // the saga's record for its operation id.
 func (r *Runner) ActionOf(ctx context.Context, rec idemkv.Record) (Action, bool, error) {
-	rest, ok := strings.CutPrefix(rec.ID.Endpoint, r.endpoint()+"/")
+	kind, step, ok := r.actionOf(rec.ID)
 	if !ok {
-		return Action{}, false, nil
-	}
-	kind, step, ok := strings.Cut(rest, "/")
-	if !ok || (kind != "do" && kind != "undo") {
 		return Action{}, false, nil
 	}
 	saga, err := r.store.Get(ctx, r.id(rec.ID.Tenant, rec.ID.Key, ""))

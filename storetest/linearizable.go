@@ -258,14 +258,17 @@ func linCheck(t *testing.T, ops []porcupine.Operation, annotations []porcupine.A
 }
 
 // linCount counts what a history exercised: each claim outcome, each
-// finishing call by verdict, and the events the check is about. Operation
-// ids are random, so one seen again on a takeover was resumed; a
+// finishing call by verdict, and the events the check is about. A
+// takeover that carries the operation id of the key's previous
+// acquisition resumed a remote operation (ids are derived from the
+// request, so the id alone does not tell a resumption from a new record
+// of the same request: a remote claim that takes over a local one); a
 // Reconciling token that no MarkUncertain made uncertain was turned
 // uncertain by a claim that found its remote lease expired.
 func linCount(ops []porcupine.Operation) map[string]int {
 	sorted := append([]porcupine.Operation(nil), ops...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
-	opIDs := map[idemkv.OperationID]bool{}
+	prevOpID := map[string]idemkv.OperationID{} // the key's last acquisition's, in call order
 	marked := map[uint64]bool{}
 	for _, op := range sorted {
 		in, out := op.Input.(linInput), op.Output.(linOutput)
@@ -289,13 +292,11 @@ func linCount(ops []porcupine.Operation) map[string]int {
 			case out.Outcome == idemkv.Acquired:
 				if out.Attempt > 1 {
 					counts["takeover"]++
-					if opIDs[out.OpID] {
+					if !out.OpID.IsZero() && out.OpID == prevOpID[in.Key] {
 						counts["remote resume"]++
 					}
 				}
-				if !out.OpID.IsZero() {
-					opIDs[out.OpID] = true
-				}
+				prevOpID[in.Key] = out.OpID
 			case out.Outcome == idemkv.Reconciling && !marked[out.Token] && !converted[out.Token]:
 				converted[out.Token] = true
 				counts["reconciling (expired remote)"]++

@@ -44,6 +44,7 @@ func (m *machine) scan(t *rapid.T) {
 			if r == nil || rec.Token != r.token || rec.State != r.state || rec.Escalated != r.escalated {
 				t.Fatalf("scanned %v token %d %v, model %+v", rec.ID, rec.Token, rec.State, r)
 			}
+			m.checkMarked(t, "scan", rec, r)
 			got = append(got, rec.ID)
 		}
 		if page.Next == "" {

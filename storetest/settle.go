@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/idemkv/idemkv"
 	"pgregory.net/rapid"
@@ -71,6 +72,7 @@ func (m *machine) resolve(t *rapid.T) {
 	}
 	r.state, r.result, r.effects, r.escalated, r.note = idemkv.StateCompleted, res, 0, false, note
 	r.expires = m.h.Now().Add(window(r.class))
+	r.marked, r.looseMark = time.Time{}, false
 }
 
 func (m *machine) escalate(t *rapid.T) {
@@ -81,8 +83,9 @@ func (m *machine) escalate(t *rapid.T) {
 	if !m.expectSettle(t, "escalate", r, tok, err) {
 		return
 	}
-	if r.state != idemkv.StateUncertain {
+	if r.state != idemkv.StateUncertain { // abandoned: an uncertain record keeps its mark
 		r.expires = m.h.Now().Add(window(r.class))
+		r.marked, r.looseMark = m.h.Now(), true
 	}
 	r.state, r.escalated, r.note = idemkv.StateUncertain, true, "gave up"
 }
@@ -129,9 +132,11 @@ func (m *machine) list(t *rapid.T) {
 	var ids []idemkv.ID
 	for i, rec := range got {
 		ids = append(ids, rec.ID)
-		if r := m.live(rec.ID); r == nil || rec.Token != r.token || rec.State != r.state {
+		r := m.live(rec.ID)
+		if r == nil || rec.Token != r.token || rec.State != r.state {
 			t.Fatalf("listed %v token %d %v, model %+v", rec.ID, rec.Token, rec.State, r)
 		}
+		m.checkMarked(t, "list", rec, r)
 		if i > 0 && rec.Created.Before(got[i-1].Created) {
 			t.Fatalf("listing not oldest first: %v after %v", rec.Created, got[i-1].Created)
 		}

@@ -13,9 +13,12 @@ import (
 )
 
 // stateMachine drives a store with random sequences of claims, completions,
-// releases, uncertain marks, renewals, resolutions, escalations, reads,
-// listings, scans, evictions, clock advances and reopen cycles, and checks every answer against a plain in-memory
-// model of the contract.
+// releases (with and without compensations), uncertain marks, renewals,
+// resolutions, escalations, reads, listings, scans, evictions, clock
+// advances and reopen cycles, and checks every answer against a plain
+// in-memory model of the contract, the downstream identity of each
+// logical request and the moment each record was marked uncertain
+// included.
 func stateMachine(t *testing.T, newHarness NewHarness) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newMachine(t, rt, newHarness)
@@ -61,6 +64,12 @@ type mrec struct {
 	// uncertain one or the audit note of a resolved one.
 	escalated bool
 	note      string
+	// marked is when the record was marked uncertain (zero in any other
+	// state). looseMark: an abandoned record an escalation turned
+	// uncertain, which the contract leaves unmarked or marks at the
+	// escalation.
+	marked    time.Time
+	looseMark bool
 }
 
 // durable reports whether an in-progress record is durable: a remote
@@ -71,8 +80,22 @@ type machine struct {
 	h      Harness
 	recs   map[idemkv.ID]*mrec
 	effect map[idemkv.ID]uint64 // token whose Complete wrote the key's effect
+	comp   map[idemkv.ID]uint64 // token whose Release wrote the key's compensation
 	leases []idemkv.Lease       // every lease ever acquired, stale ones too
 	maxTok uint64
+	// opIDs is the operation id each logical request was first given,
+	// and requests the request each id was given to: every later record
+	// of the request must carry the same, and no other request it.
+	opIDs    map[request]idemkv.OperationID
+	requests map[idemkv.OperationID]request
+}
+
+// request names a logical request: what a store derives an operation id
+// from.
+type request struct {
+	id         idemkv.ID
+	fp         string
+	generation uint32
 }
 
 var modelIDs = []idemkv.ID{
@@ -104,7 +127,8 @@ func window(class string) time.Duration {
 func newMachine(t *testing.T, rt *rapid.T, newHarness NewHarness) *machine {
 	h := newHarness(t, &Config{Lease: modelLease, Retention: modelRetention,
 		Classes: map[string]time.Duration{"short": modelShort}})
-	return &machine{h: h, recs: map[idemkv.ID]*mrec{}, effect: map[idemkv.ID]uint64{}}
+	return &machine{h: h, recs: map[idemkv.ID]*mrec{}, effect: map[idemkv.ID]uint64{}, comp: map[idemkv.ID]uint64{},
+		opIDs: map[request]idemkv.OperationID{}, requests: map[idemkv.OperationID]request{}}
 }
 
 // live returns the model record for id, treating a completed record past
@@ -124,7 +148,9 @@ func (m *machine) claim(t *rapid.T) {
 	resumable := rapid.Bool().Draw(t, "resumable")
 	leaseDur := rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "lease")
 	class := rapid.SampledFrom(modelClasses).Draw(t, "class")
-	c, err := m.h.Store().Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp, Mode: mode, Lease: leaseDur, Resumable: resumable, Retention: class})
+	gen := uint32(rapid.IntRange(0, 1).Draw(t, "generation"))
+	c, err := m.h.Store().Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: fp, Mode: mode, Lease: leaseDur, Resumable: resumable,
+		Retention: class, Generation: gen})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -148,6 +174,9 @@ func (m *machine) claim(t *rapid.T) {
 		}
 		if !next.opID.IsZero() && c.Lease.OperationID != next.opID {
 			t.Fatalf("takeover changed the operation id")
+		}
+		if next.mode == idemkv.ModeRemote && next.opID.IsZero() {
+			m.checkIdentity(t, request{id, string(fp), gen}, c.Lease.OperationID)
 		}
 		m.maxTok = c.Lease.Token
 		next.token, next.opID = c.Lease.Token, c.Lease.OperationID
@@ -193,6 +222,41 @@ func (m *machine) claim(t *rapid.T) {
 		expect(idemkv.Reconciling)
 		r.state = idemkv.StateUncertain
 		r.expires = now.Add(window(r.class))
+		r.marked = now
+	}
+	if c.Outcome == idemkv.Reconciling {
+		m.checkMarked(t, "claim", c.Record, r)
+	}
+}
+
+// checkIdentity checks the operation id a new remote record of req was
+// given: the one of every earlier record of req, and no other request's.
+func (m *machine) checkIdentity(t *rapid.T, req request, op idemkv.OperationID) {
+	if want, ok := m.opIDs[req]; ok && op != want {
+		t.Fatalf("%v (fp %x, generation %d) has operation id %v, its first record had %v",
+			req.id, req.fp, req.generation, op, want)
+	}
+	if other, ok := m.requests[op]; ok && other != req {
+		t.Fatalf("%v (fp %x, generation %d) has the operation id %v of %v (fp %x, generation %d)",
+			req.id, req.fp, req.generation, op, other.id, other.fp, other.generation)
+	}
+	m.opIDs[req], m.requests[op] = op, req
+}
+
+// checkMarked checks a record read from the store against the model's
+// moment of marking.
+func (m *machine) checkMarked(t *rapid.T, op string, got idemkv.Record, r *mrec) {
+	switch {
+	case r.state != idemkv.StateUncertain:
+		if !got.Marked.IsZero() {
+			t.Fatalf("%s: a %v record marked %v", op, r.state, got.Marked)
+		}
+	case r.looseMark:
+		if !got.Marked.IsZero() && !got.Marked.Equal(r.marked) {
+			t.Fatalf("%s: an escalated abandoned record marked %v, want none or %v", op, got.Marked, r.marked)
+		}
+	case !got.Marked.Equal(r.marked):
+		t.Fatalf("%s: marked %v, model %v", op, got.Marked, r.marked)
 	}
 }
 
@@ -255,20 +319,47 @@ func effectKey(id idemkv.ID) []byte {
 	return []byte(id.Tenant + "|" + id.Endpoint + "|" + id.Key)
 }
 
+// release releases a lease, current or stale, without compensations,
+// with one that writes the key's compensation, or with one that writes
+// it and fails.
 func (m *machine) release(t *rapid.T) {
 	l, ok := m.pickLease(t)
 	if !ok {
 		t.Skip("no lease")
 	}
-	err := m.h.Store().Release(ctx, l, nil)
-	if m.holder(l) == nil {
+	var apply func(idemkv.Effects) error
+	comp := rapid.SampledFrom([]string{"none", "write", "fail"}).Draw(t, "compensation")
+	if comp != "none" {
+		apply = func(fx idemkv.Effects) error {
+			if err := fx.Set(compKey(l.ID), []byte(strconv.FormatUint(l.Token, 10))); err != nil {
+				return err
+			}
+			if comp == "fail" {
+				return errCompensation
+			}
+			return nil
+		}
+	}
+	err := m.h.Store().Release(ctx, l, apply)
+	switch {
+	case comp == "fail" && errors.Is(err, errCompensation):
+		return // nothing written, the lease as it was
+	case m.holder(l) == nil:
 		m.expectFenced(t, "release", err)
 		return
-	}
-	if err != nil {
+	case comp == "fail":
+		t.Fatalf("release with a failing compensation: %v, want its error", err)
+	case err != nil:
 		t.Fatalf("release: %v", err)
 	}
 	delete(m.recs, l.ID)
+	if comp == "write" {
+		m.comp[l.ID] = l.Token
+	}
+}
+
+func compKey(id idemkv.ID) []byte {
+	return []byte("comp|" + id.Tenant + "|" + id.Endpoint + "|" + id.Key)
 }
 
 func (m *machine) markUncertain(t *rapid.T) {
@@ -287,6 +378,7 @@ func (m *machine) markUncertain(t *rapid.T) {
 	}
 	r.state, r.note = idemkv.StateUncertain, "timeout"
 	r.expires = m.h.Now().Add(window(r.class))
+	r.marked = m.h.Now()
 }
 
 func (m *machine) renew(t *rapid.T) {
@@ -305,7 +397,7 @@ func (m *machine) renew(t *rapid.T) {
 		t.Fatalf("renew: %v", err)
 	}
 	r.lease = m.h.Now().Add(d)
-	if m.h.Config().DurableRenewals {
+	if r.durable() || m.h.Config().DurableRenewals {
 		r.durableLease = r.lease
 	}
 	if nl.Token != l.Token || !nl.Expires.Equal(r.lease) {
@@ -336,6 +428,7 @@ func (m *machine) get(t *rapid.T) {
 	if got.Escalated != r.escalated || r.note != "" && got.Note != r.note {
 		t.Fatalf("get %v: escalated %v note %q, model %v %q", id, got.Escalated, got.Note, r.escalated, r.note)
 	}
+	m.checkMarked(t, "get", got, r)
 }
 
 // sweep runs the store's expiry sweeper, if it has one. Sweeping deletes
@@ -373,19 +466,27 @@ func (m *machine) reopen(t *rapid.T) {
 }
 
 // check runs after every step: every effect on disk is the one the model
-// says its key's winning Complete wrote.
+// says its key's winning Complete wrote, and every compensation the one
+// its key's last successful Release with compensations wrote.
 func (m *machine) check(t *rapid.T) {
 	for _, id := range modelIDs {
-		v, err := m.h.ReadEffect(effectKey(id))
-		tok, ok := m.effect[id]
-		if !ok {
-			if !errors.Is(err, idemkv.ErrNotFound) {
-				t.Fatalf("effect for %v without a completion: %q %v", id, v, err)
-			}
-			continue
+		m.checkData(t, "effect", effectKey(id), m.effect, id)
+		m.checkData(t, "compensation", compKey(id), m.comp, id)
+	}
+}
+
+// checkData checks the value key holds against the token the model says
+// wrote it (written[id]), if any.
+func (m *machine) checkData(t *rapid.T, what string, key []byte, written map[idemkv.ID]uint64, id idemkv.ID) {
+	v, err := m.h.ReadEffect(key)
+	tok, ok := written[id]
+	if !ok {
+		if !errors.Is(err, idemkv.ErrNotFound) {
+			t.Fatalf("%s for %v that the model has not written: %q %v", what, id, v, err)
 		}
-		if err != nil || string(v) != strconv.FormatUint(tok, 10) {
-			t.Fatalf("effect for %v: %q %v, model token %d", id, v, err, tok)
-		}
+		return
+	}
+	if err != nil || string(v) != strconv.FormatUint(tok, 10) {
+		t.Fatalf("%s for %v: %q %v, model token %d", what, id, v, err, tok)
 	}
 }

@@ -20,6 +20,12 @@
 // concurrent read-modify-writes that must serialize (skipped by a store
 // whose Effects do not read), and events that exist exactly when their
 // outcome commits (skipped by a store that is no idemkv.Outbox).
+// Others hold the remote half to what a reconciler relies on: the
+// downstream identity of a logical request (the same OperationID after a
+// release, a resolution with no effect, an eviction, an expiry, a
+// takeover and a restart), a Release's compensations (committed with it,
+// fenced as it is), when a record was marked uncertain (Record.Marked),
+// and a remote lease as renewed, durably.
 package storetest
 
 import (
@@ -45,10 +51,11 @@ type Config struct {
 	// store keeps local (ModeLocal) claims in memory only, so that they
 	// vanish on Reopen.
 	VolatileLocalClaims bool
-	// DurableRenewals is set by the harness: true if the store writes a
-	// renewed lease durably, so that it survives Reopen (a store shared
-	// by several processes must); false if a renewal lives in memory and
-	// a reopened store knows the lease a remote claim was written with.
+	// DurableRenewals is set by the harness: true if the store also
+	// writes the renewal of a local claim durably, so that it survives
+	// Reopen (a store shared by several processes must); false if a local
+	// claim's renewal lives in memory. A remote claim's renewal is
+	// durable on every store (the contract), whatever this says.
 	DurableRenewals bool
 }
 
@@ -94,6 +101,10 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("TenantIsolation", func(t *testing.T) { tenantIsolation(t, newHarness) })
 	t.Run("StaleHolderFenced", func(t *testing.T) { staleHolderFenced(t, newHarness) })
 	t.Run("RetentionClasses", func(t *testing.T) { retentionClasses(t, newHarness) })
+	t.Run("OperationIdentity", func(t *testing.T) { operationIdentity(t, newHarness) })
+	t.Run("ReleaseCompensations", func(t *testing.T) { releaseCompensations(t, newHarness) })
+	t.Run("MarkedUncertain", func(t *testing.T) { markedUncertain(t, newHarness) })
+	t.Run("RemoteRenewal", func(t *testing.T) { remoteRenewal(t, newHarness) })
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
 	t.Run("Transactions", func(t *testing.T) { transactions(t, newHarness) })
 	t.Run("Events", func(t *testing.T) { events(t, newHarness) })

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -61,14 +62,14 @@ func TestMigrateCommand(t *testing.T) {
 	require.NoDirExists(t, backup)
 
 	require.Equal(t, exitOK, exec("--data", dir, "--backup-to", backup, "--dry-run"), errOut.String())
-	require.Contains(t, out.String(), "layout   3: a read-write Open migrates it to 4 (dry run: nothing done)")
+	require.Contains(t, out.String(), fmt.Sprintf("layout   3: a read-write Open migrates it to %d (dry run: nothing done)", engine.Layout))
 	require.NoDirExists(t, backup)
 	require.Equal(t, uint64(3), layout(dir))
 
 	require.Equal(t, exitOK, exec("--data", dir, "--backup-to", backup, "--json"), errOut.String())
 	var rep migrateReport
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
-	require.Equal(t, [2]uint64{3, 4}, [2]uint64{rep.FromLayout, rep.ToLayout})
+	require.Equal(t, [2]uint64{3, engine.Layout}, [2]uint64{rep.FromLayout, rep.ToLayout})
 	require.True(t, rep.Migrated)
 	require.Equal(t, backup, rep.Backup)
 	require.Positive(t, rep.BackupBytes)
@@ -76,7 +77,7 @@ func TestMigrateCommand(t *testing.T) {
 	require.Zero(t, rep.Check.ProblemCount, "%v", rep.Check.Problems)
 	require.Equal(t, len(f.Requests), rep.Check.Records)
 	require.Equal(t, len(f.Keys(upgradetest.Uncertain))+len(f.Keys(upgradetest.Abandoned)), rep.Check.Pending)
-	require.Equal(t, uint64(4), layout(dir))
+	require.Equal(t, uint64(engine.Layout), layout(dir))
 
 	// The backup is the store as the layout-3 code left it: restore puts
 	// it in place (a rollback), and migrate migrates that copy too.
@@ -90,13 +91,13 @@ func TestMigrateCommand(t *testing.T) {
 	require.Nil(t, rr.Check)
 	require.Equal(t, uint64(3), layout(restored))
 	require.Equal(t, exitOK, exec("--data", restored, "--no-backup"), errOut.String())
-	require.Contains(t, out.String(), "layout   3 -> 4: migrated in place")
+	require.Contains(t, out.String(), fmt.Sprintf("layout   3 -> %d: migrated in place", engine.Layout))
 	require.Contains(t, out.String(), "backup   none (--no-backup)")
 	require.Contains(t, out.String(), "ok: every invariant holds")
 
 	// A store in the current layout: nothing to migrate, and the check.
 	require.Equal(t, exitOK, exec("--data", dir, "--no-backup"), errOut.String())
-	require.Contains(t, out.String(), "layout   4: the current layout, nothing to migrate")
+	require.Contains(t, out.String(), fmt.Sprintf("layout   %d: the current layout, nothing to migrate", engine.Layout))
 	require.Contains(t, out.String(), "ok: every invariant holds")
 
 	// The migrated store replays what the layout-3 code stored. The

@@ -45,11 +45,11 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	aln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	cfg.adminLn = aln
-	// The first two charges time out; the reconciler waits: the
-	// operator settles by hand.
+	// The first and the third charge time out; the reconciler waits:
+	// the operator settles by hand.
 	var calls atomic.Int32
 	cfg.provider = payments.ProviderOptions{Fault: func(context.Context, string) error {
-		if calls.Add(1) <= 2 {
+		if n := calls.Add(1); n == 1 || n == 3 {
 			return payments.ErrProviderTimeout
 		}
 		return nil
@@ -88,9 +88,12 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	require.Contains(t, cli(exitOK, append(append([]string{"evict", "--reason", "ops: undo test"}, id...), server...)...), "removed")
 	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "again"}, id...), server...)...), "404")
 	require.Contains(t, cli(exitFail, append(append([]string{"inspect"}, id...), server...)...), "evict done (removed")
-	status, replayed, _ = payOnce(t, url, "order-u")
+	// The evicted key runs anew under the same operation id, derived
+	// from the request: it finds the payment the resolution wrote, and
+	// charges nothing again.
+	status, replayed, body = payOnce(t, url, "order-u")
 	require.Empty(t, replayed, "an evicted key runs anew")
-	require.NotEqual(t, http.StatusCreated, status)
+	require.Equal(t, http.StatusCreated, status, body)
 
 	// A completed payment: its ledger entry stays when it is evicted,
 	// and the store checks clean.
@@ -98,24 +101,28 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	require.Equal(t, http.StatusCreated, status, body)
 	idOK := []string{"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "order-ok"}
 	require.NoError(t, json.Unmarshal([]byte(cli(exitOK, append([]string{"list", "--state", "completed", "--json"}, server...)...)), &page))
-	require.Len(t, page.Records, 1)
+	require.Len(t, page.Records, 2)
 	out = cli(exitOK, append(append([]string{"evict", "--reason", "ops: refund issued, customer retries", "--json"}, idOK...), server...)...)
 	require.Contains(t, out, `"was": "completed"`)
 	require.Contains(t, cli(exitOK, append([]string{"check"}, server...)...), "every invariant holds")
 	status, _, body = payOnce(t, url, "order-ok")
 	require.Equal(t, http.StatusCreated, status, "the evicted payment's key runs anew: %s", body)
+	status, _, body = payOnce(t, url, "order-late") // left uncertain, for the closed store below
+	require.Equal(t, http.StatusGatewayTimeout, status, body)
+	idLate := []string{"--tenant", "acct_1", "--endpoint", "POST /v1/payments", "--key", "order-late"}
 
 	file := filepath.Join(t.TempDir(), "export.jsonl")
-	require.Contains(t, cli(exitOK, append([]string{"export", "--out", file}, server...)...), "exported 2 records")
+	require.Contains(t, cli(exitOK, append([]string{"export", "--out", file}, server...)...), "exported 3 records")
 	lines := readLines(t, file)
-	require.Len(t, lines, 2)
+	require.Len(t, lines, 3)
 	keys := map[any]map[string]any{}
 	for _, l := range lines {
 		require.Equal(t, "record", l["kind"])
 		require.NotEmpty(t, l["fingerprint"])
 		keys[l["key"]] = l
 	}
-	require.Equal(t, "uncertain", keys["order-u"]["state"])
+	require.Equal(t, "completed", keys["order-u"]["state"])
+	require.Equal(t, "uncertain", keys["order-late"]["state"])
 	require.NotEmpty(t, keys["order-ok"]["body"], "a completed record's stored response")
 	require.Contains(t, cli(exitFail, append([]string{"export", "--out", file}, server...)...), "exists")
 
@@ -137,14 +144,14 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	}
 
 	data := []string{"--data", cfg.dir}
-	require.Contains(t, cli(exitOK, append([]string{"list"}, data...)...), "order-u")
+	require.Contains(t, cli(exitOK, append([]string{"list"}, data...)...), "order-late")
 	require.Contains(t, cli(exitOK, append([]string{"export"}, data...)...), `"kind":"record"`)
-	require.Contains(t, cli(exitOK, append(append([]string{"resolve", "--no-effect", "--note", "ops: never charged"}, id...), data...)...), "removed")
+	require.Contains(t, cli(exitOK, append(append([]string{"resolve", "--no-effect", "--note", "ops: never charged"}, idLate...), data...)...), "removed")
 	last := readLines(t, audit)
 	require.Equal(t, "resolve", last[len(last)-1]["action"])
 	require.Equal(t, "done", last[len(last)-1]["phase"])
-	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "gone"}, id...), data...)...), "not found")
-	require.Contains(t, cli(exitFail, append(append([]string{"inspect"}, id...), data...)...), "ops: never charged")
+	require.Contains(t, cli(exitFail, append(append([]string{"evict", "--reason", "gone"}, idLate...), data...)...), "not found")
+	require.Contains(t, cli(exitFail, append(append([]string{"inspect"}, idLate...), data...)...), "ops: never charged")
 }
 
 // readLines reads a file of JSON lines.

@@ -352,6 +352,9 @@ func startReconciler(e payments.Store, svc *payments.Service, o reconcile.Option
 	o.Logger = log // an escalation is an Error record: settle it with idemkv resolve
 	orders := svc.Orders()
 	o.Handles = func(rec idemkv.Record) bool { return !orders.Owns(rec) } // orders resume below
+	// A settled authorization goes on with its order at once, instead of
+	// when the order's lease runs out.
+	o.OnResolve = func(ctx context.Context, rec idemkv.Record, _ reconcile.Verdict) { orders.Wake(ctx, rec) }
 	w, err := reconcile.New(e, svc, &o)
 	if err != nil {
 		return nil, err
@@ -421,6 +424,7 @@ func registerReconcileMetrics(reg prometheus.Registerer, w *reconcile.Worker) er
 		answers("not_applied", func(s reconcile.Stats) int64 { return s.NotApplied }),
 		answers("unknown", func(s reconcile.Stats) int64 { return s.Unknown }),
 		counter("idemkv_reconcile_errors_total", "Reconciler calls that failed, panicked or timed out.", func(s reconcile.Stats) int64 { return s.Errors }),
+		counter("idemkv_reconcile_panics_total", "Panics recovered in the reconciler, its answers' writes and its hooks (the record stays unsettled).", func(s reconcile.Stats) int64 { return s.Panics }),
 		counter("idemkv_reconcile_lost_total", "Settling writes that found the record settled by another (its holder, an operator).", func(s reconcile.Stats) int64 { return s.Lost }),
 		counter("idemkv_reconcile_store_errors_total", "Listings and settling writes that failed in the store (retried at the next pass).", func(s reconcile.Stats) int64 { return s.StoreErrors }),
 	} {

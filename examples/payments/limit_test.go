@@ -110,7 +110,7 @@ func TestReconciledNotAppliedGivesTheHoldBack(t *testing.T) {
 	f := newLimited(t, ProviderOptions{}, lostCall{NewProvider(ProviderOptions{})})
 	problemOf(t, f.pay("acct_1", "k1", order1000), http.StatusGatewayTimeout, "payment-outcome-unknown")
 	assert.Equal(t, int64(1000), f.spent("acct_1"), "held while the outcome is unknown")
-	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Clock: f.eng, Grace: time.Nanosecond})
+	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Clock: ahead{f.eng}, Grace: time.Nanosecond})
 	require.NoError(t, err)
 	require.NoError(t, w.Pass(context.Background()))
 	require.Equal(t, int64(1), w.Stats().NotApplied)

@@ -144,7 +144,7 @@ func TestPaymentsOverAnHTTPProcessor(t *testing.T) {
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
 	fault.set(nil)
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusConflict, httpidem.ProblemReconciling)
-	w, err := reconcile.New(eng, svc, &reconcile.Options{Grace: time.Nanosecond}) // the call that timed out has ended: the processor held it until the client left
+	w, err := reconcile.New(eng, svc, &reconcile.Options{Clock: ahead{eng}, Grace: time.Nanosecond}) // the call that timed out has ended: the processor held it until the client left
 	require.NoError(t, err)
 	require.NoError(t, w.Pass(context.Background()))
 	require.Equal(t, int64(1), w.Stats().Applied)

@@ -27,7 +27,7 @@ func TestReconcilerSettlesATimedOutPayment(t *testing.T) {
 	require.NoError(t, err, "the intent is kept without an account limit too")
 	assert.JSONEq(t, `{"amount":5000,"currency":"USD"}`, string(v))
 
-	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Grace: time.Nanosecond}) // the processor answers in process: nothing is in flight
+	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Clock: ahead{f.eng}, Grace: time.Nanosecond}) // the processor answers in process: nothing is in flight
 	require.NoError(t, err)
 	require.NoError(t, w.Pass(context.Background()))
 	require.Equal(t, int64(1), w.Stats().Applied)
@@ -53,7 +53,7 @@ func TestReconcilerReleasesAPaymentNeverCharged(t *testing.T) {
 	c, err := f.eng.Claim(context.Background(), idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}, Mode: idemkv.ModeRemote})
 	require.NoError(t, err)
 	require.NoError(t, f.eng.MarkUncertain(context.Background(), c.Lease, "handler crashed"))
-	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Grace: time.Nanosecond}) // the processor answers in process: nothing is in flight
+	w, err := reconcile.New(f.eng, f.svc, &reconcile.Options{Clock: ahead{f.eng}, Grace: time.Nanosecond}) // the processor answers in process: nothing is in flight
 	require.NoError(t, err)
 	require.NoError(t, w.Pass(context.Background()))
 	require.Equal(t, int64(1), w.Stats().NotApplied)
@@ -100,3 +100,11 @@ func TestMalformedProcessorAnswersAreUnknown(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, reconcile.Applied, a.Verdict)
 }
+
+// ahead is a clock a millisecond ahead of the store's: the store keeps a
+// record's uncertain mark rounded up to the millisecond, so a worker on
+// the store's own clock with a grace of a nanosecond could find a record
+// marked a moment ago not yet due.
+type ahead struct{ idemkv.Clock }
+
+func (a ahead) Now() time.Time { return a.Clock.Now().Add(time.Millisecond) }

@@ -151,3 +151,34 @@ func TestSettleOfOtherRecords(t *testing.T) {
 	_, err = svc.Settle(context.Background(), rec, reconcile.Unknown, result)
 	require.Error(t, err)
 }
+
+// A payment whose record was evicted, or expired, runs anew when its
+// request comes again: under the same operation id, derived from the
+// request, it finds its payment row and answers it, charging nothing.
+func TestEvictedPaymentRunsAnewAndFindsItsPayment(t *testing.T) {
+	proc := &unsure{Provider: NewProvider(ProviderOptions{})}
+	f := newLimited(t, ProviderOptions{}, proc)
+	first := f.pay("acct_1", "k1", order1000)
+	require.Equal(t, http.StatusCreated, first.status, "%s", first.body)
+	rec := f.record("k1")
+	_, err := f.eng.Evict(context.Background(), idemkv.EvictRequest{ID: rec.ID, Token: rec.Token})
+	require.NoError(t, err)
+	again := f.pay("acct_1", "k1", order1000)
+	require.Equal(t, http.StatusCreated, again.status, "%s", again.body)
+	assert.Empty(t, again.header.Get(httpidem.HeaderReplayed), "it ran anew")
+	assert.Equal(t, first.body, again.body, "the same payment")
+	assert.Equal(t, 1, proc.Stats().Calls, "charged once")
+}
+
+func TestSettledThenEvictedPaymentFindsItsPayment(t *testing.T) {
+	proc := &unsure{Provider: NewProvider(ProviderOptions{TimeoutRate: 1})}
+	f := newLimited(t, ProviderOptions{}, proc)
+	problemOf(t, f.pay("acct_1", "k1", order1000), http.StatusGatewayTimeout, "payment-outcome-unknown")
+	rec := f.record("k1")
+	f.settleByHand(rec, reconcile.Applied, idemkv.Result{Status: http.StatusCreated})
+	rec = f.record("k1")
+	_, err := f.eng.Evict(context.Background(), idemkv.EvictRequest{ID: rec.ID, Token: rec.Token})
+	require.NoError(t, err)
+	again := f.pay("acct_1", "k1", order1000)
+	require.Equal(t, http.StatusCreated, again.status, "%s", again.body)
+}

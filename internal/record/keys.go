@@ -16,7 +16,8 @@ import (
 // others.
 //
 //	0x01 meta    store metadata (the layout version, the epoch, the
-//	             sweeper's position)
+//	             store's secret, the sweeper's position, the clock's
+//	             high-water mark, the marks of evicted outcomes)
 //	0x02 record  uvarint(len tenant) tenant uvarint(len endpoint) endpoint key:
 //	             an unsettled record (in progress or uncertain), which
 //	             never expires while it is unsettled
@@ -62,6 +63,18 @@ var EpochKey = []byte{NSMeta, 'e', 'p', 'o', 'c', 'h'}
 // without stamps).
 var LayoutKey = []byte{NSMeta, 'l', 'a', 'y', 'o', 'u', 't'}
 
+// SecretKey holds the store's secret, SecretLen random bytes, under which
+// it derives the operation id of every new remote record
+// (idemkv.DeriveOperationID). It is written once, with the epoch, by the
+// first read-write Open of a store in layout 5, and never changed, so
+// the store, and a copy of it (a backup), derives the same id for the
+// same request for as long as it lives.
+var SecretKey = []byte{NSMeta, 's', 'e', 'c', 'r', 'e', 't'}
+
+// SecretLen is the length of the store's secret: as long as the
+// HMAC-SHA256 it keys.
+const SecretLen = 32
+
 // EvictedPrefix starts the key of each evicted outcome that had effects
 // (AppendEvictedKey): the effects stay, stamped with the outcome's token
 // and expiry, and Check pairs them with this mark instead of the record.
@@ -89,8 +102,10 @@ func SplitEvicted(k, v []byte) (token uint64, expires int64, effects uint32, err
 // Layout is the version of the key space and value formats described
 // here and in record.go. Version 2 added the stamp on effect values;
 // version 3 moved completed records into expiry buckets; version 4 added
-// the pending index and the codec's extension byte (codec version 2).
-const Layout = 4
+// the pending index and the codec's extension byte (codec version 2);
+// version 5 added the store's secret (SecretKey) and the uncertain mark
+// (the extension byte's bit 2), which a layout-4 decoder calls corrupt.
+const Layout = 5
 
 // SweepKey holds the sweeper's position: the last key the pass in progress
 // read (an expiry key or a record key), or the lone byte NSRecord once it
@@ -228,8 +243,9 @@ func SplitStamp(v []byte) (token uint64, expires time.Time, value []byte, err er
 // record's entry follows from the record, in memory or on disk.
 const (
 	// PendingOpen: a remote record in progress or an uncertain record.
-	// Past its lease (which renewals move in memory only) a remote
-	// record's holder is presumed gone: the record is abandoned.
+	// Past its lease (as last renewed: a remote claim's renewals are
+	// written, and do not move its entry) a remote record's holder is
+	// presumed gone: the record is abandoned.
 	PendingOpen byte = 'p'
 	// PendingEscalated: an escalated record.
 	PendingEscalated byte = 'x'

@@ -5,7 +5,8 @@
 //
 //	byte     codec version (1, or 2 when the extension byte follows)
 //	byte     ext, in version 2 only, never zero: bit 0 escalated
-//	         (uncertain only), bit 1 audit note present (completed only)
+//	         (uncertain only), bit 1 audit note present (completed only),
+//	         bit 2 uncertain mark present (uncertain only)
 //	byte     head: bits 0-1 state (1 in-progress, 2 uncertain, 3 completed),
 //	         bit 2 remote mode, bit 3 operation id present, bit 4 body
 //	         present, bit 5 attempt other than 1, bit 6 retention class
@@ -23,12 +24,16 @@
 //	           and if head bit 4, uvarint body length + body (not empty)
 //	uncertain: uvarint note length + note
 //	completed with ext bit 1: uvarint note length + note (not empty)
+//	uncertain with ext bit 2: uvarint when it was marked uncertain, unix
+//	           milliseconds (Encode rounds up; not zero)
 //
 // A record with no extension is written in version 1, so that a record
 // has one encoding and the common ones pay nothing for the extension.
 //
-// Times are whole seconds except the lease: a record's retention is a
-// matter of hours, and rounding its expiry up never shortens it. A
+// Times are whole seconds except the lease and the uncertain mark: a
+// record's retention is a matter of hours, and rounding its expiry up
+// never shortens it. The mark is where a reconciler's grace starts, which
+// can be shorter than a second; rounding it up never shortens the grace. A
 // completed record with a status, a 32-byte pointer and a 9-byte
 // fingerprint takes about 60 bytes.
 //
@@ -49,7 +54,8 @@ import (
 
 // Version is the codec version written by Encode for a record without
 // an extension; VersionExt the one for a record with one (an escalated
-// record, or a completed one with an audit note).
+// record, an uncertain one with its mark, or a completed one with an
+// audit note).
 const (
 	Version    = 1
 	VersionExt = 2
@@ -58,7 +64,8 @@ const (
 const (
 	extEscalated = 1 << 0
 	extNote      = 1 << 1
-	knownExt     = extEscalated | extNote
+	extMarked    = 1 << 2
+	knownExt     = extEscalated | extNote | extMarked
 )
 
 // MaxEffects is the largest effect count the codec accepts.
@@ -112,6 +119,10 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 	if r.State == idemkv.StateCompleted && r.Note != "" {
 		ext |= extNote
 	}
+	marked := ceilMillis(r.Marked)
+	if r.State == idemkv.StateUncertain && marked > 0 {
+		ext |= extMarked
+	}
 	if ext == 0 {
 		dst = append(dst, Version, head)
 	} else {
@@ -153,6 +164,9 @@ func Encode(dst []byte, r *idemkv.Record) []byte {
 		}
 	case idemkv.StateUncertain:
 		dst = appendBytes(dst, []byte(r.Note))
+		if ext&extMarked != 0 {
+			dst = binary.AppendUvarint(dst, marked)
+		}
 	}
 	return dst
 }
@@ -233,6 +247,12 @@ func Decode(b []byte) (idemkv.Record, error) {
 		}
 	case idemkv.StateUncertain:
 		r.Note = string(d.bytes(idemkv.MaxNoteLen))
+		if ext&extMarked != 0 {
+			r.Marked = d.time()
+			if d.err == nil && r.Marked.IsZero() {
+				d.fail("zero uncertain mark")
+			}
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
@@ -264,6 +284,8 @@ func (d *decoder) head() (r idemkv.Record, ext, head byte, err error) {
 		return r, 0, 0, fmt.Errorf("%w: escalated %s record", ErrCorrupt, r.State)
 	case ext&extNote != 0 && r.State != idemkv.StateCompleted:
 		return r, 0, 0, fmt.Errorf("%w: audit note on a %s record", ErrCorrupt, r.State)
+	case ext&extMarked != 0 && r.State != idemkv.StateUncertain:
+		return r, 0, 0, fmt.Errorf("%w: %s record with an uncertain mark", ErrCorrupt, r.State)
 	case head&^knownHead != 0:
 		return r, 0, 0, fmt.Errorf("%w: unknown head bits %#x", ErrCorrupt, head)
 	case head&(headBody|headEffects) != 0 && r.State != idemkv.StateCompleted:
@@ -332,6 +354,26 @@ func floorSeconds(t time.Time) uint64 {
 func Seconds(t time.Time) time.Time {
 	if s := ceilSeconds(t); s > 0 {
 		return time.Unix(int64(s), 0)
+	}
+	return t
+}
+
+// ceilMillis is t in unix milliseconds, rounded up; 0 for the zero time
+// and times before 1970.
+func ceilMillis(t time.Time) uint64 {
+	ms := millis(t)
+	if ms > 0 && t.Nanosecond()%int(time.Millisecond) > 0 {
+		ms++
+	}
+	return ms
+}
+
+// Milliseconds returns t rounded up to a whole millisecond, as Encode
+// stores an uncertain mark, in the form Decode returns it. Stores use it
+// so that what they hold in memory equals what they read back.
+func Milliseconds(t time.Time) time.Time {
+	if ms := ceilMillis(t); ms > 0 {
+		return time.UnixMilli(int64(ms))
 	}
 	return t
 }

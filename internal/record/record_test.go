@@ -26,10 +26,14 @@ func sample() []idemkv.Record {
 			Created: t0, Expires: t0.Add(time.Hour), Result: idemkv.Result{Status: 201}, Effects: 3},
 		{State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 77,
 			Attempt: 3, OperationID: idemkv.OperationID{1}, Created: t0, Expires: t0.Add(time.Hour),
-			Note: "provider timed out", Class: "money"},
+			Note: "provider timed out", Class: "money", Marked: t0.Add(1234 * time.Millisecond)},
 		{State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 78,
 			Attempt: 1, OperationID: idemkv.OperationID{2}, Created: t0, Expires: t0.Add(time.Hour),
-			Note: "12 reconciliation attempts", Escalated: true},
+			Note: "12 reconciliation attempts", Escalated: true, Marked: t0.Add(time.Minute)},
+		// Marked by a store that did not keep the mark.
+		{State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 80,
+			Attempt: 1, OperationID: idemkv.OperationID{4}, Created: t0, Expires: t0.Add(time.Hour),
+			Note: "timeout", Escalated: true},
 		{State: idemkv.StateCompleted, Mode: idemkv.ModeRemote, Fingerprint: []byte("fp"), Token: 79,
 			Attempt: 1, OperationID: idemkv.OperationID{3}, Created: t0, Expires: t0.Add(time.Hour),
 			Result: idemkv.Result{Status: 201, Pointer: "/v1/payments/pay_1"}, Note: "ops: charge seen in the processor's dashboard"},
@@ -73,6 +77,12 @@ func TestRejectsCorrupt(t *testing.T) {
 		"attempt one":          {1, 3 | headAttempt, 5, 1},
 		"body on pending":      append([]byte{1, 1 | headBody}, good[2:]...),
 		"created after expiry": {1, 3, 5, 10, 11, 1, 7, 0, 0},
+		"marked completed":     append([]byte{2, extMarked}, good[1:]...),
+		"marked in progress":   append([]byte{2, extMarked, 1}, good[2:]...),
+		"zero mark":            {2, extMarked, 2, 5, 10, 0, 1, 7, 0, 0},
+		"non-minimal mark":     {2, extMarked, 2, 5, 10, 0, 1, 7, 0, 0x81, 0x00},
+		"mark out of range":    append([]byte{2, extMarked, 2, 5, 10, 0, 1, 7, 0}, binary.AppendUvarint(nil, 1<<53+1)...),
+		"mark missing":         {2, extMarked, 2, 5, 10, 0, 1, 7, 0},
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -80,6 +90,31 @@ func TestRejectsCorrupt(t *testing.T) {
 			require.Error(t, err)
 			require.True(t, errors.Is(err, ErrCorrupt), "%v", err)
 		})
+	}
+}
+
+// TestMarkedRoundsUp: the uncertain mark is kept to the millisecond,
+// rounded up (a grace measured from it is never shortened), exactly as
+// Milliseconds rounds it; it is kept on uncertain records only, and a
+// record without one is written as before (version 1).
+func TestMarkedRoundsUp(t *testing.T) {
+	r := sample()[4]
+	r.Marked = time.Unix(1_790_000_000, 1_000_001)
+	got, err := Decode(Encode(nil, &r))
+	require.NoError(t, err)
+	require.Equal(t, time.UnixMilli(1_790_000_000_002), got.Marked)
+	require.Equal(t, Milliseconds(r.Marked), got.Marked)
+	require.Equal(t, got.Marked, Milliseconds(got.Marked), "whole milliseconds stay as they are")
+
+	r.Marked, r.Class = time.Time{}, ""
+	require.Equal(t, byte(Version), Encode(nil, &r)[0], "no mark, no extension")
+
+	for _, st := range []idemkv.State{idemkv.StateInProgress, idemkv.StateCompleted} {
+		r := sample()[4]
+		r.State = st
+		got, err := Decode(Encode(nil, &r))
+		require.NoError(t, err)
+		require.True(t, got.Marked.IsZero(), "a %s record keeps no mark", st)
 	}
 }
 
@@ -136,6 +171,9 @@ func genRecord(t *rapid.T) idemkv.Record {
 	case idemkv.StateUncertain:
 		r.Note = rapid.StringN(0, 40, idemkv.MaxNoteLen).Draw(t, "note")
 		r.Escalated = rapid.Bool().Draw(t, "escalated")
+		if rapid.Bool().Draw(t, "marked") {
+			r.Marked = ms("marked")
+		}
 	}
 	return r
 }
