@@ -78,7 +78,7 @@ func engineWorld(pw *payWorld) backend { return &engineBackend{pw: pw} }
 // what the runs simulate), emptied before every seed.
 func postgresWorld(t *testing.T) func(pw *payWorld) backend {
 	srv := pgtest.Start(t, pgtest.WithoutFsync())
-	dsn := srv.DSN(srv.CreateDatabase(t))
+	dsn := srv.CreateDatabase(t)
 	return func(pw *payWorld) backend {
 		b := &pgBackend{pw: pw, dsn: dsn, n: pick(pw.w, 1, 2, 3)}
 		if err := resetPostgres(dsn); err != nil {
