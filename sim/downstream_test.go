@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/reconcile"
+
 	"github.com/idemkv/idemkv/examples/payments"
 )
 
@@ -206,5 +209,26 @@ func (d *downstream) checkLimit(tenant string) {
 	}
 	if sum > prm.limit {
 		d.pw.fail(fmt.Errorf("%s charged %d in all, past its limit of %d", tenant, sum, prm.limit))
+	}
+}
+
+// resolved checks a reconciler's resolution against the truth: it never
+// says "not applied" of a payment whose charge has landed or is still on
+// its way (the wrong answer of the first defect, which only the
+// identity then saves from a second charge), where the run's settings
+// make its grace long enough to know (params.safe); nor "applied" of one
+// the processor never charged.
+func (pw *payWorld) resolved(p *Proc, rec idemkv.Record, v reconcile.Verdict) {
+	key := rec.OperationID.StepKey("charge")
+	d := pw.down
+	c := d.charges[key]
+	charged := c != nil && !c.declined
+	pw.w.Logf("%s: reconciler resolves %s/%s as %v (charged %v, in flight %d)", p.Name(), rec.ID.Tenant, rec.ID.Key, v, charged, d.inflight[key])
+	switch {
+	case v == reconcile.Applied && !charged:
+		pw.fail(fmt.Errorf("the reconciler said %s/%s was charged; the processor never charged it", rec.ID.Tenant, rec.ID.Key))
+	case v == reconcile.NotApplied && (charged || d.inflight[key] > 0) && pw.prm.safe:
+		pw.fail(fmt.Errorf("the reconciler said %s/%s was not charged, while its charge had landed (%v) or was on its way (%d)",
+			rec.ID.Tenant, rec.ID.Key, charged, d.inflight[key]))
 	}
 }

@@ -84,7 +84,9 @@ func drawParams(w *World) params {
 	prm.clientTimeout = pick(w, time.Second, 1500*ms, 3*time.Second, 10*time.Second)
 	prm.clientBackoff = pick(w, 500*ms, time.Second, 2*time.Second)
 	prm.clientSpread = pick(w, 5*time.Second, 30*time.Second)
-	prm.clientAttempts = 12
+	// Some clients give up early (the customer closes the app): what
+	// their payments left must then be settled without them.
+	prm.clientAttempts = pick(w, 1, 3, 12)
 	prm.maxBackoff = 10 * time.Second
 	prm.maxAttempts = pick(w, 3, 6)
 	prm.maxAge = pick(w, time.Minute, 3*time.Minute)

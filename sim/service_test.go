@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/admin"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/reconcile"
@@ -58,6 +59,7 @@ func (s *service) start() error {
 		MinBackoff: time.Second, MaxBackoff: pw.prm.maxBackoff, MaxAttempts: pw.prm.maxAttempts,
 		MaxAge: pw.prm.maxAge, Timeout: time.Hour, Concurrency: 1, PerPass: 1000,
 		Rand: newRand(pw.w.Rand().Uint64()), Logger: quiet,
+		OnResolve: func(_ context.Context, rec idemkv.Record, v reconcile.Verdict) { pw.resolved(p, rec, v) },
 	})
 	if err != nil {
 		return err
