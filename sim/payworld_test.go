@@ -46,6 +46,11 @@ type params struct {
 	pauseBeforeSend       float64
 	pauseMax              time.Duration
 
+	// heartbeat: a running payment renews its lease (the default);
+	// without it, a payment slower than its lease is taken over by a
+	// retry while it still runs.
+	heartbeat bool
+
 	crashes  int
 	downMax  time.Duration
 	freezes  int
@@ -67,7 +72,7 @@ func (prm params) String() string {
 		"processor_timeout": prm.processorTimeout.String(), "client_timeout": prm.clientTimeout.String(),
 		"flight_max": prm.toDown.Max.String(), "loss": prm.toDown.Loss, "pause_max": prm.pauseMax.String(),
 		"crashes": prm.crashes, "freezes": prm.freezes, "evicts": prm.evicts, "clients": prm.clients,
-		"payments": prm.payments, "limit": prm.limit, "safe": prm.safe,
+		"payments": prm.payments, "limit": prm.limit, "safe": prm.safe, "heartbeat": prm.heartbeat,
 	})
 	return string(b)
 }
@@ -111,7 +116,8 @@ func drawParams(w *World) params {
 	prm.tenants = pick(w, 1, 2)
 	prm.clients = pick(w, 2, 4)
 	prm.payments = pick(w, 1, 3)
-	prm.limit = pick(w, int64(0), 10000, 30000)
+	prm.limit = pick(w, int64(0), 5000, 10000, 30000)
+	prm.heartbeat = pick(w, true, true, false)
 	// A correct deployment's grace exceeds the longest flight and pause;
 	// a quarter of the runs are not correct, on purpose.
 	longest := prm.toDown.Max + prm.pauseMax

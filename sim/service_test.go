@@ -47,8 +47,12 @@ func (s *service) start() error {
 	if err != nil {
 		return fmt.Errorf("open the store of %s: %w", p.Name(), err)
 	}
+	heartbeat := time.Duration(0) // a third of the lease
+	if !pw.prm.heartbeat {
+		heartbeat = -1
+	}
 	svc, err := payments.New(payments.Config{
-		Store: st, Processor: &simProcessor{pw: pw, p: p}, Lease: pw.prm.lease, Clock: p,
+		Store: st, Processor: &simProcessor{pw: pw, p: p}, Lease: pw.prm.lease, Heartbeat: heartbeat, Clock: p,
 		Logger: quiet, AccountLimit: pw.prm.limit,
 	})
 	if err != nil {
