@@ -102,7 +102,7 @@ func drawParams(w *World) params {
 	prm.fromDown = Link{Min: ms, Max: flight, Slow: 0.3, Loss: loss}
 	prm.toServer = Link{Min: ms, Max: pick(w, 10*ms, 300*ms), Slow: 0.2, Loss: loss / 2}
 	prm.toClient = prm.toServer
-	prm.unavailable = pick(w, 0.0, 0.1)
+	prm.unavailable = pick(w, 0.0, 0.1, 0.3)
 	prm.declines = pick(w, 0.0, 0.05)
 	prm.duplicates = pick(w, 0.0, 0.2, 0.5)
 	prm.replays = 0.5
@@ -113,8 +113,8 @@ func drawParams(w *World) params {
 	prm.downMax = pick(w, time.Second, 20*time.Second)
 	prm.freezes = pick(w, 0, 2)
 	prm.evicts = pick(w, 0, 0, 2)
-	prm.tenants = pick(w, 1, 2)
-	prm.clients = pick(w, 2, 4)
+	prm.tenants = pick(w, 1, 1, 2)
+	prm.clients = pick(w, 2, 4, 6)
 	prm.payments = pick(w, 1, 3)
 	prm.limit = pick(w, int64(0), 5000, 10000, 30000)
 	prm.heartbeat = pick(w, true, true, false)
