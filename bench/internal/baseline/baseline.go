@@ -29,7 +29,10 @@
 // engine.Options (block cache, memtable size, bloom filters on every level,
 // compression, compaction concurrency, format version), and stores the same
 // key and value bytes as the engine, so that the comparison isolates the
-// commit path.
+// commit path. Open writes one synced batch, as the engine's does: the next
+// epoch and, in a new store, the secret under which a new remote record's
+// operation id is derived from the request (idemkv.DeriveOperationID, an
+// HMAC computed before the stripe mutex is taken).
 //
 // # What survives a crash
 //
@@ -52,6 +55,7 @@
 package baseline
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -76,6 +80,10 @@ type DB struct {
 
 	epoch uint64
 	seq   atomic.Uint64
+	// secret keys the operation ids of new remote records
+	// (idemkv.DeriveOperationID); stored at the first Open, read at every
+	// other.
+	secret []byte
 
 	stripes []stripe
 
@@ -143,30 +151,59 @@ func Open(dir string, opts *engine.Options) (*DB, error) {
 }
 
 // advanceEpoch durably bumps the stored epoch, so that tokens keep growing
-// across restarts (tokens are epoch<<40 | sequence, as in the engine).
+// across restarts (tokens are epoch<<40 | sequence, as in the engine), and
+// reads the store's secret. A store without one (a new store) draws it
+// from Options.Rand and writes it in the epoch's synced batch, as the
+// engine does: it keys the operation ids of new remote records, so it is
+// never drawn again.
 func (s *DB) advanceEpoch() error {
 	var epoch uint64
-	v, closer, err := s.db.Get(epochKey)
+	v, err := s.getMeta(epochKey)
 	switch {
-	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
 		return fmt.Errorf("baseline: read epoch: %w", err)
-	default:
-		if len(v) == 8 {
-			epoch = binary.BigEndian.Uint64(v)
-		}
-		closer.Close()
-		if len(v) != 8 {
-			return fmt.Errorf("baseline: read epoch: %w: %d bytes", errCorrupt, len(v))
-		}
+	case v != nil && len(v) != 8:
+		return fmt.Errorf("baseline: read epoch: %w: %d bytes", errCorrupt, len(v))
+	case v != nil:
+		epoch = binary.BigEndian.Uint64(v)
+	}
+	secret, err := s.getMeta(secretKey)
+	switch {
+	case err != nil:
+		return fmt.Errorf("baseline: read the store's secret: %w", err)
+	case secret != nil && len(secret) != secretLen:
+		return fmt.Errorf("baseline: read the store's secret: %w: %d bytes", errCorrupt, len(secret))
 	}
 	epoch++
-	if err := s.db.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), pebble.Sync); err != nil {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), nil)
+	if secret == nil {
+		secret = make([]byte, secretLen)
+		if _, err := io.ReadFull(s.o.Rand, secret); err != nil {
+			return fmt.Errorf("baseline: draw the store's secret: %w", err)
+		}
+		_ = b.Set(secretKey, secret, nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("baseline: write epoch: %w", err)
 	}
 	s.commits.Add(1)
-	s.epoch = epoch
+	s.epoch, s.secret = epoch, secret
 	return nil
+}
+
+// getMeta returns a copy of the value of key, or nil if it is absent.
+func (s *DB) getMeta(key []byte) ([]byte, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
 }
 
 // Close waits for operations in flight and closes the store.
@@ -263,14 +300,12 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 	if leaseDur == 0 {
 		leaseDur = s.o.Lease
 	}
+	// The downstream identity of the logical request, used if the claim
+	// starts a new remote record: the same for every claim of it. A
+	// takeover keeps the stored id.
 	var opID idemkv.OperationID
 	if req.Mode == idemkv.ModeRemote {
-		if _, err := io.ReadFull(s.o.Rand, opID[:]); err != nil {
-			return idemkv.Claim{}, fmt.Errorf("baseline: operation id: %w", err)
-		}
-		if opID.IsZero() {
-			opID[0] = 1
-		}
+		opID = idemkv.DeriveOperationID(s.secret, req.ID, req.Fingerprint, req.Generation)
 	}
 	class := req.Retention
 	if class == ttl.DefaultClass {

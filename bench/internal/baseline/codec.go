@@ -12,8 +12,12 @@ import (
 
 var (
 	epochKey   = record.EpochKey
+	secretKey  = record.SecretKey
 	errCorrupt = record.ErrCorrupt
 )
+
+// secretLen is the length of the store's secret, as the engine's.
+const secretLen = record.SecretLen
 
 func recordKey(id idemkv.ID) []byte { return record.AppendKey(nil, id) }
 
