@@ -371,6 +371,7 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 	// downstream outcome is unknown.
 	unc := cur
 	unc.State = idemkv.StateUncertain
+	unc.Marked = marked(now) // its holder sends nothing past its lease
 	unc.LeaseExpires = time.Time{}
 	unc.Expires = now.Add(s.window(unc.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
@@ -449,7 +450,8 @@ func (s *DB) Release(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effe
 	})
 }
 
-// MarkUncertain implements idemkv.Store.
+// MarkUncertain implements idemkv.Store. The uncertain record keeps when
+// it was marked (Record.Marked), which a reconciler's grace runs from.
 func (s *DB) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
 	if len(note) > idemkv.MaxNoteLen {
 		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
@@ -457,6 +459,7 @@ func (s *DB) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) err
 	return s.hold(ctx, l, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
 		unc := cur
 		unc.State = idemkv.StateUncertain
+		unc.Marked = marked(now)
 		unc.LeaseExpires = time.Time{}
 		unc.Expires = now.Add(s.window(unc.Class))
 		unc.Note = note
