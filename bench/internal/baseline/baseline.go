@@ -14,7 +14,10 @@
 //     both modes. Unlike the engine, a local claim is written to disk.
 //   - Complete: one synced batch holding the completed record and the
 //     caller's effects.
-//   - Release, MarkUncertain, Resolve, expiry to uncertain: one synced batch.
+//   - Release, MarkUncertain, Resolve, Escalate, expiry to uncertain: one
+//     synced batch.
+//   - Renew of a remote claim: one synced batch (the record with its new
+//     lease), as in the engine. A local claim's renewal is held in memory.
 //   - Replays, mismatches, in-progress answers and Get: one DB.Get, no write.
 //
 // A unique local request therefore makes two synced writes and a remote one
@@ -38,9 +41,11 @@
 //
 // Everything acknowledged: every write that changes a record is synced
 // before the call returns, and reads take the stripe mutex, so nothing not
-// yet durable is ever answered from. Renew is the one exception, as in the
-// engine: a renewal is held in memory and a restart falls back to the lease
-// the claim was written with.
+// yet durable is ever answered from, a remote claim's renewal included: a
+// reconciler waits for the lease as last renewed. The renewal of a local
+// claim is the one exception, as in the engine: it is held in memory and a
+// restart falls back to the lease the claim was written with (a local
+// claim's effects commit only with its outcome, so a takeover is safe).
 //
 // # Caveats
 //
@@ -50,8 +55,8 @@
 //     implementation does; the engine does better.
 //   - It passes the same conformance suite as the engine (package storetest),
 //     but it is a benchmark reference, not a product: it has no TTL sweep, and
-//     renewals of holders that vanish stay in memory until the key is next
-//     written.
+//     renewals of local holders that vanish stay in memory until the key is
+//     next written.
 package baseline
 
 import (
@@ -106,8 +111,9 @@ var _ idemkv.Store = (*DB)(nil)
 // key happens with its stripe's mutex held.
 type stripe struct {
 	mu sync.Mutex
-	// renewed holds in-memory lease renewals by record key, valid only
-	// while the stored token is still the one renewed.
+	// renewed holds the in-memory lease renewals of local claims by
+	// record key, valid only while the stored token is still the one
+	// renewed.
 	renewed map[string]renewal
 }
 
@@ -467,8 +473,11 @@ func (s *DB) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) err
 	})
 }
 
-// Renew implements idemkv.Store. The renewal is held in memory, as in the
-// engine: after a restart the record has the lease it was claimed with.
+// Renew implements idemkv.Store. A remote claim's renewal is a synced
+// write of its record with the new lease, as in the engine, so that after
+// a restart the record still says until when its holder could call
+// downstream. A local claim's renewal is held in memory, as in the engine:
+// after a restart the record has the lease it was claimed with.
 func (s *DB) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv.Lease, error) {
 	if d < 0 {
 		return idemkv.Lease{}, fmt.Errorf("%w: negative lease %v", idemkv.ErrInvalidArgument, d)
@@ -478,9 +487,18 @@ func (s *DB) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv
 	}
 	var out idemkv.Lease
 	err := s.hold(ctx, l, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
+		expires := now.Add(d)
+		if cur.Mode == idemkv.ModeRemote {
+			next := cur
+			next.LeaseExpires = expires
+			if err := s.put(st, k, &cur, &next); err != nil {
+				return err
+			}
+		} else {
+			st.renewed[string(k)] = renewal{token: cur.Token, expires: expires}
+		}
 		out = l
-		out.Expires = now.Add(d)
-		st.renewed[string(k)] = renewal{token: cur.Token, expires: out.Expires}
+		out.Expires = expires
 		return nil
 	})
 	return out, err
