@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -170,7 +171,8 @@ func TestStaleAttemptCannotFreeALiveHold(t *testing.T) {
 	defer eng.Close()
 	net := newGatedCalls(2) // A's two attempts spend their 2 s in flight
 	p := NewProvider(ProviderOptions{Fault: net.fault})
-	svc, err := New(Config{Store: eng, Processor: p, Lease: lease, AccountLimit: limit, Clock: clock})
+	// No heartbeat: the attempts stall, as a paused process does.
+	svc, err := New(Config{Store: eng, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
 	require.NoError(t, err)
 
 	send := func(ctx context.Context, key string) *httptest.ResponseRecorder {
@@ -294,7 +296,7 @@ func TestStaleAttemptHoldsNothingOnceThePaymentIsStored(t *testing.T) {
 		return true
 	}}
 	p := NewProvider(ProviderOptions{})
-	svc, err := New(Config{Store: store, Processor: p, AccountLimit: 10000, Clock: clock})
+	svc, err := New(Config{Store: store, Processor: p, Heartbeat: -1, AccountLimit: 10000, Clock: clock}) // it stalls, as a paused process does
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()
@@ -317,4 +319,62 @@ func TestStaleAttemptHoldsNothingOnceThePaymentIsStored(t *testing.T) {
 		assert.ErrorIs(t, err, idemkv.ErrNotFound, "%q left behind", k)
 	}
 	assert.Equal(t, 1, p.Stats().Calls, "the stale attempt charged nothing")
+}
+
+// A takeover whose own call is refused (503) does not release the key:
+// the attempt it took over may have sent its call under the same key
+// before it stalled, and that call may have charged. The payment stays
+// unsettled for the reconciler, which finds the charge: one charge, and
+// its payment row. (Released, the key would run anew under the same
+// downstream key, and its client, had it given up, would have left a
+// charge with no payment.)
+func TestRefusedTakeoverLeavesItToTheReconciler(t *testing.T) {
+	const lease = time.Second
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	net := newGatedCalls(1) // the first attempt's call is in flight until the test lets it land
+	var calls atomic.Int32
+	p := NewProvider(ProviderOptions{Fault: func(ctx context.Context, key string) error {
+		if calls.Add(1) == 2 {
+			return ErrProviderUnavailable // the takeover's own call is refused
+		}
+		return net.fault(ctx, key)
+	}})
+	svc, err := New(Config{Store: eng, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: 10000, Clock: clock})
+	require.NoError(t, err)
+	send := func(key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/v1/payments", strings.NewReader(`{"amount":1000,"currency":"USD","card":"tok_1"}`))
+		req.Header.Set("Authorization", "Bearer acct_1")
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		svc.Handler().ServeHTTP(w, req)
+		return w
+	}
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- send("A") }()
+	call := <-net.arrived
+	clock.Advance(2 * lease) // the first attempt stalls past its lease
+	retry := send("A")
+	require.Equal(t, http.StatusGatewayTimeout, retry.Code, "the takeover's refusal proves nothing: %s", retry.Body)
+	close(call.land) // the first attempt's call charges after all
+	assert.Equal(t, http.StatusConflict, (<-first).Code, "the stalled attempt lost its key")
+	rec, err := eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "A"})
+	require.NoError(t, err)
+	require.Equal(t, idemkv.StateUncertain, rec.State)
+
+	w, err := reconcile.New(eng, svc, &reconcile.Options{Clock: ahead{eng}, Grace: time.Nanosecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Pass(context.Background()))
+	again := send("A")
+	require.Equal(t, http.StatusCreated, again.Code, "%s", again.Body)
+	assert.Equal(t, 1, p.Stats().Charges)
+	var list struct{ Data []Payment }
+	r := httptest.NewRequest("GET", "/v1/payments", nil)
+	r.Header.Set("Authorization", "Bearer acct_1")
+	lw := httptest.NewRecorder()
+	svc.Handler().ServeHTTP(lw, r)
+	require.NoError(t, json.Unmarshal(lw.Body.Bytes(), &list))
+	require.Len(t, list.Data, 1, "the charge has its payment")
 }

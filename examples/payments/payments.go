@@ -350,6 +350,14 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		}
 		httpidem.WriteProblem(w, "card-declined", http.StatusPaymentRequired, "the card was declined; nothing was charged", 0)
 		return
+	case errors.Is(err, ErrProviderUnavailable) && op.Lease().Takeover():
+		// This call was refused, but the attempt this one took over may
+		// have sent its own under the same key before it stopped, and
+		// that one may have charged: only the processor can say.
+		s.provider.WithLabelValues("unavailable").Inc()
+		s.outcomeUnknown(w, op, "card processor unavailable after a takeover (attempt "+
+			strconv.FormatUint(uint64(op.Lease().Attempt), 10)+"): an earlier attempt's call may have charged; downstream key "+key)
+		return
 	case errors.Is(err, ErrProviderUnavailable):
 		s.provider.WithLabelValues("unavailable").Inc()
 		op.Release(giveBack(tenant, opID)) // refused before charging: a retry may charge

@@ -79,7 +79,7 @@ func TestStalledChargeIsFencedAfterTakeover(t *testing.T) {
 			return ctx.Err()
 		}
 	}})
-	svc, err := New(Config{Store: eng, Processor: p, Clock: clock})
+	svc, err := New(Config{Store: eng, Processor: p, Heartbeat: -1, Clock: clock}) // it stalls, as a paused process does
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()

@@ -14,7 +14,10 @@
 //     both modes. Unlike the engine, a local claim is written to disk.
 //   - Complete: one synced batch holding the completed record and the
 //     caller's effects.
-//   - Release, MarkUncertain, Resolve, expiry to uncertain: one synced batch.
+//   - Release, MarkUncertain, Resolve, Escalate, expiry to uncertain: one
+//     synced batch.
+//   - Renew of a remote claim: one synced batch (the record with its new
+//     lease), as in the engine. A local claim's renewal is held in memory.
 //   - Replays, mismatches, in-progress answers and Get: one DB.Get, no write.
 //
 // A unique local request therefore makes two synced writes and a remote one
@@ -29,15 +32,20 @@
 // engine.Options (block cache, memtable size, bloom filters on every level,
 // compression, compaction concurrency, format version), and stores the same
 // key and value bytes as the engine, so that the comparison isolates the
-// commit path.
+// commit path. Open writes one synced batch, as the engine's does: the next
+// epoch and, in a new store, the secret under which a new remote record's
+// operation id is derived from the request (idemkv.DeriveOperationID, an
+// HMAC computed before the stripe mutex is taken).
 //
 // # What survives a crash
 //
 // Everything acknowledged: every write that changes a record is synced
 // before the call returns, and reads take the stripe mutex, so nothing not
-// yet durable is ever answered from. Renew is the one exception, as in the
-// engine: a renewal is held in memory and a restart falls back to the lease
-// the claim was written with.
+// yet durable is ever answered from, a remote claim's renewal included: a
+// reconciler waits for the lease as last renewed. The renewal of a local
+// claim is the one exception, as in the engine: it is held in memory and a
+// restart falls back to the lease the claim was written with (a local
+// claim's effects commit only with its outcome, so a takeover is safe).
 //
 // # Caveats
 //
@@ -47,11 +55,12 @@
 //     implementation does; the engine does better.
 //   - It passes the same conformance suite as the engine (package storetest),
 //     but it is a benchmark reference, not a product: it has no TTL sweep, and
-//     renewals of holders that vanish stay in memory until the key is next
-//     written.
+//     renewals of local holders that vanish stay in memory until the key is
+//     next written.
 package baseline
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -76,6 +85,10 @@ type DB struct {
 
 	epoch uint64
 	seq   atomic.Uint64
+	// secret keys the operation ids of new remote records
+	// (idemkv.DeriveOperationID); stored at the first Open, read at every
+	// other.
+	secret []byte
 
 	stripes []stripe
 
@@ -98,8 +111,9 @@ var _ idemkv.Store = (*DB)(nil)
 // key happens with its stripe's mutex held.
 type stripe struct {
 	mu sync.Mutex
-	// renewed holds in-memory lease renewals by record key, valid only
-	// while the stored token is still the one renewed.
+	// renewed holds the in-memory lease renewals of local claims by
+	// record key, valid only while the stored token is still the one
+	// renewed.
 	renewed map[string]renewal
 }
 
@@ -143,30 +157,59 @@ func Open(dir string, opts *engine.Options) (*DB, error) {
 }
 
 // advanceEpoch durably bumps the stored epoch, so that tokens keep growing
-// across restarts (tokens are epoch<<40 | sequence, as in the engine).
+// across restarts (tokens are epoch<<40 | sequence, as in the engine), and
+// reads the store's secret. A store without one (a new store) draws it
+// from Options.Rand and writes it in the epoch's synced batch, as the
+// engine does: it keys the operation ids of new remote records, so it is
+// never drawn again.
 func (s *DB) advanceEpoch() error {
 	var epoch uint64
-	v, closer, err := s.db.Get(epochKey)
+	v, err := s.getMeta(epochKey)
 	switch {
-	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
 		return fmt.Errorf("baseline: read epoch: %w", err)
-	default:
-		if len(v) == 8 {
-			epoch = binary.BigEndian.Uint64(v)
-		}
-		closer.Close()
-		if len(v) != 8 {
-			return fmt.Errorf("baseline: read epoch: %w: %d bytes", errCorrupt, len(v))
-		}
+	case v != nil && len(v) != 8:
+		return fmt.Errorf("baseline: read epoch: %w: %d bytes", errCorrupt, len(v))
+	case v != nil:
+		epoch = binary.BigEndian.Uint64(v)
+	}
+	secret, err := s.getMeta(secretKey)
+	switch {
+	case err != nil:
+		return fmt.Errorf("baseline: read the store's secret: %w", err)
+	case secret != nil && len(secret) != secretLen:
+		return fmt.Errorf("baseline: read the store's secret: %w: %d bytes", errCorrupt, len(secret))
 	}
 	epoch++
-	if err := s.db.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), pebble.Sync); err != nil {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(epochKey, binary.BigEndian.AppendUint64(nil, epoch), nil)
+	if secret == nil {
+		secret = make([]byte, secretLen)
+		if _, err := io.ReadFull(s.o.Rand, secret); err != nil {
+			return fmt.Errorf("baseline: draw the store's secret: %w", err)
+		}
+		_ = b.Set(secretKey, secret, nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("baseline: write epoch: %w", err)
 	}
 	s.commits.Add(1)
-	s.epoch = epoch
+	s.epoch, s.secret = epoch, secret
 	return nil
+}
+
+// getMeta returns a copy of the value of key, or nil if it is absent.
+func (s *DB) getMeta(key []byte) ([]byte, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
 }
 
 // Close waits for operations in flight and closes the store.
@@ -263,14 +306,12 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 	if leaseDur == 0 {
 		leaseDur = s.o.Lease
 	}
+	// The downstream identity of the logical request, used if the claim
+	// starts a new remote record: the same for every claim of it. A
+	// takeover keeps the stored id.
 	var opID idemkv.OperationID
 	if req.Mode == idemkv.ModeRemote {
-		if _, err := io.ReadFull(s.o.Rand, opID[:]); err != nil {
-			return idemkv.Claim{}, fmt.Errorf("baseline: operation id: %w", err)
-		}
-		if opID.IsZero() {
-			opID[0] = 1
-		}
+		opID = idemkv.DeriveOperationID(s.secret, req.ID, req.Fingerprint, req.Generation)
 	}
 	class := req.Retention
 	if class == ttl.DefaultClass {
@@ -336,6 +377,7 @@ func (s *DB) Claim(ctx context.Context, req idemkv.ClaimRequest) (idemkv.Claim, 
 	// downstream outcome is unknown.
 	unc := cur
 	unc.State = idemkv.StateUncertain
+	unc.Marked = marked(now) // its holder sends nothing past its lease
 	unc.LeaseExpires = time.Time{}
 	unc.Expires = now.Add(s.window(unc.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
@@ -414,7 +456,8 @@ func (s *DB) Release(ctx context.Context, l idemkv.Lease, apply func(idemkv.Effe
 	})
 }
 
-// MarkUncertain implements idemkv.Store.
+// MarkUncertain implements idemkv.Store. The uncertain record keeps when
+// it was marked (Record.Marked), which a reconciler's grace runs from.
 func (s *DB) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) error {
 	if len(note) > idemkv.MaxNoteLen {
 		return fmt.Errorf("%w: note is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(note), idemkv.MaxNoteLen)
@@ -422,6 +465,7 @@ func (s *DB) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) err
 	return s.hold(ctx, l, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
 		unc := cur
 		unc.State = idemkv.StateUncertain
+		unc.Marked = marked(now)
 		unc.LeaseExpires = time.Time{}
 		unc.Expires = now.Add(s.window(unc.Class))
 		unc.Note = note
@@ -429,8 +473,11 @@ func (s *DB) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) err
 	})
 }
 
-// Renew implements idemkv.Store. The renewal is held in memory, as in the
-// engine: after a restart the record has the lease it was claimed with.
+// Renew implements idemkv.Store. A remote claim's renewal is a synced
+// write of its record with the new lease, as in the engine, so that after
+// a restart the record still says until when its holder could call
+// downstream. A local claim's renewal is held in memory, as in the engine:
+// after a restart the record has the lease it was claimed with.
 func (s *DB) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv.Lease, error) {
 	if d < 0 {
 		return idemkv.Lease{}, fmt.Errorf("%w: negative lease %v", idemkv.ErrInvalidArgument, d)
@@ -440,9 +487,18 @@ func (s *DB) Renew(ctx context.Context, l idemkv.Lease, d time.Duration) (idemkv
 	}
 	var out idemkv.Lease
 	err := s.hold(ctx, l, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
+		expires := now.Add(d)
+		if cur.Mode == idemkv.ModeRemote {
+			next := cur
+			next.LeaseExpires = expires
+			if err := s.put(st, k, &cur, &next); err != nil {
+				return err
+			}
+		} else {
+			st.renewed[string(k)] = renewal{token: cur.Token, expires: expires}
+		}
 		out = l
-		out.Expires = now.Add(d)
-		st.renewed[string(k)] = renewal{token: cur.Token, expires: out.Expires}
+		out.Expires = expires
 		return nil
 	})
 	return out, err

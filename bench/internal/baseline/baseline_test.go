@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
@@ -21,12 +22,15 @@ func TestConformance(t *testing.T) {
 		return Open(dir, &engine.Options{Clock: clock, Lease: cfg.Lease, Retention: cfg.Retention, RetentionClasses: cfg.Classes,
 			CacheSize: 1 << 20, MemTableSize: 1 << 20, Shards: 4})
 	}
-	// Local claims are written to disk, so they survive a reopen.
+	// Local claims are written to disk, so they survive a reopen; their
+	// renewals are held in memory (Config.DurableRenewals stays false), a
+	// remote claim's are written, as the contract asks.
 	storetest.Run(t, storetest.DirHarness(open, false))
 }
 
 // TestSyncedWrites pins the cost model the package doc states: a local
-// request is two synced batches (claim, completion), a replay none.
+// request is two synced batches (claim, completion), a replay none; a
+// remote claim's renewal is one, a local claim's none.
 func TestSyncedWrites(t *testing.T) {
 	ctx := context.Background()
 	db, err := Open(t.TempDir(), &engine.Options{CacheSize: 1 << 20, MemTableSize: 1 << 20})
@@ -53,6 +57,23 @@ func TestSyncedWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, idemkv.Mismatch, c.Outcome)
 	require.EqualValues(t, 3, db.Commits(), "replays and mismatches write nothing")
+
+	remote := idemkv.ClaimRequest{ID: idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: "r"}, Fingerprint: []byte("fp"),
+		Mode: idemkv.ModeRemote}
+	c, err = db.Claim(ctx, remote)
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Acquired, c.Outcome)
+	require.EqualValues(t, 4, db.Commits())
+	_, err = db.Renew(ctx, c.Lease, time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, db.Commits(), "a remote claim's renewal is written")
+	local := idemkv.ClaimRequest{ID: idemkv.ID{Tenant: "t", Endpoint: "POST /x", Key: "l"}, Fingerprint: []byte("fp")}
+	c, err = db.Claim(ctx, local)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, db.Commits())
+	_, err = db.Renew(ctx, c.Lease, time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, db.Commits(), "a local claim's renewal is held in memory")
 
 	v, err := db.GetData([]byte("e/k"))
 	require.NoError(t, err)

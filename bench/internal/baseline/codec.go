@@ -1,6 +1,8 @@
 package baseline
 
 import (
+	"time"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/record"
@@ -12,8 +14,12 @@ import (
 
 var (
 	epochKey   = record.EpochKey
+	secretKey  = record.SecretKey
 	errCorrupt = record.ErrCorrupt
 )
+
+// secretLen is the length of the store's secret, as the engine's.
+const secretLen = record.SecretLen
 
 func recordKey(id idemkv.ID) []byte { return record.AppendKey(nil, id) }
 
@@ -22,6 +28,12 @@ func dataKey(key []byte) []byte { return record.DataKey(key) }
 func encode(dst []byte, r *idemkv.Record) []byte { return record.Encode(dst, r) }
 
 func decode(b []byte) (idemkv.Record, error) { return record.Decode(b) }
+
+// marked is the uncertain mark (Record.Marked) of a record marked at now:
+// now rounded up to the millisecond, as encode keeps it on an uncertain
+// record (and drops it on any other), so that the record a call answers
+// with equals the one read back.
+func marked(now time.Time) time.Time { return record.Milliseconds(now) }
 
 // putRecord adds to b the writes that replace k's record, prev (nil:
 // none), with rec (nil: deletes it), pending index included.

@@ -86,6 +86,7 @@ func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		done := cur
 		done.State = idemkv.StateCompleted
 		done.Escalated = false
+		done.Marked = time.Time{}
 		done.LeaseExpires = time.Time{}
 		done.Note = req.Note
 		done.Expires = now.Add(s.window(done.Class))
@@ -96,7 +97,8 @@ func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 	})
 }
 
-// Escalate implements idemkv.Store.
+// Escalate implements idemkv.Store. An uncertain record keeps its mark;
+// an abandoned one is marked uncertain now.
 func (s *DB) Escalate(ctx context.Context, req idemkv.EscalateRequest) error {
 	return s.settle(ctx, req.ID, req.Token, req.Note, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
 		esc := cur
@@ -106,6 +108,7 @@ func (s *DB) Escalate(ctx context.Context, req idemkv.EscalateRequest) error {
 		esc.Note = req.Note
 		if cur.State != idemkv.StateUncertain {
 			esc.Expires = now.Add(s.window(esc.Class))
+			esc.Marked = marked(now)
 		}
 		return s.put(st, k, &cur, &esc)
 	})
