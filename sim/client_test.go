@@ -84,7 +84,16 @@ func (c *client) pay(pay *payment) {
 	w, prm := c.pw.w, c.pw.prm
 	for attempt := 1; attempt <= prm.clientAttempts; attempt++ {
 		if w.Rand().Float64() < prm.duplicates {
-			w.Go(c.p, func() { c.send(pay, "dup") })
+			// A duplicate from another tab or device: at once, or a
+			// little later, while the attempt may still be running.
+			d := time.Duration(w.Rand().Int64N(int64(3 * time.Second)))
+			c.pw.busy++
+			w.Go(c.p, func() {
+				defer func() { c.pw.busy-- }()
+				if c.p.Sleep(d) == nil {
+					c.send(pay, "dup")
+				}
+			})
 		}
 		res, err := c.send(pay, fmt.Sprintf("attempt %d", attempt))
 		wait, done := c.next(res, err)

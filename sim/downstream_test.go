@@ -69,23 +69,37 @@ func (d *downstream) charge(req payments.ChargeRequest, o origin, tenant string)
 		w.Logf("processor: %s key %s: deduplicated (%s)", o, short(req.Key), c.charge.ID)
 		return chargeReply{charge: c.charge, declined: c.declined}
 	}
-	c := &chargeState{origin: o, tenant: tenant}
 	if w.Rand().Float64() < d.pw.prm.declines {
-		c.declined = true
 		w.Logf("processor: %s key %s: declined", o, short(req.Key))
-	} else {
-		d.made++
-		c.charge = payments.Charge{ID: fmt.Sprintf("ch_%04d", d.made), Key: req.Key, Amount: req.Amount,
-			Currency: req.Currency, Description: req.Description}
-		d.byOrigin[o] = append(d.byOrigin[o], req.Key)
-		w.Logf("processor: %s key %s: CHARGED %s %d", o, short(req.Key), c.charge.ID, req.Amount)
-		if keys := d.byOrigin[o]; len(keys) > 1 {
-			d.pw.fail(fmt.Errorf("%s charged %d times, under downstream keys %v", o, len(keys), keys))
-		}
-		d.checkLimit(tenant)
+		d.charges[req.Key] = &chargeState{origin: o, tenant: tenant, declined: true}
+		return chargeReply{declined: true}
 	}
-	d.charges[req.Key] = c
-	return chargeReply{charge: c.charge, declined: c.declined}
+	d.made++
+	c := payments.Charge{ID: fmt.Sprintf("ch_%04d", d.made), Key: req.Key, Amount: req.Amount,
+		Currency: req.Currency, Description: req.Description}
+	d.landed(req.Key, c, o, tenant)
+	return chargeReply{charge: c}
+}
+
+// landed counts the charge c, made under key for the payment o of
+// tenant, unless it was counted before: a second charge of one payment,
+// under another key or under the same one (a processor that forgot it),
+// fails the run, as does an account charged past its limit.
+func (d *downstream) landed(key string, c payments.Charge, o origin, tenant string) {
+	w := d.pw.w
+	if prev, ok := d.charges[key]; ok {
+		if prev.charge.ID != c.ID {
+			d.pw.fail(fmt.Errorf("%s charged twice under one key %s: %s, then %s", o, short(key), prev.charge.ID, c.ID))
+		}
+		return
+	}
+	d.charges[key] = &chargeState{charge: c, origin: o, tenant: tenant}
+	d.byOrigin[o] = append(d.byOrigin[o], key)
+	w.Logf("processor: %s key %s: CHARGED %s %d", o, short(key), c.ID, c.Amount)
+	if keys := d.byOrigin[o]; len(keys) > 1 {
+		d.pw.fail(fmt.Errorf("%s charged %d times, under downstream keys %v", o, len(keys), keys))
+	}
+	d.checkLimit(tenant)
 }
 
 func short(key string) string {

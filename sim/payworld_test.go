@@ -41,6 +41,14 @@ type params struct {
 	toDown, fromDown, toServer, toClient Link
 
 	unavailable, declines float64
+	// inproc: the service charges the simulated processor in its own
+	// process (serve without --processor), whose calls time out after
+	// charging at inprocTimeouts.
+	inproc         bool
+	inprocTimeouts float64
+	// applyPanics is the share of the reconciler's answers whose writes
+	// panic (a bug in the application).
+	applyPanics float64
 	duplicates, replays   float64
 	lateResends           float64
 	pauseBeforeSend       float64
@@ -73,6 +81,7 @@ func (prm params) String() string {
 		"flight_max": prm.toDown.Max.String(), "loss": prm.toDown.Loss, "pause_max": prm.pauseMax.String(),
 		"crashes": prm.crashes, "freezes": prm.freezes, "evicts": prm.evicts, "clients": prm.clients,
 		"payments": prm.payments, "limit": prm.limit, "safe": prm.safe, "heartbeat": prm.heartbeat,
+		"inproc": prm.inproc, "apply_panics": prm.applyPanics,
 	})
 	return string(b)
 }
@@ -104,6 +113,9 @@ func drawParams(w *World) params {
 	prm.toClient = prm.toServer
 	prm.unavailable = pick(w, 0.0, 0.1, 0.3)
 	prm.declines = pick(w, 0.0, 0.05)
+	prm.inproc = w.Rand().IntN(4) == 0
+	prm.inprocTimeouts = pick(w, 0.1, 0.3)
+	prm.applyPanics = pick(w, 0.0, 0.0, 0.2)
 	prm.duplicates = pick(w, 0.0, 0.2, 0.5)
 	prm.replays = 0.5
 	prm.lateResends = pick(w, 0.0, 0.3)
@@ -143,6 +155,10 @@ type payWorld struct {
 	start    time.Time
 	dir      string // for the audit logs
 
+	// forgetful runs the in-process processor without its ledger, as
+	// serve ran it before it kept one (the third defect), for
+	// the test that shows the runs find that.
+	forgetful bool
 	// busy counts the clients still paying and the replays and late
 	// resends still to come: the run ends some time after it reaches 0.
 	busy int
@@ -160,6 +176,9 @@ func newPayWorld(seed uint64, dir string, mk func(pw *payWorld) backend) (*payWo
 	pw := &payWorld{w: w, start: epoch, dir: dir}
 	pw.prm = drawParams(w)
 	pw.backend = mk(pw)
+	if pw.backend.name() != "engine" {
+		pw.prm.inproc = false // serve --store requires --processor: processes cannot share one
+	}
 	pw.down = newDownstream(pw)
 	pw.chaos = w.NewProc("chaos")
 	w.Logf("params %s", pw.prm)

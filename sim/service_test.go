@@ -33,6 +33,7 @@ type service struct {
 	worker *reconcile.Worker
 	audit  *admin.AuditLog
 	cancel context.CancelFunc
+	ledger inprocLedger // the in-process processor's, if it runs one
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -51,14 +52,20 @@ func (s *service) start() error {
 	if !pw.prm.heartbeat {
 		heartbeat = -1
 	}
+	var proc payments.Processor = &simProcessor{pw: pw, p: p}
+	if pw.prm.inproc {
+		if proc, err = pw.newInprocProcessor(s, p); err != nil {
+			return err
+		}
+	}
 	svc, err := payments.New(payments.Config{
-		Store: st, Processor: &simProcessor{pw: pw, p: p}, Lease: pw.prm.lease, Heartbeat: heartbeat, Clock: p,
+		Store: st, Processor: proc, Lease: pw.prm.lease, Heartbeat: heartbeat, Clock: p,
 		Logger: quiet, AccountLimit: pw.prm.limit,
 	})
 	if err != nil {
 		return err
 	}
-	worker, err := reconcile.New(st, svc, &reconcile.Options{
+	worker, err := reconcile.New(st, flakyReconciler{pw: pw, r: svc}, &reconcile.Options{
 		Clock: p, Interval: pw.prm.interval, Grace: pw.prm.grace,
 		MinBackoff: time.Second, MaxBackoff: pw.prm.maxBackoff, MaxAttempts: pw.prm.maxAttempts,
 		MaxAge: pw.prm.maxAge, Timeout: time.Hour, Concurrency: 1, PerPass: 1000,
