@@ -246,3 +246,29 @@ func (pw *payWorld) resolved(p *Proc, rec idemkv.Record, v reconcile.Verdict) {
 			rec.ID.Tenant, rec.ID.Key, charged, d.inflight[key]))
 	}
 }
+
+// checkBooks checks, as a request ends, that tenant's account counts at
+// least what the processor has charged it: a payment holds its amount
+// before it charges, and gives it back only when it provably charged
+// nothing, so an account that counts less than its charges has given
+// back a hold still in use (the fourth defect: the room a
+// concurrent payment then takes past the limit). Where the limit is a
+// promise (params.safe) and set.
+func (pw *payWorld) checkBooks(svc *payments.Service, tenant string) {
+	if pw.prm.limit == 0 || !pw.prm.safe {
+		return
+	}
+	var charged int64
+	for _, c := range pw.down.charges {
+		if c.tenant == tenant && !c.declined {
+			charged += c.charge.Amount
+		}
+	}
+	var acct payments.Account
+	if err := get(svc, tenant, "/v1/account", &acct); err != nil {
+		return // the store is failing: the run's other checks see to it
+	}
+	if acct.Spent < charged {
+		pw.fail(fmt.Errorf("%s: the account counts %d spent or held, but the processor has charged it %d", tenant, acct.Spent, charged))
+	}
+}

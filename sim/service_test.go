@@ -141,6 +141,7 @@ func (s *service) serveHTTP(p *Proc, svc *payments.Service, req *clientRequest, 
 		if p.Dead() {
 			return // a zombie: its answer never leaves
 		}
+		pw.checkBooks(svc, req.tenant)
 		res := httpReply{status: rec.Code, header: rec.Header().Clone(), body: bytes.Clone(rec.Body.Bytes())}
 		pw.w.Logf("%s: %s %s %s -> %d %s", p.Name(), req.origin, req.method, req.path, res.status, brief(res))
 		pw.w.Send(pw.prm.toClient, req.from, func() { reply(res, nil) })
