@@ -100,6 +100,12 @@ func (d *downstream) landed(key string, c payments.Charge, o origin, tenant stri
 		d.pw.fail(fmt.Errorf("%s charged %d times, under downstream keys %v", o, len(keys), keys))
 	}
 	d.checkLimit(tenant)
+	for _, s := range d.pw.services {
+		if !s.p.Dead() {
+			d.pw.checkBooks(s.svc, tenant)
+			break
+		}
+	}
 }
 
 func short(key string) string {
