@@ -52,13 +52,9 @@ func (l *inprocLedger) open(pw *payWorld, p *Proc) (*engine.Engine, error) {
 // newInprocProcessor is the processor of the life p of service s: the
 // Provider on its ledger, as serve opens it, seen by the world.
 func (pw *payWorld) newInprocProcessor(s *service, p *Proc) (payments.Processor, error) {
-	var ledger payments.Ledger
-	if !pw.forgetful {
-		e, err := s.ledger.open(pw, p)
-		if err != nil {
-			return nil, err
-		}
-		ledger = e
+	ledger, err := s.ledger.open(pw, p)
+	if err != nil {
+		return nil, err
 	}
 	prov := payments.NewProvider(payments.ProviderOptions{
 		Ledger: ledger, Rand: newRand(pw.w.Rand().Uint64()),

@@ -48,11 +48,11 @@ type params struct {
 	inprocTimeouts float64
 	// applyPanics is the share of the reconciler's answers whose writes
 	// panic (a bug in the application).
-	applyPanics float64
-	duplicates, replays   float64
-	lateResends           float64
-	pauseBeforeSend       float64
-	pauseMax              time.Duration
+	applyPanics         float64
+	duplicates, replays float64
+	lateResends         float64
+	pauseBeforeSend     float64
+	pauseMax            time.Duration
 
 	// heartbeat: a running payment renews its lease (the default);
 	// without it, a payment slower than its lease is taken over by a
@@ -155,10 +155,6 @@ type payWorld struct {
 	start    time.Time
 	dir      string // for the audit logs
 
-	// forgetful runs the in-process processor without its ledger, as
-	// serve ran it before it kept one (the third defect), for
-	// the test that shows the runs find that.
-	forgetful bool
 	// busy counts the clients still paying and the replays and late
 	// resends still to come: the run ends some time after it reaches 0.
 	busy int

@@ -21,10 +21,11 @@ import (
 )
 
 var (
-	flagSeed  = flag.Uint64("seed", 0, "run only this seed, and print its whole trace")
-	flagSeeds = flag.Int("seeds", 0, "seeds to run on each store (default 200 on the engine, 60 on PostgreSQL)")
-	flagFirst = flag.Uint64("first", 1, "the first seed to run")
-	flagStore = flag.String("store", "both", "the stores to run on: engine, postgres or both")
+	flagSeed     = flag.Uint64("seed", 0, "run only this seed, and print its whole trace")
+	flagSeeds    = flag.Int("seeds", 0, "seeds to run on each store (default 200 on the engine, 60 on PostgreSQL)")
+	flagFirst    = flag.Uint64("first", 1, "the first seed to run")
+	flagStore    = flag.String("store", "both", "the stores to run on: engine, postgres or both")
+	flagProgress = flag.Bool("progress", false, "print each seed to stderr as it starts (a run that dies says where)")
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -51,6 +52,9 @@ func TestSimulation(t *testing.T) {
 			}
 			start := time.Now()
 			for seed := first; seed <= last; seed++ {
+				if *flagProgress {
+					fmt.Fprintf(os.Stderr, "sim: %s seed %d\n", store, seed)
+				}
 				pw, err := runSeed(t, seed, mk)
 				if err != nil || *flagSeed != 0 {
 					var b strings.Builder
