@@ -108,16 +108,3 @@ func seed32(r *rand.Rand) (s [32]byte) {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed>>1|1)) }
-
-// resetPostgres empties the store's tables (a first Open creates them),
-// so that every seed starts from the same empty store.
-func resetPostgres(dsn string) error {
-	ctx := context.Background()
-	s, err := pgstore.Open(ctx, dsn, &pgstore.Options{NoBackgroundSweep: true, NoListen: true, MaxConns: 1})
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	_, err = s.Pool().Exec(ctx, `TRUNCATE idemkv_records, idemkv_data, idemkv_outbox, idemkv_entities`)
-	return err
-}

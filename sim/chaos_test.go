@@ -16,7 +16,7 @@ import (
 // completed payments now and then.
 
 // chaosWindow is when crashes, pauses and evictions happen.
-const chaosWindow = 4 * time.Minute
+const chaosWindow = 2 * time.Minute
 
 func (pw *payWorld) scheduleChaos() {
 	w, prm := pw.w, pw.prm

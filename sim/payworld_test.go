@@ -93,7 +93,7 @@ func drawParams(w *World) params {
 	var prm params
 	ms := time.Millisecond
 	prm.lease = pick(w, time.Second, 2*time.Second, 5*time.Second)
-	prm.interval = pick(w, time.Second, 2*time.Second)
+	prm.interval = pick(w, time.Second, 2*time.Second, 5*time.Second)
 	prm.processorTimeout = pick(w, 500*ms, time.Second, 2500*ms)
 	prm.clientTimeout = pick(w, time.Second, 1500*ms, 3*time.Second, 10*time.Second)
 	prm.clientBackoff = pick(w, 500*ms, time.Second, 2*time.Second)
@@ -103,7 +103,7 @@ func drawParams(w *World) params {
 	prm.clientAttempts = pick(w, 1, 3, 12)
 	prm.maxBackoff = 10 * time.Second
 	prm.maxAttempts = pick(w, 3, 6)
-	prm.maxAge = pick(w, time.Minute, 3*time.Minute)
+	prm.maxAge = pick(w, time.Minute, 2*time.Minute)
 	prm.retention = 2 * time.Minute
 	flight := pick(w, 50*ms, 500*ms, 2800*ms)
 	loss := pick(w, 0.0, 0.05, 0.2)
@@ -167,11 +167,14 @@ func (pw *payWorld) pauseLength() time.Duration {
 }
 
 // newPayWorld builds the world of seed on a backend made by mk.
-func newPayWorld(seed uint64, dir string, mk func(pw *payWorld) backend) (*payWorld, error) {
+func newPayWorld(seed uint64, dir string, mk func(pw *payWorld) (backend, error)) (*payWorld, error) {
 	w := New(seed, epoch)
 	pw := &payWorld{w: w, start: epoch, dir: dir}
 	pw.prm = drawParams(w)
-	pw.backend = mk(pw)
+	var err error
+	if pw.backend, err = mk(pw); err != nil {
+		return pw, err
+	}
 	if pw.backend.name() != "engine" {
 		pw.prm.inproc = false // serve --store requires --processor: processes cannot share one
 	}
@@ -181,7 +184,7 @@ func newPayWorld(seed uint64, dir string, mk func(pw *payWorld) backend) (*payWo
 	for i := 0; i < pw.backend.services(); i++ {
 		s := &service{pw: pw, id: i}
 		if err := s.start(); err != nil {
-			return nil, err
+			return pw, err
 		}
 		pw.services = append(pw.services, s)
 	}

@@ -12,19 +12,23 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/pgstore"
 )
 
 var (
 	flagSeed     = flag.Uint64("seed", 0, "run only this seed, and print its whole trace")
-	flagSeeds    = flag.Int("seeds", 0, "seeds to run on each store (default 200 on the engine, 60 on PostgreSQL)")
+	flagSeeds    = flag.Int("seeds", 0, "seeds to run on each store (default 300 on the engine, 100 on PostgreSQL; with -short, 30 on the engine only)")
 	flagFirst    = flag.Uint64("first", 1, "the first seed to run")
 	flagStore    = flag.String("store", "both", "the stores to run on: engine, postgres or both")
+	flagWorkers  = flag.Int("workers", 1, "worlds to run at once (each on a store of its own)")
 	flagProgress = flag.Bool("progress", false, "print each seed to stderr as it starts (a run that dies says where)")
 )
 
@@ -39,9 +43,12 @@ func TestSimulation(t *testing.T) {
 			continue
 		}
 		t.Run(store, func(t *testing.T) {
-			mk, seeds := engineWorld, 200
-			if store == "postgres" {
-				mk, seeds = postgresWorld(t), 60
+			seeds := map[string]int{"engine": 300, "postgres": 100}[store]
+			if testing.Short() {
+				if store == "postgres" {
+					t.Skip("-short: the PostgreSQL worlds run in the full suite")
+				}
+				seeds = 30
 			}
 			if *flagSeeds > 0 {
 				seeds = *flagSeeds
@@ -50,68 +57,126 @@ func TestSimulation(t *testing.T) {
 			if *flagSeed != 0 {
 				first, last = *flagSeed, *flagSeed
 			}
-			start := time.Now()
-			for seed := first; seed <= last; seed++ {
-				if *flagProgress {
-					fmt.Fprintf(os.Stderr, "sim: %s seed %d\n", store, seed)
-				}
-				pw, err := runSeed(t, seed, mk)
-				if err != nil || *flagSeed != 0 {
-					var b strings.Builder
-					n := 400
-					if *flagSeed != 0 {
-						n = 0
-					}
-					pw.w.Trace().WriteTo(&b, n)
-					t.Logf("seed %d trace:\n%s", seed, b.String())
-				}
-				if err != nil {
-					t.Fatalf("seed %d failed: %v\nparams %s\nreplay: go test ./sim -run 'TestSimulation/%s' -seed %d -v",
-						seed, err, pw.prm, store, seed)
-				}
-			}
-			t.Logf("%d seeds in %v", last-first+1, time.Since(start).Round(time.Millisecond))
+			runSeeds(t, store, first, last)
 		})
 	}
 }
 
-func engineWorld(pw *payWorld) backend { return &engineBackend{pw: pw} }
-
-// postgresWorld returns the maker of PostgreSQL worlds on a server of
-// the test's own (fsync off: a process crash, not the database's, is
-// what the runs simulate), emptied before every seed.
-func postgresWorld(t *testing.T) func(pw *payWorld) backend {
-	srv := pgtest.Start(t, pgtest.WithoutFsync())
-	dsn := srv.CreateDatabase(t)
-	return func(pw *payWorld) backend {
-		b := &pgBackend{pw: pw, dsn: dsn, n: pick(pw.w, 1, 2, 3)}
-		if err := resetPostgres(dsn); err != nil {
-			t.Fatal(err)
+// runSeeds runs the seeds first to last, on -workers worlds at once, and
+// fails the test at the first seed that fails.
+func runSeeds(t *testing.T, store string, first, last uint64) {
+	var srv *pgtest.Server
+	if store == "postgres" {
+		srv = pgtest.Start(t, pgtest.WithoutFsync())
+	}
+	start := time.Now()
+	var (
+		next   atomic.Uint64
+		failed atomic.Bool
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		fails  []string
+	)
+	next.Store(first)
+	for range max(1, *flagWorkers) {
+		mk := engineWorld
+		if store == "postgres" {
+			mk = postgresWorld(t, srv)
 		}
-		return b
+		wg.Go(func() {
+			for !failed.Load() {
+				seed := next.Add(1) - 1
+				if seed > last {
+					return
+				}
+				if *flagProgress {
+					fmt.Fprintf(os.Stderr, "sim: %s seed %d\n", store, seed)
+				}
+				pw, err := runSeed(t, seed, mk)
+				if err == nil && *flagSeed == 0 {
+					continue
+				}
+				var b strings.Builder
+				n := 400
+				if *flagSeed != 0 {
+					n = 0
+				}
+				if pw != nil {
+					pw.w.Trace().WriteTo(&b, n)
+				}
+				msg := fmt.Sprintf("seed %d trace:\n%s", seed, b.String())
+				if err != nil {
+					failed.Store(true)
+					var prm params
+					if pw != nil {
+						prm = pw.prm
+					}
+					msg += fmt.Sprintf("\nseed %d failed: %v\nparams %s\nreplay: go test ./sim -run 'TestSimulation/%s' -seed %d -v",
+						seed, err, prm, store, seed)
+				}
+				mu.Lock()
+				fails = append(fails, msg)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range fails {
+		t.Log(f)
+	}
+	if failed.Load() {
+		t.FailNow()
+	}
+	t.Logf("%d seeds in %v", last-first+1, time.Since(start).Round(time.Millisecond))
+}
+
+func engineWorld(pw *payWorld) (backend, error) { return &engineBackend{pw: pw}, nil }
+
+// postgresWorld returns the maker of PostgreSQL worlds on a database of
+// their own on srv (a server with fsync off: a process crash, not the
+// database's, is what the runs simulate), emptied before every seed.
+func postgresWorld(t *testing.T, srv *pgtest.Server) func(pw *payWorld) (backend, error) {
+	dsn := srv.CreateDatabase(t)
+	// A store of the test's own, to create the schema and empty it.
+	admin, err := pgstore.Open(context.Background(), dsn, &pgstore.Options{NoBackgroundSweep: true, NoListen: true, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return func(pw *payWorld) (backend, error) {
+		_, err := admin.Pool().Exec(context.Background(), `TRUNCATE idemkv_records, idemkv_data, idemkv_outbox, idemkv_entities`)
+		return &pgBackend{pw: pw, dsn: dsn, n: pick(pw.w, 1, 2)}, err
 	}
 }
 
 // runSeed runs one seed to its end and checks how it left the world.
-func runSeed(t *testing.T, seed uint64, mk func(*payWorld) backend) (*payWorld, error) {
+func runSeed(t *testing.T, seed uint64, mk func(*payWorld) (backend, error)) (*payWorld, error) {
 	dir, err := os.MkdirTemp(t.TempDir(), "seed")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	pw, err := newPayWorld(seed, dir, mk)
-	if err != nil {
-		t.Fatalf("seed %d: %v", seed, err)
+	if pw != nil {
+		defer pw.w.Close()
 	}
-	defer pw.w.Close()
+	if err != nil {
+		return pw, fmt.Errorf("building the world: %w", err)
+	}
 	// Run until the clients are done (late resends included), past the
 	// chaos, then long enough for what they left to be settled or
 	// escalated, and the escalated to be settled by the operator.
 	for err == nil && (pw.busy > 0 || pw.w.Now().Sub(pw.start) < chaosWindow+pw.prm.downMax) {
 		err = pw.w.Run(pw.w.Now().Add(30 * time.Second))
 	}
+	// Then a minute for the requests still running (their clients gone)
+	// to end, and until nothing is left to settle, or for as long as
+	// settling may take.
 	if err == nil {
-		err = pw.w.Run(pw.w.Now().Add(pw.settleTime()))
+		err = pw.w.Run(pw.w.Now().Add(time.Minute))
+	}
+	for deadline := pw.w.Now().Add(pw.settleTime()); err == nil && pw.w.Now().Before(deadline) && !pw.quiet(); {
+		err = pw.w.Run(pw.w.Now().Add(30 * time.Second))
 	}
 	if err == nil {
 		err = pw.finalCheck()
@@ -119,12 +184,30 @@ func runSeed(t *testing.T, seed uint64, mk func(*payWorld) backend) (*payWorld, 
 	return pw, err
 }
 
+// quiet reports whether the world has settled: nothing unsettled, and
+// nothing escalated, in the store of a live service.
+func (pw *payWorld) quiet() bool {
+	for _, s := range pw.services {
+		if s.p.Dead() {
+			continue
+		}
+		for _, esc := range []bool{false, true} {
+			page, err := s.store.List(context.Background(), idemkv.ListRequest{Escalated: esc, Limit: 1})
+			if err != nil || len(page.Records) > 0 {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
 // settleTime is how long the reconciler and the operator take at most to
 // settle what the clients left: the reconciler's limit, its backoff, and
 // the operator's rounds.
 func (pw *payWorld) settleTime() time.Duration {
 	prm := pw.prm
-	return prm.maxAge + prm.grace + prm.lease + prm.maxBackoff + 2*time.Minute
+	return prm.maxAge + prm.grace + prm.lease + prm.maxBackoff + time.Minute
 }
 
 // finalCheck checks what the run left: nothing unsettled, and (where the
