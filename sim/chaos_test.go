@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -161,5 +160,3 @@ func (pw *payWorld) checkLoop(p *Proc) {
 		})
 	}
 }
-
-var errNoService = errors.New("no live service")

@@ -120,7 +120,7 @@ func (p *Proc) Freeze(d time.Duration) {
 	}
 }
 
-// newWaiter is a waiter of p, cancelled by ctx (nil: not cancellable).
+// newWaiter is a waiter of p, woken by Poke once ctx is done.
 func (p *Proc) newWaiter(ctx context.Context) *waiter {
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
@@ -130,7 +130,7 @@ func (p *Proc) newWaiter(ctx context.Context) *waiter {
 
 // Sleep blocks the calling actor for d. It fails only with ErrCrashed.
 func (p *Proc) Sleep(d time.Duration) error {
-	wt := p.newWaiter(nil)
+	wt := p.newWaiter(context.Background()) // never done: not woken by Poke
 	p.w.At(d, p, func() { p.w.wake(wt, nil, nil) })
 	_, err := p.w.block(wt)
 	return err

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -307,5 +306,3 @@ func get(svc *payments.Service, tenant, path string, v any) error {
 	}
 	return json.NewDecoder(bytes.NewReader(rec.Body.Bytes())).Decode(v)
 }
-
-var _ = filepath.Join
