@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -63,7 +64,7 @@ func (pw *payWorld) onService(from *Proc, fn func(ctx context.Context, s *servic
 	if life.Dead() {
 		return false
 	}
-	_, err := from.Call(context.Background(), time.Minute, func(reply func(any, error)) {
+	_, err := from.Call(context.Background(), 15*time.Second, func(reply func(any, error)) {
 		w.Send(pw.prm.toServer, life, func() {
 			w.Go(life, func() {
 				fn(context.Background(), s)
@@ -121,8 +122,16 @@ func (pw *payWorld) settleEscalated(ctx context.Context, s *service) {
 			req.Status = http.StatusCreated
 		}
 		req.Verify = pw.w.Rand().IntN(2) == 0
-		_, err := admin.Resolve(ctx, s.store, s.audit, req, &admin.ResolveOptions{Settler: s.svc, Reconciler: s.svc, Clock: s.p})
+		o := &admin.ResolveOptions{Settler: s.svc, Reconciler: s.svc, Clock: s.p}
+		_, err := admin.Resolve(ctx, s.store, s.audit, req, o)
 		pw.w.Logf("%s: operator resolves %s/%s charged=%v verify=%v: %v", s.p.Name(), rec.ID.Tenant, rec.ID.Key, charged, req.Verify, err)
+		if errors.Is(err, admin.ErrDownstreamUnknown) {
+			// The processor cannot say; the operator knows, and settles
+			// on their own word, as docs/operations.md tells them to.
+			req.Verify = false
+			_, err = admin.Resolve(ctx, s.store, s.audit, req, o)
+			pw.w.Logf("%s: operator resolves %s/%s charged=%v without verify: %v", s.p.Name(), rec.ID.Tenant, rec.ID.Key, charged, err)
+		}
 	}
 }
 
