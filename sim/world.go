@@ -203,7 +203,7 @@ func (w *World) start(p *Proc, f func()) {
 type waiter struct {
 	p    *Proc
 	seq  uint64
-	ctx  context.Context // nil: not cancellable
+	ctx  context.Context // Poke wakes it once ctx is done
 	wake chan struct{}
 	done bool // woken, or given up on: guarded by World.mu
 	val  any
