@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -71,6 +73,7 @@ type claimFilter struct {
 	stored   atomic.Int64 // keys the last build found on disk
 	builds   atomic.Int64 // builds that ended
 	failures atomic.Int64 // builds that failed
+	loaded   atomic.Bool  // the first filter was read from a saved file
 	skips    atomic.Int64 // lookups answered absent without Pebble
 	misses   atomic.Int64 // lookups the filter passed that Pebble found absent
 
@@ -167,7 +170,15 @@ func (e *Engine) startClaimFilter() {
 	f.limit.Store(math.MaxInt64)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
-	f.requestBuild()
+	switch err := e.loadSavedFilter(); {
+	case err == nil:
+		f.builtOnce.Do(func() { close(f.built) })
+	case errors.Is(err, os.ErrNotExist):
+		f.requestBuild()
+	default:
+		e.opts.Logger.Infof("idemkv: claim filter: %v; building it by scanning the store", err)
+		f.requestBuild()
+	}
 	go func() {
 		defer close(f.done)
 		inARow := 0
@@ -244,8 +255,7 @@ func (e *Engine) buildClaimFilter(ctx context.Context) error {
 		least = e.opts.claimFilterMinKeys
 	}
 	capacity := max(least, 2*want)
-	perStripe := max(1, uint(capacity)/uint(len(e.table.stripes)))
-	bits := perStripe * uint(f.bitsPerKey)
+	bits := filterBits(capacity, len(e.table.stripes), f.bitsPerKey)
 
 	prevAdds := f.adds.Swap(0)
 	f.limit.Store(math.MaxInt64)

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,7 +89,7 @@ func TestClaimFilterHoldsStoredKeys(t *testing.T) {
 	for i := range 50 {
 		v.complete(id(fmt.Sprintf("stored-%d", i)))
 	}
-	v.reopen()
+	v.reopenScanning()
 	fs.await(t, "built")
 
 	st, err := v.e.Stats()
@@ -145,7 +147,7 @@ func TestClaimFilterRebuildCoversWritesInFlight(t *testing.T) {
 	v := newEnv(t)
 	fs.await(t, "built")
 	v.opts.ReplayCacheSize = -1
-	v.reopen()
+	v.reopenScanning()
 	fs.await(t, "built") // the first build, of an empty store
 	fs.holdAt("scanned")
 
@@ -177,7 +179,7 @@ func TestClaimFilterRebuildsWhenFull(t *testing.T) {
 	fs.await(t, "built")
 	v.opts.claimFilterMinKeys = 64
 	v.opts.Shards = 1
-	v.reopen()
+	v.reopenScanning()
 	fs.await(t, "built")
 	require.EqualValues(t, 64, v.stats().ClaimFilterKeys)
 
@@ -221,7 +223,7 @@ func TestClaimFilterRebuildsWhenFull(t *testing.T) {
 func TestClaimFilterDisabled(t *testing.T) {
 	v := newEnv(t)
 	v.opts.ClaimFilterBitsPerKey = -1
-	v.reopen()
+	v.reopenScanning()
 	v.complete(id("a"))
 	require.Equal(t, idemkv.Acquired, v.claim(id("b"), fpA, idemkv.ModeLocal).Outcome)
 	st := v.stats()
@@ -299,7 +301,7 @@ func TestClaimFilterFirstBuildIsNotFull(t *testing.T) {
 	require.NoError(t, v.e.Compact(ctx))
 
 	v.opts.claimFilterMinKeys = 8
-	v.reopen()
+	v.reopenScanning()
 	fs.await(t, "built")
 	st := v.stats()
 	require.EqualValues(t, 1, st.ClaimFilterBuilds)
@@ -326,7 +328,7 @@ func TestClaimFilterBuildRetriesAfterAFailedScan(t *testing.T) {
 	v.opts.ReplayCacheSize = -1
 	v.opts.claimFilterMinKeys = 8
 	fs.holdAt("next")
-	v.reopen()
+	v.reopenScanning()
 	fs.await(t, "next")
 	armed.Store(true) // the scan's reads of sstables fail
 	fs.release("next")
@@ -366,6 +368,7 @@ func TestClaimFilterRetriesAFailedBuild(t *testing.T) {
 	}
 	require.NoError(t, v.e.Flush())
 	require.NoError(t, v.e.Close())
+	require.NoError(t, os.Remove(filepath.Join(v.dir, filterFile))) // scan, not the saved filter
 	v.opts.FS = errorfs.Wrap(vfs.Default, inj)
 	v.opts.ReplayCacheSize = -1
 	v.opts.CacheSize = 1 // no block stays cached: the build's scan reads the file

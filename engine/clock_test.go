@@ -123,7 +123,7 @@ func TestClockStepForwardDuringFilterRebuild(t *testing.T) {
 	v := newEnv(t)
 	fs.await(t, "built")
 	v.opts.ReplayCacheSize = -1
-	v.reopen()
+	v.reopenScanning()
 	fs.await(t, "built")
 	v.complete(id("p1"))
 

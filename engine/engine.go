@@ -185,6 +185,10 @@ func (e *Engine) Close() error {
 	err := e.gate.err()
 	if err == nil && !e.opts.ReadOnly {
 		err = e.clock.writeMark(e.db)
+		if serr := e.saveClaimFilter(); serr != nil {
+			// Only the next Open's speed depends on it: it scans.
+			e.opts.Logger.Errorf("idemkv: save claim filter: %v", serr)
+		}
 	}
 	err = errors.Join(err, e.db.Close())
 	e.cache.Unref()

@@ -75,10 +75,13 @@ type Stats struct {
 	// (0 until the first build after Open ends), ClaimFilterStored the
 	// records its last build found, ClaimFilterBuilds the builds since Open
 	// and ClaimFilterFailures those that failed (each is retried with
-	// backoff, and logged).
+	// backoff, and logged). ClaimFilterSaved reports that the filter in use
+	// since Open was read from the file the last Close saved, rather than
+	// built by scanning the store (claimfilter_save.go); it counts as a build.
 	ClaimFilterSkips, ClaimFilterMisses    int64
 	ClaimFilterKeys, ClaimFilterStored     int64
 	ClaimFilterBuilds, ClaimFilterFailures int64
+	ClaimFilterSaved                       bool
 
 	// The committer, which combines concurrent synced writes into one
 	// Pebble commit and one fsync (docs/design.md, "Concurrency inside the
@@ -204,6 +207,7 @@ func (e *Engine) Stats() (Stats, error) {
 	st.ClaimFilterSkips, st.ClaimFilterMisses = f.skips.Load(), f.misses.Load()
 	st.ClaimFilterKeys, st.ClaimFilterStored, st.ClaimFilterBuilds = f.capacity.Load(), f.stored.Load(), f.builds.Load()
 	st.ClaimFilterFailures = f.failures.Load()
+	st.ClaimFilterSaved = f.loaded.Load()
 	st.Sweep = e.sweeper.s.Stats()
 	st.BackgroundErrors, st.UnhealthySince = e.health.counts()
 	st.ClockSteps, st.ClockOffset = e.clock.steps.Load(), e.clock.offset()
