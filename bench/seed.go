@@ -24,6 +24,6 @@ func Seed(ctx context.Context, dir string, opts *engine.Options, stream uint64, 
 			}
 		}
 	}
-	_, err := engine.Load(ctx, dir, opts, recs)
+	_, err := engine.Load(ctx, dir, opts, recs, &engine.LoadOptions{Records: int64(n)})
 	return err
 }

@@ -31,6 +31,7 @@ type Engine struct {
 	clock *engineClock
 	dir   string
 	db    *pebble.DB
+	popts *pebble.Options // what db was opened with
 	cache interface{ Unref() }
 
 	gate gate
@@ -112,7 +113,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		c.Unref()
 		return nil, err
 	}
-	e := &Engine{opts: o, dir: dir, db: db, cache: c, commits: newCommitter(db), health: h, stalls: stalls}
+	e := &Engine{opts: o, dir: dir, db: db, popts: po, cache: c, commits: newCommitter(db), health: h, stalls: stalls}
 	e.clock = newEngineClock(o.Clock, o.ClockTolerance, mark, o.Logger.Errorf)
 	e.commits.stamp = e.clock.stamp
 	e.gate.init()

@@ -112,7 +112,7 @@ func (e *Engine) bucketOf(rec *idemkv.Record) ([]byte, uint64) {
 // (an unsettled record that was written), else nil. A completed record
 // goes to its bucket, which is added to the set lookups probe first; the
 // pending index follows (putPending).
-func (e *Engine) putRecord(b *pebble.Batch, k []byte, prev, next *idemkv.Record) {
+func (e *Engine) putRecord(b batchWriter, k []byte, prev, next *idemkv.Record) {
 	e.putPending(b, k, prev, next)
 	stored := prev != nil
 	switch {

@@ -228,7 +228,7 @@ func TestTakeoverKeepsTheStoredID(t *testing.T) {
 		OperationID: random, LeaseExpires: t0.Add(-time.Second)}
 	derived := idemkv.Record{ID: id("derived"), State: idemkv.StateInProgress, Mode: idemkv.ModeRemote, Fingerprint: fpA,
 		LeaseExpires: t0.Add(-time.Second)}
-	_, err := Load(ctx, dir, loadOpts(clock), slices.Values([]idemkv.Record{old, derived}))
+	_, err := Load(ctx, dir, loadOpts(clock), slices.Values([]idemkv.Record{old, derived}), nil)
 	require.NoError(t, err)
 	v := &env{t: t, dir: dir, clock: clock, opts: *loadOpts(clock)}
 	v.open()

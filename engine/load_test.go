@@ -51,7 +51,7 @@ func TestLoadWritesTheEngineLayout(t *testing.T) {
 	clock := fakeclock.New(t0)
 	dir := t.TempDir()
 	recs := seedRecords(3000)
-	n, err := Load(ctx, dir, loadOpts(clock), slices.Values(recs))
+	n, err := Load(ctx, dir, loadOpts(clock), slices.Values(recs), nil)
 	require.NoError(t, err)
 	require.Equal(t, len(recs), n)
 
@@ -115,11 +115,11 @@ func TestLoadRefuses(t *testing.T) {
 	one := func(r idemkv.Record) iter.Seq[idemkv.Record] { return slices.Values([]idemkv.Record{r}) }
 	done := idemkv.Record{ID: id("k"), State: idemkv.StateCompleted, Fingerprint: fpA, Result: idemkv.Result{Status: 200}}
 
-	_, err := Load(ctx, dir, loadOpts(clock), slices.Values([]idemkv.Record{done, done}))
+	_, err := Load(ctx, dir, loadOpts(clock), slices.Values([]idemkv.Record{done, done}), nil)
 	require.ErrorIs(t, err, ErrExists)
-	_, err = Load(ctx, dir, loadOpts(clock), one(done))
+	_, err = Load(ctx, dir, loadOpts(clock), one(done), nil)
 	require.NoError(t, err)
-	_, err = Load(ctx, dir, loadOpts(clock), one(done))
+	_, err = Load(ctx, dir, loadOpts(clock), one(done), nil)
 	require.ErrorIs(t, err, ErrExists, "already live in the store")
 
 	for name, r := range map[string]idemkv.Record{
@@ -132,7 +132,7 @@ func TestLoadRefuses(t *testing.T) {
 		"created after expiry": {ID: id("g"), State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Fingerprint: fpA,
 			Expires: t0.Add(-time.Hour)}, // Created defaults to now
 	} {
-		_, err := Load(ctx, dir, loadOpts(clock), one(r))
+		_, err := Load(ctx, dir, loadOpts(clock), one(r), nil)
 		require.Error(t, err, name)
 	}
 
@@ -144,7 +144,7 @@ func TestLoadRefuses(t *testing.T) {
 	require.Equal(t, 1, rep.Records)
 
 	// A store an engine holds cannot be loaded.
-	_, err = Load(ctx, dir, loadOpts(clock), one(idemkv.Record{ID: id("z"), State: idemkv.StateCompleted, Fingerprint: fpA}))
+	_, err = Load(ctx, dir, loadOpts(clock), one(idemkv.Record{ID: id("z"), State: idemkv.StateCompleted, Fingerprint: fpA}), nil)
 	require.Error(t, err)
 	require.NoError(t, e.Close())
 }

@@ -52,7 +52,14 @@ func (c *pendingCounts) of(r *idemkv.Record) *atomic.Int64 {
 
 // putPending adds to b the index writes that go with replacing k's stored
 // record prev (nil: none stored) with next (nil: deleted).
-func (e *Engine) putPending(b *pebble.Batch, k []byte, prev, next *idemkv.Record) {
+// batchWriter is what putRecord and putPending write to: a Pebble batch,
+// or the run of records Load is building (load.go).
+type batchWriter interface {
+	Set(key, value []byte, opts *pebble.WriteOptions) error
+	Delete(key []byte, opts *pebble.WriteOptions) error
+}
+
+func (e *Engine) putPending(b batchWriter, k []byte, prev, next *idemkv.Record) {
 	del, set, value := record.PendingUpdate(k, prev, next)
 	if del != nil {
 		_ = b.Delete(del, nil)

@@ -33,14 +33,16 @@ func (e *Engine) expiresAt(now time.Time, class string) time.Time {
 // class no longer configured (a stored record outliving a configuration
 // change) gets the longest window: keeping a record too long costs space,
 // dropping it too early could run an operation twice.
-func (e *Engine) window(class string) time.Duration {
-	if class == "" {
-		return e.opts.Retention
+func (e *Engine) window(class string) time.Duration { return e.opts.window(class) }
+
+func (o *Options) window(class string) time.Duration {
+	if class == "" || class == ttl.DefaultClass {
+		return o.Retention
 	}
-	if w, ok := e.opts.RetentionClasses[class]; ok {
+	if w, ok := o.RetentionClasses[class]; ok {
 		return w
 	}
-	return e.opts.RetentionClasses.Longest()
+	return o.RetentionClasses.Longest()
 }
 
 // claimClass checks that a claim's retention class is configured and
