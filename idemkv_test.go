@@ -2,6 +2,8 @@ package idemkv
 
 import (
 	"bytes"
+	"fmt"
+	"sync"
 	"strings"
 	"testing"
 
@@ -117,4 +119,31 @@ func TestIDHash(t *testing.T) {
 	}
 	long := ID{Tenant: strings.Repeat("t", 300), Endpoint: "e", Key: "k"} // past the limits: still hashed, not a panic
 	require.Len(t, long.Hash(), 16)
+}
+
+// OperationIDs derives what DeriveOperationID does, from any number of
+// goroutines, and a reused MAC carries nothing from one id to the next.
+func TestOperationIDsMatchDeriveOperationID(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	ids := NewOperationIDs(secret)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				id := ID{Tenant: fmt.Sprint("t", g), Endpoint: "POST /x", Key: fmt.Sprint("k", i)}
+				fp := []byte{1, byte(i)}
+				want := DeriveOperationID(secret, id, fp, uint32(i%3))
+				if got := ids.Derive(id, fp, uint32(i%3)); got != want {
+					t.Errorf("%v: got %s, want %s", id, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	other := NewOperationIDs([]byte("another secret"))
+	id := ID{Tenant: "t", Endpoint: "e", Key: "k"}
+	require.NotEqual(t, ids.Derive(id, nil, 0), other.Derive(id, nil, 0))
 }

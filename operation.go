@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"hash"
+	"slices"
+	"sync"
 )
 
 // The downstream identity of a remote operation.
@@ -39,7 +42,32 @@ const operationIDDomain = "idemkv operation id v1"
 // it, a store computes the same id for the same request on every claim.
 // Stores call it; an application does not need to.
 func DeriveOperationID(secret []byte, id ID, fingerprint []byte, generation uint32) OperationID {
-	m := hmac.New(sha256.New, secret)
+	return deriveOperationID(hmac.New(sha256.New, secret), id, fingerprint, generation)
+}
+
+// OperationIDs derives operation ids under one secret, as
+// DeriveOperationID does, without keying a new MAC for each: a store
+// that derives one per claim keeps one. It is safe for concurrent use.
+type OperationIDs struct {
+	macs sync.Pool
+}
+
+// NewOperationIDs returns an OperationIDs for secret (copied).
+func NewOperationIDs(secret []byte) *OperationIDs {
+	key := slices.Clone(secret)
+	return &OperationIDs{macs: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+}
+
+// Derive returns DeriveOperationID(secret, id, fingerprint, generation).
+func (o *OperationIDs) Derive(id ID, fingerprint []byte, generation uint32) OperationID {
+	m := o.macs.Get().(hash.Hash)
+	op := deriveOperationID(m, id, fingerprint, generation)
+	m.Reset() // back to the keyed state, which hmac keeps
+	o.macs.Put(m)
+	return op
+}
+
+func deriveOperationID(m hash.Hash, id ID, fingerprint []byte, generation uint32) OperationID {
 	var n [binary.MaxVarintLen64]byte
 	field := func(b []byte) {
 		m.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
@@ -51,8 +79,9 @@ func DeriveOperationID(secret []byte, id ID, fingerprint []byte, generation uint
 	field([]byte(id.Key))
 	field(fingerprint)
 	m.Write(binary.BigEndian.AppendUint32(n[:0], generation))
+	var sum [sha256.Size]byte
 	var op OperationID
-	copy(op[:], m.Sum(nil))
+	copy(op[:], m.Sum(sum[:0]))
 	if op.IsZero() {
 		op[0] = 1 // the zero id means "none"
 	}

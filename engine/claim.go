@@ -159,7 +159,7 @@ func (e *Engine) operationID(req *idemkv.ClaimRequest) idemkv.OperationID {
 	if req.Mode != idemkv.ModeRemote {
 		return idemkv.OperationID{}
 	}
-	return idemkv.DeriveOperationID(e.secret, req.ID, req.Fingerprint, req.Generation)
+	return e.opIDs.Derive(req.ID, req.Fingerprint, req.Generation)
 }
 
 func leaseOf(r *idemkv.Record) idemkv.Lease {

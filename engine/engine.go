@@ -60,6 +60,7 @@ type Engine struct {
 	// secret keys the operation ids of new remote records
 	// (record.SecretKey); nil only on a read-only store that has none.
 	secret []byte
+	opIDs  *idemkv.OperationIDs // derives under secret
 
 	counters counters
 	// backupMu runs one Backup at a time (backup.go).
@@ -129,6 +130,7 @@ func Open(dir string, opts *Options) (*Engine, error) {
 		}
 		return nil, err
 	}
+	e.opIDs = idemkv.NewOperationIDs(e.secret)
 	if err := e.loadBuckets(); err != nil {
 		closeDB()
 		return nil, err

@@ -316,7 +316,7 @@ func (l *loader) fill(rec *idemkv.Record) error {
 		rec.Created = l.now.Truncate(time.Second)
 	}
 	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
-		rec.OperationID = idemkv.DeriveOperationID(e.secret, rec.ID, rec.Fingerprint, 0)
+		rec.OperationID = e.opIDs.Derive(rec.ID, rec.Fingerprint, 0)
 	}
 	if rec.State == idemkv.StateInProgress && rec.LeaseExpires.IsZero() {
 		rec.LeaseExpires = l.now.Add(e.opts.Lease)

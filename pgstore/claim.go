@@ -138,7 +138,7 @@ func (s *Store) claimOnce(ctx context.Context, q querier, req *idemkv.ClaimReque
 		// The logical request's identity, for a new record; a takeover
 		// keeps the record's (claimSQL), and so does a record written
 		// before the store derived them (its id was drawn at random).
-		id := idemkv.DeriveOperationID(s.secret, req.ID, req.Fingerprint, req.Generation)
+		id := s.opIDs.Derive(req.ID, req.Fingerprint, req.Generation)
 		opID = id[:]
 	}
 	id := req.ID

@@ -41,6 +41,7 @@ type Store struct {
 	// never changed: every process sharing the database derives the same
 	// operation id for a request under it.
 	secret []byte
+	opIDs  *idemkv.OperationIDs // derives under secret
 }
 
 type statements struct {
@@ -115,7 +116,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	}
 	bgctx, stop := context.WithCancel(context.Background())
 	s := &Store{pool: pool, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o),
-		secret: secret}
+		secret: secret, opIDs: idemkv.NewOperationIDs(secret)}
 	s.startNotifier(bgctx)
 	if !o.NoBackgroundSweep {
 		sw, err := ttl.New(s, &o.Sweep)

@@ -1,0 +1,167 @@
+package day
+
+import (
+	"encoding/hex"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
+
+// Shape is the traffic a day of records is left by.
+type Shape struct {
+	// Records is how many records the day leaves.
+	Records int64
+	// Now is the end of the day: records were created in the Retention
+	// before it, uniformly, and expire Retention after their creation.
+	Now       time.Time
+	Retention time.Duration
+	// Tenants is how many tenants share the records (at least 1).
+	Tenants int
+	// Unsettled is the share of records still uncertain or in progress
+	// (remote claims whose lease has run out).
+	Unsettled float64
+	// Seed draws the keys and times.
+	Seed uint64
+}
+
+// Endpoint is the endpoint of every record of a day.
+const Endpoint = "POST /v1/payments"
+
+// Buckets must match engine.BucketsPerWindow: the records come bucket by
+// bucket, and each bucket's records in key order.
+const buckets = 24
+
+// Tenant is the name of tenant i of a day: fixed width, so that tenants
+// sort by number.
+func Tenant(i int) string { return fmt.Sprintf("tenant-%04d", i) }
+
+// Records returns the records a day of the guide's traffic leaves, in the
+// order the engine stores them (engine.SortKey): the unsettled records
+// first, by key, then the completed ones bucket by bucket of their expiry,
+// each bucket by tenant and key. Keys are UUIDs (version 4 layout) drawn
+// in increasing order, so no sorting is needed and nothing is held in
+// memory: a day of any size streams.
+func Records(s Shape) iter.Seq[idemkv.Record] {
+	tenants := max(1, s.Tenants)
+	unsettled := int64(float64(s.Records) * s.Unsettled)
+	completed := s.Records - unsettled
+	start := s.Now.Add(-s.Retention)
+	width := s.Retention / buckets
+	return func(yield func(idemkv.Record) bool) {
+		r := rand.New(rand.NewPCG(s.Seed, 0x1dec))
+		// The unsettled records: half uncertain, half in progress with
+		// a lease that has run out, created in the last hour.
+		for t := range tenants {
+			n := share(unsettled, tenants, t)
+			for i, key := range sortedKeys(r, n, 1) {
+				rec := idemkv.Record{ID: idemkv.ID{Tenant: Tenant(t), Endpoint: Endpoint, Key: key},
+					Mode: idemkv.ModeRemote, Fingerprint: fingerprint(r), Note: "provider timed out",
+					Created: s.Now.Add(-time.Duration(r.Int64N(int64(time.Hour)))).Truncate(time.Second)}
+				rec.State = idemkv.StateUncertain
+				if i%2 == 1 {
+					rec.State, rec.LeaseExpires = idemkv.StateInProgress, rec.Created.Add(time.Second)
+				}
+				if !yield(rec) {
+					return
+				}
+			}
+		}
+		// The completed records, bucket by bucket: bucket b holds those
+		// that expire in (end-width, end], so those created in
+		// [start+b*width, start+(b+1)*width).
+		for b := range int64(buckets) {
+			from := start.Add(time.Duration(b) * width).Truncate(width)
+			for t := range tenants {
+				n := share(share(completed, buckets, int(b)), tenants, t)
+				for _, key := range sortedKeys(r, n, 2) {
+					created := from.Add(time.Duration(r.Int64N(int64(width))) + time.Second).Truncate(time.Second)
+					if !created.Before(s.Now) {
+						created = s.Now.Add(-time.Second)
+					}
+					if !created.After(start) {
+						created = start.Add(time.Second).Truncate(time.Second)
+					}
+					rec := idemkv.Record{ID: idemkv.ID{Tenant: Tenant(t), Endpoint: Endpoint, Key: key},
+						State: idemkv.StateCompleted, Mode: idemkv.ModeRemote, Fingerprint: fingerprint(r),
+						Result:  idemkv.Result{Status: 201, Pointer: pointer(r)},
+						Created: created, Expires: created.Add(s.Retention)}
+					if !yield(rec) {
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// share is part i of n split into parts as even as can be.
+func share(n int64, parts, i int) int64 {
+	q, rem := n/int64(parts), n%int64(parts)
+	if int64(i) < rem {
+		return q + 1
+	}
+	return q
+}
+
+// sortedKeys draws n UUID strings in increasing order: the 122 random
+// bits of a version-4 UUID are drawn as an increasing sequence (one
+// value in each of n equal slots of the top 60 bits, the rest uniform)
+// and the fixed bits put around them, which keeps the order. Keys of
+// different kinds (kind 1, 2) never collide: the kind picks the top bit.
+func sortedKeys(r *rand.Rand, n int64, kind uint64) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		if n <= 0 {
+			return
+		}
+		const topBits = 59 // below the kind's bit
+		slot := uint64(1<<topBits) / uint64(n)
+		for i := range uint64(n) {
+			hi60 := (kind-1)<<topBits | i*slot + r.Uint64N(max(1, slot))
+			lo62 := r.Uint64() >> 2
+			var u [16]byte
+			hi := (hi60>>12)<<16 | 0x4<<12 | hi60&0xfff
+			lo := 0b10<<62 | lo62
+			for j := range 8 {
+				u[j] = byte(hi >> (56 - 8*j))
+				u[8+j] = byte(lo >> (56 - 8*j))
+			}
+			if !yield(int(i), uuid(u)) {
+				return
+			}
+		}
+	}
+}
+
+func uuid(u [16]byte) string {
+	var s [36]byte
+	hex.Encode(s[0:8], u[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], u[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], u[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], u[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], u[10:])
+	return string(s[:])
+}
+
+// fingerprint is a request fingerprint as the middleware makes them: a
+// version byte and eight bytes of hash.
+func fingerprint(r *rand.Rand) []byte {
+	fp := make([]byte, 9)
+	fp[0] = 1
+	v := r.Uint64()
+	for j := range 8 {
+		fp[1+j] = byte(v >> (8 * j))
+	}
+	return fp
+}
+
+// pointer is a compact result pointer: the payment's resource path.
+func pointer(r *rand.Rand) string {
+	return fmt.Sprintf("/v1/payments/pay_%015x", r.Uint64()>>4)
+}
