@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
 )
 
 // Shape is the traffic a day of records is left by.
@@ -30,9 +31,9 @@ type Shape struct {
 // Endpoint is the endpoint of every record of a day.
 const Endpoint = "POST /v1/payments"
 
-// Buckets must match engine.BucketsPerWindow: the records come bucket by
+// buckets must match engine.BucketsPerWindow: the records come bucket by
 // bucket, and each bucket's records in key order.
-const buckets = 24
+const buckets = engine.BucketsPerWindow
 
 // Tenant is the name of tenant i of a day: fixed width, so that tenants
 // sort by number.
@@ -70,19 +71,27 @@ func Records(s Shape) iter.Seq[idemkv.Record] {
 			}
 		}
 		// The completed records, bucket by bucket: bucket b holds those
-		// that expire in (end-width, end], so those created in
-		// [start+b*width, start+(b+1)*width).
-		for b := range int64(buckets) {
-			from := start.Add(time.Duration(b) * width).Truncate(width)
+		// created in [from, from+width) of its hour (cut to the day), so
+		// those that expire in the bucket's span; each gets its share of
+		// the day by the time it spans.
+		first := start.Truncate(width)
+		done := int64(0)
+		for b := range int64(buckets + 1) {
+			from := first.Add(time.Duration(b) * width)
+			lo, hi := maxTime(from, start), minTime(from.Add(width), s.Now)
+			if !lo.Before(hi) {
+				continue
+			}
+			upto := int64(float64(completed) * float64(hi.Sub(start)) / float64(s.Now.Sub(start)))
+			n := upto - done
+			done = upto
 			for t := range tenants {
-				n := share(share(completed, buckets, int(b)), tenants, t)
-				for _, key := range sortedKeys(r, n, 2) {
-					created := from.Add(time.Duration(r.Int64N(int64(width))) + time.Second).Truncate(time.Second)
-					if !created.Before(s.Now) {
-						created = s.Now.Add(-time.Second)
-					}
-					if !created.After(start) {
-						created = start.Add(time.Second).Truncate(time.Second)
+				for _, key := range sortedKeys(r, share(n, tenants, t), 2) {
+					// Whole seconds after lo (so after the day's start and
+					// in this bucket), before hi.
+					created := lo.Add(time.Second + time.Duration(r.Int64N(int64(hi.Sub(lo))))).Truncate(time.Second)
+					if !created.Before(hi) {
+						created = hi.Add(-time.Second).Truncate(time.Second)
 					}
 					rec := idemkv.Record{ID: idemkv.ID{Tenant: Tenant(t), Endpoint: Endpoint, Key: key},
 						State: idemkv.StateCompleted, Mode: idemkv.ModeRemote, Fingerprint: fingerprint(r),
@@ -95,6 +104,20 @@ func Records(s Shape) iter.Seq[idemkv.Record] {
 			}
 		}
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // share is part i of n split into parts as even as can be.

@@ -2,6 +2,7 @@ package day
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -38,3 +39,5 @@ func TestRecordsComeInStoreOrder(t *testing.T) {
 	require.EqualValues(t, s.Records, n)
 	require.EqualValues(t, 50, unsettled)
 }
+
+var ctx = context.Background()

@@ -105,7 +105,8 @@ func TestBenchUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--profile", "slow"}, "want quick or full"},
+		{[]string{"--profile", "slow"}, "want quick, full or day"},
+		{[]string{"--profile", "day", "--records", "5", "--store", "/nonexistent/x"}, "bad store sizes"},
 		{[]string{"--workloads", "unique,nope"}, `unknown workload "nope"`},
 		{[]string{"--concurrency", "1,0"}, `bad concurrency "0"`},
 		{[]string{"--concurrency", "many"}, `bad concurrency "many"`},

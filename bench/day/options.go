@@ -1,0 +1,132 @@
+package day
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkv/idemkv/bench"
+)
+
+// GuideRate is the guide's rate of unsafe requests, per second.
+const GuideRate = 5000
+
+// GuideRecords is what a day at GuideRate leaves with a 24 h retention.
+const GuideRecords = GuideRate * 24 * 60 * 60
+
+// Options configure a day run. The zero value of every field means the
+// default stated on it (the "day" profile's).
+type Options struct {
+	bench.Options
+	// Records is the size of the large store. Default: GuideRecords.
+	Records int64
+	// Small is the size of the store it is compared with. Default: 1 M.
+	Small int64
+	// Rate is the open-loop phase's requests per second. Default: GuideRate.
+	Rate float64
+	// Duration is how long the open-loop phase runs on each store.
+	// Default: 10 minutes.
+	Duration time.Duration
+	// Window is the span each latency point of the open-loop phase covers.
+	// Default: 10 s.
+	Window time.Duration
+	// Clients are the closed-loop phase's concurrencies. Default: 64, 256.
+	Clients []int
+	// Point is how long each closed-loop point runs. Default: 30 s.
+	Point time.Duration
+	// Rounds is how many times each closed-loop point is measured on each
+	// store, alternating stores. Default: 2.
+	Rounds int
+	// Retries and Duplicates are the shares of the open-loop requests that
+	// retry a key completed earlier in the run and that arrive twice at
+	// once. Defaults: 0.05 and 0.02.
+	Retries, Duplicates float64
+	// SweepInterval is the sweeper's interval during the run: short, so
+	// that it drops the bucket that ends halfway through the open-loop
+	// phase. Default: 1 minute.
+	SweepInterval time.Duration
+	// Store, if set, is where the large store is kept: a store a previous
+	// run left there (for the same Records) is used as it is, and a new
+	// one is left there. Default: the run's temporary directory.
+	Store string
+	// ScanRestart also measures an Open without the saved claim filter,
+	// which rebuilds it by scanning (what a crash costs).
+	ScanRestart bool
+	// Log, if set, gets a line for each long phase's progress.
+	Log func(string)
+}
+
+// Profiles are the standard configurations: "day", the guide's full day,
+// and "quick", the same run on small stores for a minute.
+var Profiles = map[string]Options{
+	"day": {Options: bench.Options{Profile: "day"}},
+	"quick": {Options: bench.Options{Profile: "quick"}, Records: 1_000_000, Small: 100_000,
+		Duration: 6 * time.Second, Window: time.Second, Point: 2 * time.Second, Rounds: 1,
+		SweepInterval: time.Second},
+}
+
+// Profile returns a copy of the profile named name.
+func Profile(name string) (*Options, error) {
+	o, ok := Profiles[name]
+	if !ok {
+		return nil, fmt.Errorf("bench: unknown profile %q (want day or quick)", name)
+	}
+	return &o, nil
+}
+
+// EnsureDefaults returns a copy of o with every zero field set.
+func (o *Options) EnsureDefaults() *Options {
+	c := *o
+	c.Options = *c.Options.EnsureDefaults()
+	if c.Records == 0 {
+		c.Records = GuideRecords
+	}
+	if c.Small == 0 {
+		c.Small = 1_000_000
+	}
+	if c.Rate == 0 {
+		c.Rate = GuideRate
+	}
+	if c.Duration == 0 {
+		c.Duration = 10 * time.Minute
+	}
+	if c.Window == 0 {
+		c.Window = 10 * time.Second
+	}
+	if c.Clients == nil {
+		c.Clients = []int{64, 256}
+	}
+	if c.Point == 0 {
+		c.Point = 30 * time.Second
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 2
+	}
+	if c.Retries == 0 {
+		c.Retries = 0.05
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = 0.02
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Minute
+	}
+	return &c
+}
+
+// Validate reports options a run cannot use.
+func (o *Options) Validate() error {
+	errs := []error{o.Options.Validate()}
+	if o.Records < 0 || o.Small < 0 || o.Small > o.Records && o.Records > 0 {
+		errs = append(errs, fmt.Errorf("bad store sizes %d and %d (want 0 <= small <= records)", o.Small, o.Records))
+	}
+	if o.Rate < 0 || o.Retries < 0 || o.Duplicates < 0 || o.Retries+o.Duplicates >= 1 {
+		errs = append(errs, errors.New("bad rate or shares"))
+	}
+	for _, c := range o.Clients {
+		if c < 1 {
+			errs = append(errs, fmt.Errorf("bad clients %d", c))
+		}
+	}
+	return errors.Join(errs...)
+}

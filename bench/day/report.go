@@ -1,0 +1,226 @@
+package day
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/idemkv/idemkv/bench"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+)
+
+// Report is what a day run measured.
+type Report struct {
+	Meta    bench.Meta     `json:"meta"`    // the run and the machine
+	Options ReportOptions  `json:"options"` // what the run was asked to do
+	Load    LoadFigures    `json:"load"`    // the large store's loading
+	Restart RestartFigures `json:"restart"` // the large store's Open, Check, Backup and Close
+	// Small and Large are the open-loop phase on each store.
+	Small, Large *Phase `json:"-"`
+	// Phases holds both in the JSON, small first.
+	Phases []*Phase `json:"open_loop"`
+	// Closed are the closed-loop points, every round of each.
+	Closed []ClosedPoint `json:"closed_loop"`
+}
+
+// ReportOptions are the options a report was measured with.
+type ReportOptions struct {
+	Records         int64   `json:"records"`          // the large store's records
+	Small           int64   `json:"small"`            // the small store's records
+	Rate            float64 `json:"rate"`             // the open-loop phase's requests per second
+	DurationSeconds float64 `json:"duration_seconds"` // the open-loop phase on each store, in seconds
+	WindowSeconds   float64 `json:"window_seconds"`   // the span of each of its windows, in seconds
+	Clients         []int   `json:"clients"`          // the closed-loop concurrencies
+	PointSeconds    float64 `json:"point_seconds"`    // each closed-loop point, in seconds
+	Rounds          int     `json:"rounds"`           // the closed-loop rounds
+	Retries         float64 `json:"retries"`          // the open-loop share of retries of completed keys
+	Duplicates      float64 `json:"duplicates"`       // the open-loop share of requests sent twice at once
+	Tenants         int     `json:"tenants"`          // the tenants the records and requests are spread over
+}
+
+func reportOptions(o *Options) ReportOptions {
+	return ReportOptions{Records: o.Records, Small: o.Small, Rate: o.Rate, DurationSeconds: o.Duration.Seconds(),
+		WindowSeconds: o.Window.Seconds(), Clients: o.Clients, PointSeconds: o.Point.Seconds(), Rounds: o.Rounds,
+		Retries: o.Retries, Duplicates: o.Duplicates, Tenants: o.Tenants}
+}
+
+// LoadFigures are the loader's.
+type LoadFigures struct {
+	Records   int64   `json:"records"`        // the records loaded
+	Seconds   float64 `json:"seconds"`        // the wall time of the load, in seconds
+	PerSecond float64 `json:"per_second"`     // records loaded a second
+	RSSPeak   uint64  `json:"rss_peak_bytes"` // the process's peak resident memory after it
+	Reused    bool    `json:"reused"`         // the store was left by an earlier run, which measured the figures
+}
+
+// RestartFigures are an Open of the loaded store and what follows.
+type RestartFigures struct {
+	// OpenSeconds is from Open to the claim filter in use: full speed.
+	OpenSeconds float64 `json:"open_seconds"`
+	SavedFilter bool    `json:"saved_filter"` // the filter was the one saved, not scanned
+	// ScanOpenSeconds is the same without the saved filter (ScanRestart).
+	ScanOpenSeconds float64 `json:"scan_open_seconds,omitempty"`
+	CheckSeconds    float64 `json:"check_seconds"`          // a full Check, in seconds
+	CheckRecords    int     `json:"check_records"`          // the records it found
+	BackupSeconds   float64 `json:"backup_seconds"`         // an online Backup, in seconds
+	CloseSeconds    float64 `json:"close_seconds"`          // a Close, the filter's save included
+	TableBytes      uint64  `json:"table_bytes"`            // the live sstables' bytes
+	DiskBytes       uint64  `json:"disk_bytes"`             // all of the store's files
+	BytesPerRecord  float64 `json:"table_bytes_per_record"` // TableBytes by the records
+	Memory          Memory  `json:"memory"`                 // after the Open
+}
+
+// Memory is the process's memory by component, in bytes.
+type Memory struct {
+	RSS         uint64 `json:"rss"`          // the resident set, all of it
+	GoHeap      uint64 `json:"go_heap"`      // in use, the claim filter and the replay cache included
+	ClaimFilter uint64 `json:"claim_filter"` // its bits
+	BlockCache  uint64 `json:"block_cache"`  // its limit, outside the Go heap
+	MemTables   uint64 `json:"memtables"`    // Pebble's memtables, outside the Go heap
+	ReplayCache uint64 `json:"replay_cache"` // its limit
+}
+
+// Phase is the open-loop phase on one store.
+type Phase struct {
+	Records        int64         `json:"records"`                // the store's size at the start
+	Windows        []WindowPoint `json:"windows"`                // the phase, window by window
+	Latency        bench.Latency `json:"latency"`                // over the whole phase, from each request's scheduled time
+	RecordsAfter   int64         `json:"completed"`              // the requests completed
+	WriteAmp       float64       `json:"write_amp"`              // sstable bytes written per byte flushed during the phase
+	BytesPerRecord float64       `json:"table_bytes_per_record"` // at the end, by the size at the start
+	Sweep          SweepFigures  `json:"sweep"`                  // the sweeper's work during the phase
+	Memory         Memory        `json:"memory"`                 // at the end
+}
+
+// SweepFigures are the sweeper's work during a phase.
+type SweepFigures struct {
+	Passes          int64   `json:"passes"`            // the passes that ended
+	Deleted         int64   `json:"deleted"`           // the records they deleted
+	LastPassSeconds float64 `json:"last_pass_seconds"` // the wall time of the last pass
+	LastPassDeleted int     `json:"last_pass_deleted"` // the records it deleted
+}
+
+// ClosedPoint is one closed-loop measurement.
+type ClosedPoint struct {
+	Store   string  `json:"store"`   // "small" or "large"
+	Clients int     `json:"clients"` // the concurrent clients
+	Round   int     `json:"round"`   // from 0
+	Rate    float64 `json:"rate"`    // requests completed a second
+}
+
+func (r *Report) addPoint(store string, clients, round int, rate float64) {
+	r.Closed = append(r.Closed, ClosedPoint{Store: store, Clients: clients, Round: round, Rate: rate})
+}
+
+// meanRate is the geometric mean of the rounds of (store, clients).
+func (r *Report) meanRate(store string, clients int) float64 {
+	sum, n := 0.0, 0
+	for _, p := range r.Closed {
+		if p.Store == store && p.Clients == clients && p.Rate > 0 {
+			sum += math.Log(p.Rate)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return math.Exp(sum / float64(n))
+}
+
+// WriteTable writes the report as text.
+func (r *Report) WriteTable(w io.Writer) error {
+	r.Meta.WriteHeader(w, "bench day")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	mb := func(b uint64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
+	fmt.Fprintf(w, "\nlarge store: %s records; small store: %s\n", bench.Count(float64(r.Options.Records)), bench.Count(float64(r.Options.Small)))
+	l := r.Load
+	fmt.Fprintf(w, "load: %.0f s, %s records a second (peak RSS %s)%s\n", l.Seconds, bench.Count(l.PerSecond), mb(l.RSSPeak), map[bool]string{true: ", from an earlier run"}[l.Reused])
+	s := r.Restart
+	fmt.Fprintf(w, "open to full speed: %.2f s (saved filter: %v)", s.OpenSeconds, s.SavedFilter)
+	if s.ScanOpenSeconds > 0 {
+		fmt.Fprintf(w, "; without the saved filter: %.0f s", s.ScanOpenSeconds)
+	}
+	fmt.Fprintf(w, "\ncheck: %.0f s (%s records); backup: %.2f s; close: %.2f s\n", s.CheckSeconds, bench.Count(float64(s.CheckRecords)), s.BackupSeconds, s.CloseSeconds)
+	fmt.Fprintf(w, "disk: %s of sstables, %.1f B a record (the guide's estimate: 200 B)\n", mb(s.TableBytes), s.BytesPerRecord)
+	m := s.Memory
+	fmt.Fprintf(w, "memory after Open: RSS %s; Go heap %s (claim filter %s, replay cache up to %s); block cache %s, memtables %s\n",
+		mb(m.RSS), mb(m.GoHeap), mb(m.ClaimFilter), mb(m.ReplayCache), mb(m.BlockCache), mb(m.MemTables))
+	fmt.Fprintf(w, "\nopen loop at %s requests/s for %.0f s:\n", bench.Count(r.Options.Rate), r.Options.DurationSeconds)
+	fmt.Fprintln(tw, "store\trecords\tp50 µs\tp99 µs\tp99.9 µs\twrite amp\tswept\tlast pass s\tRSS\t")
+	for _, p := range []*Phase{r.Small, r.Large} {
+		if p == nil {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%.1f\t%s\t\n", map[bool]string{true: "large", false: "small"}[p == r.Large],
+			bench.Count(float64(p.Records)), p.Latency.P50, p.Latency.P99, p.Latency.P999, p.WriteAmp,
+			bench.Count(float64(p.Sweep.Deleted)), p.Sweep.LastPassSeconds, mb(p.Memory.RSS))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Small != nil && r.Large != nil && r.Small.Latency.P99 > 0 {
+		fmt.Fprintf(w, "p99, large by small: %.2f× (goal: at most 1.5×)\n", r.Large.Latency.P99/r.Small.Latency.P99)
+	}
+	fmt.Fprintf(w, "\nclosed loop, geometric mean of %d rounds (multiples of the guide's 5,000/s):\n", r.Options.Rounds)
+	fmt.Fprintln(tw, "clients\tsmall\tlarge\tlarge by small\t")
+	for _, c := range r.Options.Clients {
+		sm, lg := r.meanRate("small", c), r.meanRate("large", c)
+		ratio := 0.0
+		if sm > 0 {
+			ratio = lg / sm
+		}
+		fmt.Fprintf(tw, "%d\t%s (%.1f×)\t%s (%.1f×)\t%.2f\t\n", c, bench.Count(sm), sm/GuideRate, bench.Count(lg), lg/GuideRate, ratio)
+	}
+	return tw.Flush()
+}
+
+// WriteJSON writes the report as JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	r.Phases = nil
+	for _, p := range []*Phase{r.Small, r.Large} {
+		if p != nil {
+			r.Phases = append(r.Phases, p)
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// Plot writes day-latency.png, the p50, p99 and p99.9 of each window of
+// the open-loop phase on both stores, into dir.
+func (r *Report) Plot(dir string) ([]string, error) {
+	p := bench.NewPlot("open loop at the guide's rate", "seconds into the phase", "latency (ms)")
+	var args []any
+	for _, ph := range []struct {
+		name string
+		p    *Phase
+	}{{"small", r.Small}, {"large", r.Large}} {
+		if ph.p == nil {
+			continue
+		}
+		for _, q := range []struct {
+			name string
+			f    func(bench.Latency) float64
+		}{{"p50", func(l bench.Latency) float64 { return l.P50 }}, {"p99", func(l bench.Latency) float64 { return l.P99 }},
+			{"p99.9", func(l bench.Latency) float64 { return l.P999 }}} {
+			pts := make(plotter.XYs, len(ph.p.Windows))
+			for i, wp := range ph.p.Windows {
+				pts[i] = plotter.XY{X: wp.Second, Y: q.f(wp.Latency) / 1e3}
+			}
+			args = append(args, ph.name+" "+q.name, pts)
+		}
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return nil, err
+	}
+	f, err := bench.SavePlot(p, dir, "day-latency.png")
+	if err != nil {
+		return nil, err
+	}
+	return []string{filepath.Clean(f)}, nil
+}

@@ -1,0 +1,302 @@
+package day
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/engine"
+)
+
+// dayStart is the day's end as the stores see it when the run begins:
+// half the open-loop phase before an hour, so that the oldest bucket ends,
+// and the sweeper drops it, halfway through the phase.
+func dayStart(o *Options) time.Time {
+	return time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC).Add(-o.Duration / 2)
+}
+
+// markerFile, in a kept store's directory, says what was loaded into it.
+const markerFile = "idemkv-day.json"
+
+type marker struct {
+	Records int64     `json:"records"`      // the records loaded
+	Now     time.Time `json:"now"`          // the day's end they were loaded for
+	Seconds float64   `json:"load_seconds"` // the load's wall time
+}
+
+// Run measures a day: it builds (or reuses) the large store and builds
+// the small one, measures a restart, Check, Backup and the size of the
+// large one, then the open-loop phase on each and the closed-loop points,
+// alternating stores.
+func Run(ctx context.Context, opts *Options) (*Report, error) {
+	o := opts.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	run, err := bench.Start(&o.Options, "bench day", 4+2*len(o.Clients)*o.Rounds)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Close()
+	logf := func(format string, args ...any) {
+		if o.Log != nil {
+			o.Log(fmt.Sprintf(format, args...))
+		}
+	}
+	rep := &Report{Options: reportOptions(o)}
+	large := &store{name: "large", records: o.Records, dir: o.Store}
+	if large.dir == "" {
+		large.dir = run.Dir("large")
+	}
+	small := &store{name: "small", records: o.Small, dir: run.Dir("small")}
+	for _, s := range []*store{large, small} {
+		if err := s.build(ctx, o, logf); err != nil {
+			return nil, err
+		}
+		run.Step("load " + s.name)
+	}
+	rep.Load = large.load
+	if rep.Restart, err = large.restart(ctx, o, run, logf); err != nil {
+		return nil, err
+	}
+	run.Step("restart, check and backup")
+	for i, s := range []*store{small, large} {
+		logf("open loop on the %s store: %v at %.0f requests/s", s.name, o.Duration, o.Rate)
+		ph, err := s.openLoop(ctx, o, uint64(100+i))
+		if err != nil {
+			return nil, fmt.Errorf("open loop, %s store: %w", s.name, err)
+		}
+		if s == large {
+			rep.Large = ph
+		} else {
+			rep.Small = ph
+		}
+		run.Step("open loop " + s.name)
+	}
+	stream := uint64(1000)
+	for round := range o.Rounds {
+		for _, c := range o.Clients {
+			for _, s := range []*store{small, large} {
+				stream++
+				rate, err := s.closedLoop(ctx, o, c, stream)
+				if err != nil {
+					return nil, fmt.Errorf("closed loop, %s store, %d clients: %w", s.name, c, err)
+				}
+				rep.addPoint(s.name, c, round, rate)
+				logf("closed loop, round %d, %d clients, %s store: %.0f requests/s", round+1, c, s.name, rate)
+				run.Step(fmt.Sprintf("closed loop %d %s", c, s.name))
+			}
+		}
+	}
+	rep.Meta = run.Meta()
+	return rep, nil
+}
+
+// store is one of the run's two stores.
+type store struct {
+	name    string
+	records int64
+	dir     string
+	clock   runClock
+	load    LoadFigures
+}
+
+func (s *store) engineOptions(o *Options) *engine.Options {
+	var e engine.Options
+	if o.Engine != nil {
+		e = *o.Engine
+	}
+	e.Clock = &s.clock
+	e.Retention = 24 * time.Hour
+	e.Sweep.Interval = o.SweepInterval
+	return &e
+}
+
+// build loads the store, or finds the one a previous run left.
+func (s *store) build(ctx context.Context, o *Options, logf func(string, ...any)) error {
+	now := dayStart(o)
+	s.clock.base = now
+	if b, err := os.ReadFile(filepath.Join(s.dir, markerFile)); err == nil {
+		var m marker
+		if err := json.Unmarshal(b, &m); err == nil && m.Records == s.records && m.Now.Equal(now) {
+			logf("using the %s store of %d records in %s", s.name, s.records, s.dir)
+			s.load = LoadFigures{Records: m.Records, Seconds: m.Seconds, PerSecond: float64(m.Records) / m.Seconds, Reused: true}
+			return nil
+		}
+		return fmt.Errorf("%s holds another run's store: remove it first", s.dir)
+	}
+	logf("loading %d records into the %s store (%s)", s.records, s.name, s.dir)
+	shape := Shape{Records: s.records, Now: now, Retention: 24 * time.Hour, Tenants: o.Tenants, Unsettled: 0.0001, Seed: 1}
+	start := time.Now()
+	last := start
+	_, err := engine.Load(ctx, s.dir, s.engineOptions(o), Records(shape), &engine.LoadOptions{Records: s.records,
+		Progress: func(n int) {
+			if time.Since(last) >= 30*time.Second {
+				last = time.Now()
+				el := time.Since(start)
+				logf("  %d of %d records, %.0f a second, %v", n, s.records, float64(n)/el.Seconds(), el.Round(time.Second))
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	s.load = LoadFigures{Records: s.records, Seconds: secs, PerSecond: float64(s.records) / secs, RSSPeak: peakRSS()}
+	b, _ := json.Marshal(marker{Records: s.records, Now: now, Seconds: secs})
+	return os.WriteFile(filepath.Join(s.dir, markerFile), b, 0o644)
+}
+
+// restart measures an Open (to the claim filter in use), Check, Backup and
+// a Close, and with ScanRestart an Open that must scan.
+func (s *store) restart(ctx context.Context, o *Options, run *bench.Run, logf func(string, ...any)) (RestartFigures, error) {
+	var f RestartFigures
+	logf("restart of the %s store", s.name)
+	start := time.Now()
+	e, err := engine.Open(s.dir, s.engineOptions(o))
+	if err != nil {
+		return f, err
+	}
+	defer func() {
+		if e != nil {
+			_ = e.Close()
+		}
+	}()
+	<-e.ClaimFilterBuilt()
+	f.OpenSeconds = time.Since(start).Seconds()
+	st, err := e.Stats()
+	if err != nil {
+		return f, err
+	}
+	f.SavedFilter = st.ClaimFilterSaved
+	f.TableBytes, f.DiskBytes = st.TableBytes, st.DiskBytes
+	f.BytesPerRecord = float64(st.TableBytes) / float64(s.records)
+	f.Memory = memory(o, st)
+	logf("check of the %s store", s.name)
+	start = time.Now()
+	cr, err := e.Check(ctx)
+	if err != nil {
+		return f, err
+	}
+	if cr.ProblemCount > 0 {
+		return f, fmt.Errorf("%w: check found %d problems: %v", bench.ErrViolation, cr.ProblemCount, cr.Problems)
+	}
+	f.CheckSeconds, f.CheckRecords = time.Since(start).Seconds(), cr.Records
+	backup := run.Dir("backup")
+	start = time.Now()
+	if err := e.Backup(ctx, backup); err != nil {
+		return f, err
+	}
+	f.BackupSeconds = time.Since(start).Seconds()
+	_ = os.RemoveAll(backup)
+	start = time.Now()
+	err = e.Close()
+	e = nil
+	if err != nil {
+		return f, err
+	}
+	f.CloseSeconds = time.Since(start).Seconds()
+	if o.ScanRestart {
+		logf("restart of the %s store without its saved claim filter", s.name)
+		if err := os.Remove(filepath.Join(s.dir, "idemkv-claimfilter")); err != nil {
+			return f, err
+		}
+		start = time.Now()
+		if e, err = engine.Open(s.dir, s.engineOptions(o)); err != nil {
+			return f, err
+		}
+		<-e.ClaimFilterBuilt()
+		f.ScanOpenSeconds = time.Since(start).Seconds()
+	}
+	return f, nil
+}
+
+// openLoop runs the open-loop phase on the store, its clock running.
+func (s *store) openLoop(ctx context.Context, o *Options, stream uint64) (*Phase, error) {
+	e, err := engine.Open(s.dir, s.engineOptions(o))
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	<-e.ClaimFilterBuilt()
+	before, err := e.Stats()
+	if err != nil {
+		return nil, err
+	}
+	s.clock.run()
+	defer s.clock.stop()
+	q := &requester{e: e, stream: stream, tenants: o.Tenants}
+	points, lat, err := q.openLoop(ctx, o, o.Duration)
+	if err != nil {
+		return nil, err
+	}
+	after, err := e.Stats()
+	if err != nil {
+		return nil, err
+	}
+	ph := &Phase{Records: s.records, Windows: points, Latency: lat, Memory: memory(o, after)}
+	ph.RecordsAfter = after.Completed - before.Completed
+	if flushed := after.TableBytesFlush - before.TableBytesFlush; flushed > 0 {
+		ph.WriteAmp = float64(after.TableBytesWritten-before.TableBytesWritten) / float64(flushed)
+	}
+	ph.Sweep = SweepFigures{Passes: after.Sweep.Passes - before.Sweep.Passes, Deleted: after.Sweep.Deleted - before.Sweep.Deleted}
+	if p := after.Sweep.Last; !p.Ended.IsZero() {
+		ph.Sweep.LastPassSeconds, ph.Sweep.LastPassDeleted = p.Ended.Sub(p.Started).Seconds(), p.Deleted
+	}
+	ph.BytesPerRecord = float64(after.TableBytes) / float64(s.records)
+	return ph, nil
+}
+
+// closedLoop measures the highest rate clients reach on the store.
+func (s *store) closedLoop(ctx context.Context, o *Options, clients int, stream uint64) (float64, error) {
+	e, err := engine.Open(s.dir, s.engineOptions(o))
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close()
+	<-e.ClaimFilterBuilt()
+	s.clock.run()
+	defer s.clock.stop()
+	q := &requester{e: e, stream: stream, tenants: o.Tenants}
+	return q.closedLoop(ctx, clients, o.Point)
+}
+
+// memory is the process's memory by component, as of now.
+func memory(o *Options, st engine.Stats) Memory {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	eo := (&engine.Options{}).EnsureDefaults()
+	if o.Engine != nil {
+		eo = o.Engine.EnsureDefaults()
+	}
+	bits := int64(eo.ClaimFilterBitsPerKey)
+	return Memory{RSS: rss(), GoHeap: ms.HeapInuse, ClaimFilter: uint64(st.ClaimFilterKeys * max(0, bits) / 8),
+		BlockCache: uint64(eo.CacheSize), MemTables: st.MemTableBytes, ReplayCache: uint64(max(0, eo.ReplayCacheSize))}
+}
+
+// rss and peakRSS read the process's resident memory, now and at its
+// peak, from /proc (0 where there is none).
+func rss() uint64     { return procStatus("VmRSS:") }
+func peakRSS() uint64 { return procStatus("VmHWM:") }
+
+func procStatus(field string) uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}

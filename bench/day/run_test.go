@@ -1,0 +1,59 @@
+package day
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/idemkv/idemkv/bench"
+	"github.com/stretchr/testify/require"
+)
+
+// The day run at a million records, with short phases: every figure is
+// there, the large store was opened with the filter Load saved, Check
+// found every record, the sweeper dropped the bucket that ended during
+// the open-loop phase, and a second run reuses the kept store.
+func TestRunSmallDay(t *testing.T) {
+	records := int64(1_000_000)
+	if testing.Short() {
+		records = 200_000
+	}
+	kept := t.TempDir()
+	o := &Options{Options: bench.Options{Dir: t.TempDir(), Tenants: 10}, Records: records, Small: records / 10,
+		Duration: 3 * time.Second, Window: 500 * time.Millisecond, Rate: 2000, Clients: []int{8}, Point: 300 * time.Millisecond,
+		Rounds: 1, SweepInterval: 200 * time.Millisecond, Store: kept}
+	rep, err := Run(ctx, o)
+	require.NoError(t, err)
+	require.False(t, rep.Load.Reused)
+	require.Positive(t, rep.Load.PerSecond)
+	require.True(t, rep.Restart.SavedFilter)
+	require.EqualValues(t, records, rep.Restart.CheckRecords)
+	require.Positive(t, rep.Restart.BytesPerRecord)
+	require.Positive(t, rep.Restart.Memory.ClaimFilter)
+	for _, p := range []*Phase{rep.Small, rep.Large} {
+		require.NotNil(t, p)
+		require.GreaterOrEqual(t, len(p.Windows), 5)
+		require.Positive(t, p.Latency.P99)
+		require.Positive(t, p.RecordsAfter)
+		// The oldest bucket ends halfway through the phase: the sweeper
+		// drops the records that expired in it.
+		require.Positive(t, p.Sweep.Deleted, "records swept")
+	}
+	require.Positive(t, rep.meanRate("small", 8))
+	require.Positive(t, rep.meanRate("large", 8))
+
+	var table, js bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	require.Contains(t, table.String(), "open to full speed")
+	require.NoError(t, rep.WriteJSON(&js))
+	var back map[string]any
+	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
+	files, err := rep.Plot(t.TempDir())
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+
+	o.Duration, o.Rounds = time.Second, 1
+	_, err = Run(ctx, o)
+	require.Error(t, err, "another run's store (its day starts elsewhere)")
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/bench/day"
+	"github.com/idemkv/idemkv/engine"
+)
+
+// runDay runs `bench --profile day`: the store of a full day at the
+// guide's rate (package bench/day). Its long phases print a line each to
+// stderr as they go, terminal or not: a run takes hours.
+func runDay(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.File) error {
+	cfg, err := day.Profile("day")
+	if err != nil {
+		return err
+	}
+	cfg.Records, cfg.Store, cfg.ScanRestart = f.day.Records, f.day.Store, f.day.ScanRestart
+	if f.duration > 0 {
+		cfg.Duration = f.duration
+	}
+	if f.concurrency != nil {
+		cfg.Clients = f.concurrency
+	}
+	cfg.Dir = f.data
+	if f.claimFilterBits != 0 {
+		cfg.Engine = &engine.Options{ClaimFilterBitsPerKey: f.claimFilterBits}
+	}
+	cfg.Engine = f.pebble.apply(cfg.Engine)
+	if err := cfg.EnsureDefaults().Validate(); err != nil {
+		return usageError{err}
+	}
+	start := time.Now()
+	cfg.Log = func(line string) {
+		fmt.Fprintf(stderr, "%s +%v %s\n", time.Now().UTC().Format("15:04:05"), time.Since(start).Round(time.Second), line)
+	}
+	return measureAndReport(stdout, stderr, "bench day", f.json, func(progress func(bench.Progress)) (*day.Report, error) {
+		cfg.Progress = progress
+		return day.Run(ctx, cfg)
+	}, func(rep *day.Report) error {
+		if f.plot == "" {
+			return nil
+		}
+		_, err := rep.Plot(f.plot)
+		return err
+	})
+}
