@@ -3,8 +3,8 @@ package idemkv
 import (
 	"bytes"
 	"fmt"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
