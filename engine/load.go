@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
@@ -168,13 +169,37 @@ type loadRun struct {
 	arena   []byte
 	bytes   int
 	records int
-	ids     map[string]struct{}
+	// ids indexes the run's records by the xxhash of their record key:
+	// the kv that holds the record, which ends with the key; a record
+	// whose hash another already has is in more.
+	ids  map[uint64]int32
+	more map[string]struct{}
 }
 
 type loadKV struct{ k, v []byte }
 
 func newLoadRun() *loadRun {
-	return &loadRun{arena: make([]byte, 0, loadRunBytes+loadRunBytes/8), ids: make(map[string]struct{})}
+	return &loadRun{arena: make([]byte, 0, loadRunBytes+loadRunBytes/8), ids: make(map[uint64]int32),
+		more: make(map[string]struct{})}
+}
+
+// addID notes that the run's last kv holds the record of record key k,
+// whose hash is h.
+func (r *loadRun) addID(k []byte, h uint64) {
+	if _, ok := r.ids[h]; ok {
+		r.more[string(k)] = struct{}{}
+		return
+	}
+	r.ids[h] = int32(len(r.kvs) - 1)
+}
+
+// has reports whether the run holds record key k, whose hash is h.
+func (r *loadRun) has(k []byte, h uint64) bool {
+	if i, ok := r.ids[h]; ok && bytes.HasSuffix(r.kvs[i].k, k[1:]) {
+		return true
+	}
+	_, ok := r.more[string(k)]
+	return ok
 }
 
 // Set implements batchWriter.
@@ -241,37 +266,31 @@ func (l *loader) add(rec *idemkv.Record) error {
 		return err
 	}
 	k := appendRecordKey(nil, rec.ID)
-	if err := l.checkNew(k, rec.ID); err != nil {
-		return err
-	}
-	l.run.ids[string(k)] = struct{}{}
-	e.putRecord(l.run, k, nil, rec)
+	h := xxhash.Sum64(k)
+	// The filter holds every key stored and every key of the runs, so a
+	// key it has not seen is new; it is added in the same step.
 	st := e.table.stripe(k)
 	st.mu.Lock()
-	st.filterAddLocked(k)
+	maybe := st.mu.filter == nil || st.mu.filter.TestAndAdd(k)
 	st.mu.Unlock()
+	if maybe {
+		if err := l.checkNew(k, h, rec.ID); err != nil {
+			return err
+		}
+	}
+	e.putRecord(l.run, k, nil, rec)
+	l.run.addID(k, h)
 	e.filter.adds.Add(1)
 	l.run.records++
 	l.n++
 	return nil
 }
 
-// checkNew fails with ErrExists if k is in a run or live in the store.
-func (l *loader) checkNew(k []byte, id idemkv.ID) error {
-	if _, ok := l.run.ids[string(k)]; ok {
+// checkNew fails with ErrExists if record key k, whose hash is h, is in a
+// run or live in the store.
+func (l *loader) checkNew(k []byte, h uint64, id idemkv.ID) error {
+	if l.run.has(k, h) || l.prev != nil && l.prev.has(k, h) {
 		return fmt.Errorf("%w: %s/%s/%q given twice", ErrExists, id.Tenant, id.Endpoint, id.Key)
-	}
-	st := l.e.table.stripe(k)
-	st.mu.Lock()
-	maybe := st.mu.filter == nil || st.mu.filter.Test(k)
-	st.mu.Unlock()
-	if !maybe {
-		return nil
-	}
-	if l.prev != nil {
-		if _, ok := l.prev.ids[string(k)]; ok {
-			return fmt.Errorf("%w: %s/%s/%q given twice", ErrExists, id.Tenant, id.Endpoint, id.Key)
-		}
 	}
 	if _, found, err := l.e.readWith(l.it, k, l.now); err != nil {
 		return err
@@ -398,8 +417,11 @@ var testHookIngested func(run int) error
 // Pebble ingest them. The files are removed whatever happens (Pebble links
 // or copies them).
 func (e *Engine) ingestRun(ctx context.Context, name string, run int, r *loadRun) error {
-	if !slices.IsSortedFunc(r.kvs, cmpLoadKV) {
-		slices.SortFunc(r.kvs, cmpLoadKV)
+	kvs := r.kvs
+	if !slices.IsSortedFunc(kvs, cmpLoadKV) {
+		// A copy: the loader still finds the run's records by index.
+		kvs = slices.Clone(kvs)
+		slices.SortFunc(kvs, cmpLoadKV)
 	}
 	var names []string
 	defer func() {
@@ -407,7 +429,7 @@ func (e *Engine) ingestRun(ctx context.Context, name string, run int, r *loadRun
 			_ = e.opts.FS.Remove(n)
 		}
 	}()
-	for kvs := r.kvs; len(kvs) > 0; {
+	for len(kvs) > 0 {
 		ns := kvs[0].k[0]
 		end := 1
 		for end < len(kvs) && kvs[end].k[0] == ns {

@@ -187,3 +187,33 @@ func TestLoadCrashLeavesASoundStore(t *testing.T) {
 	_, err = crashed.Stat("/db/" + loadFilePrefix + "000099.sst")
 	require.True(t, errors.Is(err, os.ErrNotExist), "the crashed Load's sstable is removed")
 }
+
+// Without a claim filter, every record is checked against the runs and
+// the store.
+func TestLoadFindsDuplicatesWithoutAFilter(t *testing.T) {
+	smallRuns(t)
+	clock := fakeclock.New(t0)
+	opts := loadOpts(clock)
+	opts.Retention, opts.ClaimFilterBitsPerKey = 48*time.Hour, -1
+	recs := dayRecords(opts, 3000, true)
+	for _, back := range []int{1, 400, 2500} {
+		withDup := append(slices.Clone(recs), recs[len(recs)-back])
+		_, err := Load(ctx, t.TempDir(), opts, slices.Values(withDup), nil)
+		require.ErrorIs(t, err, ErrExists, "duplicate of the record %d back", back)
+	}
+}
+
+// A run finds its records by hash, and tells apart two keys whose hashes
+// are equal.
+func TestLoadRunKeysWithEqualHashes(t *testing.T) {
+	r := newLoadRun()
+	a, b := appendRecordKey(nil, id("a")), appendRecordKey(nil, id("b"))
+	require.NoError(t, r.Set(a, []byte("va"), nil))
+	r.addID(a, 7)
+	require.NoError(t, r.Set(b, []byte("vb"), nil))
+	r.addID(b, 7) // the same hash
+	require.True(t, r.has(a, 7))
+	require.True(t, r.has(b, 7))
+	require.False(t, r.has(appendRecordKey(nil, id("c")), 7))
+	require.False(t, r.has(a, 8))
+}
