@@ -147,6 +147,7 @@ func TestClaimFilterRebuildCoversWritesInFlight(t *testing.T) {
 	v := newEnv(t)
 	fs.await(t, "built")
 	v.opts.ReplayCacheSize = -1
+	v.opts.claimFilterGroups = 1 // one pass: the keys below are in it
 	v.reopenScanning()
 	fs.await(t, "built") // the first build, of an empty store
 	fs.holdAt("scanned")
@@ -392,4 +393,64 @@ func TestClaimFilterRetriesAFailedBuild(t *testing.T) {
 	st = v.stats()
 	require.EqualValues(t, 30, st.ClaimFilterStored)
 	require.Equal(t, idemkv.Replay, v.claim(id("k7"), fpA, idemkv.ModeLocal).Outcome)
+}
+
+// A rebuild builds its filters group by group of stripes: while one group
+// is built, only its stripes have a filter being built beside the one in
+// use. In every group, a write whose slot existed before the group's scan
+// but committed after it is covered, and so is every key stored before.
+func TestClaimFilterRebuildsInGroups(t *testing.T) {
+	v := newEnv(t)
+	<-v.e.ClaimFilterBuilt()
+	v.opts.ReplayCacheSize = -1
+	v.opts.Shards = 8
+	v.reopenScanning()
+	<-v.e.ClaimFilterBuilt()
+	stored := v.completeAll("stored", 40)
+
+	var building []int
+	var inFlight []idemkv.Lease
+	var keys []string
+	done := make(chan struct{})
+	testHookClaimFilter = func(stage string) {
+		switch stage {
+		case "next":
+			n := 0
+			for i := range v.e.table.stripes {
+				st := &v.e.table.stripes[i]
+				st.mu.Lock()
+				if st.mu.nextFilter != nil {
+					require.NotNil(t, st.mu.filter, "a rebuild replaces a filter in use")
+					n++
+				}
+				st.mu.Unlock()
+			}
+			building = append(building, n)
+			// A slot in every stripe's group, most of them in others.
+			for range 8 {
+				k := fmt.Sprintf("flight-%d", len(keys))
+				keys = append(keys, k)
+				c := v.claim(id(k), fpA, idemkv.ModeLocal)
+				require.Equal(t, idemkv.Acquired, c.Outcome)
+				inFlight = append(inFlight, c.Lease)
+			}
+		case "scanned":
+			for _, l := range inFlight {
+				require.NoError(t, v.e.Complete(ctx, l, idemkv.Result{Status: 201}, nil))
+			}
+			inFlight = nil
+		case "built":
+			close(done)
+		}
+	}
+	t.Cleanup(func() { testHookClaimFilter = nil })
+	v.e.filter.requestBuild()
+	<-done
+	testHookClaimFilter = nil
+
+	require.Equal(t, []int{2, 2, 2, 2}, building, "a quarter of the 8 stripes at a time")
+	st := v.stats()
+	require.EqualValues(t, 2, st.ClaimFilterBuilds)
+	v.requireKeysFound(stored)
+	v.requireKeysFound(keys)
 }

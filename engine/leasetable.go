@@ -74,9 +74,10 @@ func (t *leaseTable) init(stripes int, replay replayCache, filter *claimFilter) 
 }
 
 // stripe returns the stripe of record key k.
-func (t *leaseTable) stripe(k []byte) *stripe {
-	return &t.stripes[xxhash.Sum64(k)%uint64(len(t.stripes))]
-}
+func (t *leaseTable) stripe(k []byte) *stripe { return &t.stripes[t.stripeIndex(k)] }
+
+// stripeIndex returns the index of k's stripe.
+func (t *leaseTable) stripeIndex(k []byte) int { return int(xxhash.Sum64(k) % uint64(len(t.stripes))) }
 
 // slotLocked returns k's slot, or nil.
 //

@@ -163,9 +163,10 @@ type Options struct {
 	// ClaimFilterBitsPerKey sizes the in-memory bloom filter that answers
 	// most claims of new keys without a Pebble lookup (claimfilter.go).
 	// Default: 10 bits per key, about 1% of new keys still looked up. It
-	// takes about 2.5 bytes per stored record, twice that while it is
-	// rebuilt; until its first build after Open ends, every claim reads
-	// Pebble. Negative disables it.
+	// takes about 2.5 bytes per stored record, a quarter more while it is
+	// rebuilt; until its first build after Open ends (or it is read from
+	// the file the last Close saved), every claim reads Pebble. Negative
+	// disables it.
 	ClaimFilterBitsPerKey int
 
 	// CheckMemory bounds, in bytes, the memory Engine.Check holds to pair
@@ -196,6 +197,8 @@ type Options struct {
 	// claimFilterMinKeys, if positive, replaces minFilterKeys: tests set
 	// it low to make the claim filter rebuild often.
 	claimFilterMinKeys int64
+	// claimFilterGroups, if positive, replaces rebuildGroups.
+	claimFilterGroups int
 
 	// ReadOnly opens the store for inspection only: every call that would
 	// change it, Claim included, returns ErrReadOnly, and the store's epoch
