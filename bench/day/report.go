@@ -17,6 +17,7 @@ import (
 type Report struct {
 	Meta    bench.Meta     `json:"meta"`    // the run and the machine
 	Options ReportOptions  `json:"options"` // what the run was asked to do
+	Disk    DiskFit        `json:"disk"`    // whether the disk held the run asked for
 	Load    LoadFigures    `json:"load"`    // the large store's loading
 	Restart RestartFigures `json:"restart"` // the large store's Open, Check, Backup and Close
 	// Small and Large are the open-loop phase on each store.
@@ -46,6 +47,14 @@ func reportOptions(o *Options) ReportOptions {
 	return ReportOptions{Records: o.Records, Small: o.Small, Rate: o.Rate, DurationSeconds: o.Duration.Seconds(),
 		WindowSeconds: o.Window.Seconds(), Clients: o.Clients, PointSeconds: o.Point.Seconds(), Rounds: o.Rounds,
 		Retries: o.Retries, Duplicates: o.Duplicates, Tenants: o.Tenants}
+}
+
+// DiskFit says whether the disk held the large store asked for.
+type DiskFit struct {
+	Asked      int64  `json:"asked"`       // the records asked for
+	Records    int64  `json:"records"`     // the records run: fewer if the disk could not hold them
+	NeedBytes  uint64 `json:"need_bytes"`  // the disk the run asked for needs, reckoned
+	AvailBytes uint64 `json:"avail_bytes"` // the disk that was free
 }
 
 // LoadFigures are the loader's.
@@ -137,6 +146,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	mb := func(b uint64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
 	fmt.Fprintf(w, "\nlarge store: %s records; small store: %s\n", bench.Count(float64(r.Options.Records)), bench.Count(float64(r.Options.Small)))
+	if d := r.Disk; d.Records != d.Asked {
+		fmt.Fprintf(w, "the disk had %d GB free and %s records need about %d GB: ran %s, %.0f%% of the size asked for\n",
+			d.AvailBytes>>30, bench.Count(float64(d.Asked)), d.NeedBytes>>30, bench.Count(float64(d.Records)), 100*float64(d.Records)/float64(d.Asked))
+	}
 	l := r.Load
 	fmt.Fprintf(w, "load: %.0f s, %s records a second (peak RSS %s)%s\n", l.Seconds, bench.Count(l.PerSecond), mb(l.RSSPeak), map[bool]string{true: ", from an earlier run"}[l.Reused])
 	s := r.Restart

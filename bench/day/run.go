@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/engine"
 )
@@ -55,6 +56,15 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	if large.dir == "" {
 		large.dir = run.Dir("large")
 	}
+	if rep.Disk, err = fitDisk(o, large.dir); err != nil {
+		return nil, err
+	}
+	if rep.Disk.Records != o.Records {
+		logf("the disk holds %d GB, and %d records need about %d GB: running %d records",
+			rep.Disk.AvailBytes>>30, o.Records, rep.Disk.NeedBytes>>30, rep.Disk.Records)
+		large.records = rep.Disk.Records
+		rep.Options.Records = large.records
+	}
 	small := &store{name: "small", records: o.Small, dir: run.Dir("small")}
 	for _, s := range []*store{large, small} {
 		if err := s.build(ctx, o, logf); err != nil {
@@ -97,6 +107,46 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	}
 	rep.Meta = run.Meta()
 	return rep, nil
+}
+
+// diskPerRecord is what a day's record is reckoned to take on disk while
+// it is loaded and run, with room: 79 B measured at rest, the WAL, the
+// memtables flushed during the run and compactions' transient copies.
+const diskPerRecord = 100
+
+// minRecords is the fewest records a run reduced to fit the disk may
+// hold: below that it would say too little about the guide's size.
+const minRecords = 200_000_000
+
+// fitDisk checks that the disk under dir holds both stores, or reduces
+// the large one to what fits (never below minRecords) and says so.
+func fitDisk(o *Options, dir string) (DiskFit, error) {
+	fit := DiskFit{Asked: o.Records, Records: o.Records}
+	if b, err := os.ReadFile(filepath.Join(dir, markerFile)); err == nil && len(b) > 0 {
+		return fit, nil // a store an earlier run left: it fits already
+	}
+	parent := dir
+	for {
+		if _, err := os.Stat(parent); err == nil || parent == filepath.Dir(parent) {
+			break
+		}
+		parent = filepath.Dir(parent)
+	}
+	u, err := vfs.Default.GetDiskUsage(parent)
+	if err != nil {
+		return fit, nil // cannot tell: try
+	}
+	fit.AvailBytes = u.AvailBytes
+	fit.NeedBytes = uint64(o.Records+o.Small) * diskPerRecord
+	if fit.NeedBytes <= fit.AvailBytes {
+		return fit, nil
+	}
+	fit.Records = int64(fit.AvailBytes/diskPerRecord) - o.Small
+	if fit.Records < min(minRecords, o.Records) {
+		return fit, fmt.Errorf("the disk under %s has %d GB free, and the run needs about %d GB (%d B a record)",
+			parent, fit.AvailBytes>>30, fit.NeedBytes>>30, diskPerRecord)
+	}
+	return fit, nil
 }
 
 // store is one of the run's two stores.

@@ -57,3 +57,24 @@ func TestRunSmallDay(t *testing.T) {
 	_, err = Run(ctx, o)
 	require.Error(t, err, "another run's store (its day starts elsewhere)")
 }
+
+// A disk too small for the store asked for reduces it to what fits, and
+// says so; one too small for the smallest useful run refuses.
+func TestFitDisk(t *testing.T) {
+	dir := t.TempDir()
+	fit, err := fitDisk(&Options{Records: 1000, Small: 10}, dir+"/a/b")
+	require.NoError(t, err)
+	require.EqualValues(t, 1000, fit.Records)
+	require.Positive(t, fit.AvailBytes)
+
+	huge := int64(fit.AvailBytes/diskPerRecord) * 2
+	fits := int64(fit.AvailBytes/diskPerRecord) - 1_000_000
+	fit, err = fitDisk(&Options{Records: huge, Small: 1_000_000}, dir)
+	if fits < minRecords {
+		require.ErrorContains(t, err, "needs about")
+		return
+	}
+	require.NoError(t, err)
+	require.Equal(t, fits, fit.Records)
+	require.Greater(t, fit.NeedBytes, fit.AvailBytes)
+}
