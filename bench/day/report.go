@@ -111,6 +111,11 @@ type SweepFigures struct {
 	Deleted         int64   `json:"deleted"`           // the records they deleted
 	LastPassSeconds float64 `json:"last_pass_seconds"` // the wall time of the last pass
 	LastPassDeleted int     `json:"last_pass_deleted"` // the records it deleted
+	// FinalPassSeconds is a pass run at the end of the phase, its clock
+	// past the bucket that ended halfway; FinalPassDeleted what it deleted.
+	FinalPassSeconds float64 `json:"final_pass_seconds"`
+	// FinalPassDeleted is the records the final pass deleted.
+	FinalPassDeleted int `json:"final_pass_deleted"`
 }
 
 // ClosedPoint is one closed-loop measurement.
@@ -163,14 +168,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "memory after Open: RSS %s; Go heap %s (claim filter %s, replay cache up to %s); block cache %s, memtables %s\n",
 		mb(m.RSS), mb(m.GoHeap), mb(m.ClaimFilter), mb(m.ReplayCache), mb(m.BlockCache), mb(m.MemTables))
 	fmt.Fprintf(w, "\nopen loop at %s requests/s for %.0f s:\n", bench.Count(r.Options.Rate), r.Options.DurationSeconds)
-	fmt.Fprintln(tw, "store\trecords\tp50 µs\tp99 µs\tp99.9 µs\twrite amp\tswept\tlast pass s\tRSS\t")
+	fmt.Fprintln(tw, "store\trecords\tp50 µs\tp99 µs\tp99.9 µs\twrite amp\tswept\tlast pass s\tfinal pass\tRSS\t")
 	for _, p := range []*Phase{r.Small, r.Large} {
 		if p == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%.1f\t%s\t\n", map[bool]string{true: "large", false: "small"}[p == r.Large],
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%.1f\t%s in %.1f s\t%s\t\n", map[bool]string{true: "large", false: "small"}[p == r.Large],
 			bench.Count(float64(p.Records)), p.Latency.P50, p.Latency.P99, p.Latency.P999, p.WriteAmp,
-			bench.Count(float64(p.Sweep.Deleted)), p.Sweep.LastPassSeconds, mb(p.Memory.RSS))
+			bench.Count(float64(p.Sweep.Deleted)), p.Sweep.LastPassSeconds, bench.Count(float64(p.Sweep.FinalPassDeleted)),
+			p.Sweep.FinalPassSeconds, mb(p.Memory.RSS))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
