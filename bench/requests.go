@@ -52,6 +52,16 @@ func Key(stream, i uint64, tenants int) idemkv.ID {
 	}
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	return idemkv.ID{
+		Tenant:   "acct_" + strconv.FormatUint(splitmix64(h2)%uint64(max(1, tenants)), 10),
+		Endpoint: endpoint,
+		Key:      UUID(u),
+	}
+}
+
+// UUID formats u as a UUID string: 36 characters, lower-case hex in the
+// 8-4-4-4-12 groups.
+func UUID(u [16]byte) string {
 	var s [36]byte
 	hex.Encode(s[0:8], u[0:4])
 	s[8] = '-'
@@ -62,11 +72,7 @@ func Key(stream, i uint64, tenants int) idemkv.ID {
 	hex.Encode(s[19:23], u[8:10])
 	s[23] = '-'
 	hex.Encode(s[24:36], u[10:16])
-	return idemkv.ID{
-		Tenant:   "acct_" + strconv.FormatUint(splitmix64(h2)%uint64(max(1, tenants)), 10),
-		Endpoint: endpoint,
-		Key:      string(s[:]),
-	}
+	return string(s[:])
 }
 
 // Fingerprint returns request (stream, i)'s 9-byte fingerprint; other

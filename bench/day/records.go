@@ -1,13 +1,13 @@
 package day
 
 import (
-	"encoding/hex"
 	"fmt"
 	"iter"
 	"math/rand/v2"
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/engine"
 )
 
@@ -151,25 +151,11 @@ func sortedKeys(r *rand.Rand, n int64, kind uint64) iter.Seq2[int, string] {
 				u[j] = byte(hi >> (56 - 8*j))
 				u[8+j] = byte(lo >> (56 - 8*j))
 			}
-			if !yield(int(i), uuid(u)) {
+			if !yield(int(i), bench.UUID(u)) {
 				return
 			}
 		}
 	}
-}
-
-func uuid(u [16]byte) string {
-	var s [36]byte
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], u[10:])
-	return string(s[:])
 }
 
 // fingerprint is a request fingerprint as the middleware makes them: a
