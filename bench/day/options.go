@@ -52,6 +52,16 @@ type Options struct {
 	// ScanRestart also measures an Open without the saved claim filter,
 	// which rebuilds it by scanning (what a crash costs).
 	ScanRestart bool
+	// MemoryLimit is the Go memory limit (runtime/debug.SetMemoryLimit)
+	// of the measured phases, in bytes: the restart, Check and Backup, the
+	// open-loop and the closed-loop phases. Run sets it after the loads,
+	// not before: the loader is a one-off batch job whose heap is not what
+	// a serving process holds, and a limit sized for the service would
+	// only make the collector run back to back through it. Zero leaves
+	// the process's limit as it is (GOMEMLIMIT's, or none); a negative
+	// value removes any limit. Run puts back the limit it found when it
+	// returns. The report gives the limit in effect (ReportOptions).
+	MemoryLimit int64
 	// Log, if set, gets a line for each long phase's progress.
 	Log func(string)
 }

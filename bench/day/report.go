@@ -41,6 +41,10 @@ type ReportOptions struct {
 	Retries         float64 `json:"retries"`          // the open-loop share of retries of completed keys
 	Duplicates      float64 `json:"duplicates"`       // the open-loop share of requests sent twice at once
 	Tenants         int     `json:"tenants"`          // the tenants the records and requests are spread over
+	// MemoryLimit is the Go memory limit in effect in the measured phases,
+	// in bytes, 0 if there was none: Options.MemoryLimit's, or GOMEMLIMIT's
+	// if that was not set. The loads ran under GOMEMLIMIT's, if any.
+	MemoryLimit int64 `json:"memory_limit_bytes"`
 }
 
 func reportOptions(o *Options) ReportOptions {
@@ -85,8 +89,17 @@ type RestartFigures struct {
 
 // Memory is the process's memory by component, in bytes.
 type Memory struct {
-	RSS         uint64 `json:"rss"`          // the resident set, all of it
-	GoHeap      uint64 `json:"go_heap"`      // in use, the claim filter and the replay cache included
+	RSS uint64 `json:"rss"` // the resident set, all of it
+	// GoHeap is the heap's spans in use (MemStats.HeapInuse): the live
+	// objects, the claim filter and the replay cache among them, and the
+	// garbage not collected yet, with the room free in those spans. It is
+	// what the heap occupies, which the collector lets grow to about
+	// twice GoHeapLive (GOGC=100) unless a memory limit holds it down.
+	GoHeap uint64 `json:"go_heap"`
+	// GoHeapLive is what the last collection found live
+	// (runtime/metrics /gc/heap/live:bytes): what the heap needs, at
+	// most GoHeap.
+	GoHeapLive  uint64 `json:"go_heap_live"`
 	ClaimFilter uint64 `json:"claim_filter"` // its bits
 	BlockCache  uint64 `json:"block_cache"`  // its limit, outside the Go heap
 	MemTables   uint64 `json:"memtables"`    // Pebble's memtables, outside the Go heap
@@ -103,6 +116,30 @@ type Phase struct {
 	BytesPerRecord float64       `json:"table_bytes_per_record"` // at the end, by the size at the start
 	Sweep          SweepFigures  `json:"sweep"`                  // the sweeper's work during the phase
 	Memory         Memory        `json:"memory"`                 // at the end
+	GC             GCFigures     `json:"gc"`                     // the collector's work during the phase
+}
+
+// GCFigures are the collector's work during a phase, from runtime/metrics.
+// The runtime brings its CPU figures up to date at each collection, so
+// they cover the phase from the last collection before it began to the
+// last before it ended. They are the runtime's estimates, to compare with
+// each other, not with the system's CPU time.
+type GCFigures struct {
+	Cycles     uint64  `json:"cycles"`      // the collections completed (/gc/cycles/total)
+	CPUSeconds float64 `json:"cpu_seconds"` // the collector's CPU time (/cpu/classes/gc/total)
+	// IdleMarkCPUSeconds is the part of CPUSeconds spent marking on CPU
+	// that was otherwise idle (/cpu/classes/gc/mark/idle): not taken from
+	// the requests.
+	IdleMarkCPUSeconds float64 `json:"idle_mark_cpu_seconds"`
+	// BusyCPUSeconds is the CPU time the process's Go code and runtime
+	// used, the collector's included (/cpu/classes/total less
+	// /cpu/classes/idle).
+	BusyCPUSeconds float64 `json:"busy_cpu_seconds"`
+	// AvailableCPUSeconds is GOMAXPROCS times the wall time covered
+	// (/cpu/classes/total).
+	AvailableCPUSeconds float64 `json:"available_cpu_seconds"`
+	Share               float64 `json:"share"`           // CPUSeconds by BusyCPUSeconds: the collector's share of the CPU the process used
+	AvailableShare      float64 `json:"available_share"` // CPUSeconds by AvailableCPUSeconds: its share of the CPU GOMAXPROCS allowed
 }
 
 // SweepFigures are the sweeper's work during a phase.
@@ -151,6 +188,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	mb := func(b uint64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
 	fmt.Fprintf(w, "\nlarge store: %s records; small store: %s\n", bench.Count(float64(r.Options.Records)), bench.Count(float64(r.Options.Small)))
+	if l := r.Options.MemoryLimit; l > 0 {
+		fmt.Fprintf(w, "Go memory limit after the loads: %d MiB (%s)\n", l>>20, mb(uint64(l)))
+	} else {
+		fmt.Fprintln(w, "Go memory limit after the loads: none")
+	}
 	if d := r.Disk; d.Records != d.Asked {
 		fmt.Fprintf(w, "the disk had %d GB free and %s records need about %d GB: ran %s, %.0f%% of the size asked for\n",
 			d.AvailBytes>>30, bench.Count(float64(d.Asked)), d.NeedBytes>>30, bench.Count(float64(d.Records)), 100*float64(d.Records)/float64(d.Asked))
@@ -165,18 +207,19 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "\ncheck: %.0f s (%s records); backup: %.2f s; close: %.2f s\n", s.CheckSeconds, bench.Count(float64(s.CheckRecords)), s.BackupSeconds, s.CloseSeconds)
 	fmt.Fprintf(w, "disk: %s of sstables, %.1f B a record (the guide's estimate: 200 B)\n", mb(s.TableBytes), s.BytesPerRecord)
 	m := s.Memory
-	fmt.Fprintf(w, "memory after Open: RSS %s; Go heap %s (claim filter %s, replay cache up to %s); block cache %s, memtables %s\n",
-		mb(m.RSS), mb(m.GoHeap), mb(m.ClaimFilter), mb(m.ReplayCache), mb(m.BlockCache), mb(m.MemTables))
+	fmt.Fprintf(w, "memory after Open: RSS %s; Go heap %s in use, %s live (claim filter %s, replay cache up to %s); block cache %s, memtables %s\n",
+		mb(m.RSS), mb(m.GoHeap), mb(m.GoHeapLive), mb(m.ClaimFilter), mb(m.ReplayCache), mb(m.BlockCache), mb(m.MemTables))
 	fmt.Fprintf(w, "\nopen loop at %s requests/s for %.0f s:\n", bench.Count(r.Options.Rate), r.Options.DurationSeconds)
-	fmt.Fprintln(tw, "store\trecords\tp50 µs\tp99 µs\tp99.9 µs\twrite amp\tswept\tlast pass s\tfinal pass\tRSS\t")
+	fmt.Fprintln(tw, "store\trecords\tp50 µs\tp99 µs\tp99.9 µs\twrite amp\tswept\tlast pass s\tfinal pass\tRSS\theap in use\theap live\tGCs\tGC CPU s\tGC share\t")
 	for _, p := range []*Phase{r.Small, r.Large} {
 		if p == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%.1f\t%s in %.1f s\t%s\t\n", map[bool]string{true: "large", false: "small"}[p == r.Large],
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%.1f\t%s in %.1f s\t%s\t%s\t%s\t%d\t%.1f\t%.1f%%\t\n", map[bool]string{true: "large", false: "small"}[p == r.Large],
 			bench.Count(float64(p.Records)), p.Latency.P50, p.Latency.P99, p.Latency.P999, p.WriteAmp,
 			bench.Count(float64(p.Sweep.Deleted)), p.Sweep.LastPassSeconds, bench.Count(float64(p.Sweep.FinalPassDeleted)),
-			p.Sweep.FinalPassSeconds, mb(p.Memory.RSS))
+			p.Sweep.FinalPassSeconds, mb(p.Memory.RSS), mb(p.Memory.GoHeap), mb(p.Memory.GoHeapLive),
+			p.GC.Cycles, p.GC.CPUSeconds, 100*p.GC.Share)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

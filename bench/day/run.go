@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"time"
@@ -74,6 +75,10 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 		run.Step("load " + s.name)
 	}
 	rep.Load = large.load
+	// The measured phases run under the memory limit asked for; the loads
+	// did not (Options.MemoryLimit).
+	defer applyMemoryLimit(o.MemoryLimit)()
+	rep.Options.MemoryLimit = memoryLimit()
 	// What the loads left on the heap is the harness's, not the store's:
 	// give it back before memory is measured.
 	debug.FreeOSMemory()
@@ -286,15 +291,17 @@ func (s *store) openLoop(ctx context.Context, o *Options, stream uint64) (*Phase
 	s.clock.run()
 	defer s.clock.stop()
 	q := &requester{e: e, stream: stream, tenants: o.Tenants}
+	gcBefore := readGC()
 	points, lat, err := q.openLoop(ctx, o, o.Duration)
 	if err != nil {
 		return nil, err
 	}
+	gc := readGC().since(gcBefore)
 	after, err := e.Stats()
 	if err != nil {
 		return nil, err
 	}
-	ph := &Phase{Records: s.records, Windows: points, Latency: lat, Memory: memory(o, after)}
+	ph := &Phase{Records: s.records, Windows: points, Latency: lat, Memory: memory(o, after), GC: gc}
 	ph.RecordsAfter = after.Completed - before.Completed
 	if flushed := after.TableBytesFlush - before.TableBytesFlush; flushed > 0 {
 		ph.WriteAmp = float64(after.TableBytesWritten-before.TableBytesWritten) / float64(flushed)
@@ -331,15 +338,83 @@ func (s *store) closedLoop(ctx context.Context, o *Options, clients int, stream 
 
 // memory is the process's memory by component, as of now.
 func memory(o *Options, st engine.Stats) Memory {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+	// One read, so that the heap's figures are of the same moment. Objects
+	// and unused together are MemStats.HeapInuse.
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
 	eo := (&engine.Options{}).EnsureDefaults()
 	if o.Engine != nil {
 		eo = o.Engine.EnsureDefaults()
 	}
 	bits := int64(eo.ClaimFilterBitsPerKey)
-	return Memory{RSS: rss(), GoHeap: ms.HeapInuse, ClaimFilter: uint64(st.ClaimFilterKeys * max(0, bits) / 8),
-		BlockCache: uint64(eo.CacheSize), MemTables: st.MemTableBytes, ReplayCache: uint64(max(0, eo.ReplayCacheSize))}
+	return Memory{RSS: rss(), GoHeap: uint64Sample(s[0]) + uint64Sample(s[1]), GoHeapLive: uint64Sample(s[2]),
+		ClaimFilter: uint64(st.ClaimFilterKeys * max(0, bits) / 8), BlockCache: uint64(eo.CacheSize),
+		MemTables: st.MemTableBytes, ReplayCache: uint64(max(0, eo.ReplayCacheSize))}
+}
+
+// applyMemoryLimit sets the Go memory limit as Options.MemoryLimit says
+// and returns what puts back the one it found.
+func applyMemoryLimit(limit int64) (restore func()) {
+	if limit == 0 {
+		return func() {}
+	}
+	if limit < 0 {
+		limit = math.MaxInt64 // none
+	}
+	prev := debug.SetMemoryLimit(limit)
+	return func() { debug.SetMemoryLimit(prev) }
+}
+
+// memoryLimit is the Go memory limit in effect, 0 if there is none.
+func memoryLimit() int64 {
+	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
+		return l
+	}
+	return 0
+}
+
+// gcSample is the collector's counters at one moment, from runtime/metrics.
+type gcSample struct {
+	gc, idleMark, total, idle float64 // CPU seconds: /cpu/classes/...
+	cycles                    uint64
+}
+
+func readGC() gcSample {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/idle:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return gcSample{gc: float64Sample(s[0]), idleMark: float64Sample(s[1]), total: float64Sample(s[2]),
+		idle: float64Sample(s[3]), cycles: uint64Sample(s[4])}
+}
+
+// since is the collector's work from b to a.
+func (a gcSample) since(b gcSample) GCFigures {
+	f := GCFigures{Cycles: a.cycles - b.cycles, CPUSeconds: a.gc - b.gc, IdleMarkCPUSeconds: a.idleMark - b.idleMark,
+		BusyCPUSeconds: (a.total - a.idle) - (b.total - b.idle), AvailableCPUSeconds: a.total - b.total}
+	if f.BusyCPUSeconds > 0 {
+		f.Share = f.CPUSeconds / f.BusyCPUSeconds
+	}
+	if f.AvailableCPUSeconds > 0 {
+		f.AvailableShare = f.CPUSeconds / f.AvailableCPUSeconds
+	}
+	return f
+}
+
+// uint64Sample and float64Sample are a sample's value, 0 if this Go does
+// not have the metric.
+func uint64Sample(s metrics.Sample) uint64 {
+	if s.Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s.Value.Uint64()
+}
+
+func float64Sample(s metrics.Sample) float64 {
+	if s.Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return s.Value.Float64()
 }
 
 // rss and peakRSS read the process's resident memory, now and at its

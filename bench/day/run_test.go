@@ -3,6 +3,8 @@ package day
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -13,7 +15,8 @@ import (
 // The day run at a million records, with short phases: every figure is
 // there, the large store was opened with the filter Load saved, Check
 // found every record, the sweeper dropped the bucket that ended during
-// the open-loop phase, and a second run reuses the kept store.
+// the open-loop phase, the memory limit asked for held in the measured
+// phases and was put back, and a second run reuses the kept store.
 func TestRunSmallDay(t *testing.T) {
 	records := int64(1_000_000)
 	if testing.Short() {
@@ -22,20 +25,36 @@ func TestRunSmallDay(t *testing.T) {
 	kept := t.TempDir()
 	o := &Options{Options: bench.Options{Dir: t.TempDir(), Tenants: 10}, Records: records, Small: records / 10,
 		Duration: 3 * time.Second, Window: 500 * time.Millisecond, Rate: 2000, Clients: []int{8}, Point: 300 * time.Millisecond,
-		Rounds: 1, SweepInterval: 200 * time.Millisecond, Store: kept}
+		Rounds: 1, SweepInterval: 200 * time.Millisecond, Store: kept, MemoryLimit: 3 << 30}
+	limit := debug.SetMemoryLimit(-1)
 	rep, err := Run(ctx, o)
 	require.NoError(t, err)
+	require.EqualValues(t, 3<<30, rep.Options.MemoryLimit)
+	require.Equal(t, limit, debug.SetMemoryLimit(-1), "the limit found is put back")
 	require.False(t, rep.Load.Reused)
 	require.Positive(t, rep.Load.PerSecond)
 	require.True(t, rep.Restart.SavedFilter)
 	require.EqualValues(t, records, rep.Restart.CheckRecords)
 	require.Positive(t, rep.Restart.BytesPerRecord)
 	require.Positive(t, rep.Restart.Memory.ClaimFilter)
+	for _, m := range []Memory{rep.Restart.Memory, rep.Small.Memory, rep.Large.Memory} {
+		require.Positive(t, m.GoHeapLive)
+		require.LessOrEqual(t, m.GoHeapLive, m.GoHeap, "live is part of what is in use")
+	}
 	for _, p := range []*Phase{rep.Small, rep.Large} {
 		require.NotNil(t, p)
 		require.GreaterOrEqual(t, len(p.Windows), 5)
 		require.Positive(t, p.Latency.P99)
 		require.Positive(t, p.RecordsAfter)
+		// The runtime updates its CPU figures at each collection (a short
+		// phase may have none, and zeros): counts and times only grow.
+		g := p.GC
+		for _, v := range []float64{g.CPUSeconds, g.IdleMarkCPUSeconds, g.BusyCPUSeconds, g.AvailableCPUSeconds, g.Share, g.AvailableShare} {
+			require.GreaterOrEqual(t, v, 0.0, "%+v", g)
+		}
+		require.LessOrEqual(t, g.CPUSeconds, g.BusyCPUSeconds, "%+v", g)
+		require.LessOrEqual(t, g.BusyCPUSeconds, g.AvailableCPUSeconds, "%+v", g)
+		require.LessOrEqual(t, g.Share, 1.0, "%+v", g)
 	}
 	// The oldest bucket ends halfway through the phase: the sweeper drops
 	// the records that expired in it, in the background or in the pass at
@@ -48,9 +67,19 @@ func TestRunSmallDay(t *testing.T) {
 	var table, js bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
 	require.Contains(t, table.String(), "open to full speed")
+	require.Contains(t, table.String(), "Go memory limit after the loads: 3072 MiB")
+	require.Contains(t, table.String(), "GC share")
 	require.NoError(t, rep.WriteJSON(&js))
 	var back map[string]any
 	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
+	require.EqualValues(t, 3<<30, back["options"].(map[string]any)["memory_limit_bytes"])
+	for _, p := range back["open_loop"].([]any) {
+		p := p.(map[string]any)
+		require.Contains(t, p["memory"], "go_heap_live")
+		for _, k := range []string{"cycles", "cpu_seconds", "idle_mark_cpu_seconds", "busy_cpu_seconds", "available_cpu_seconds", "share", "available_share"} {
+			require.Contains(t, p["gc"], k)
+		}
+	}
 	files, err := rep.Plot(t.TempDir())
 	require.NoError(t, err)
 	require.Len(t, files, 1)
@@ -58,6 +87,24 @@ func TestRunSmallDay(t *testing.T) {
 	o.Duration, o.Rounds = time.Second, 1
 	_, err = Run(ctx, o)
 	require.Error(t, err, "another run's store (its day starts elsewhere)")
+}
+
+// A memory limit of 0 leaves the process's as it is, a negative one
+// removes it, and each is put back.
+func TestApplyMemoryLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(5 << 30))
+	restore := applyMemoryLimit(0)
+	require.EqualValues(t, 5<<30, memoryLimit(), "GOMEMLIMIT's, say, left alone")
+	restore()
+	restore = applyMemoryLimit(-1)
+	require.Zero(t, memoryLimit(), "none")
+	require.EqualValues(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1))
+	restore()
+	require.EqualValues(t, 5<<30, memoryLimit())
+	restore = applyMemoryLimit(2 << 30)
+	require.EqualValues(t, 2<<30, memoryLimit())
+	restore()
+	require.EqualValues(t, 5<<30, memoryLimit())
 }
 
 // A disk too small for the store asked for reduces it to what fits, and

@@ -27,7 +27,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		args:    "[--profile quick|full|day] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--scale N,...] [--scale-rounds R] [--postgres] [--records N] [--store DIR] [--scan-restart] [--json FILE] [--plot DIR]",
+		args:    "[--profile quick|full|day] [--workloads unique,retry,...] [--concurrency 1,16,64,256] [--duration D] [--data DIR] [--scale N,...] [--scale-rounds R] [--postgres] [--records N] [--store DIR] [--scan-restart] [--memory-limit SIZE] [--json FILE] [--plot DIR]",
 		summary: "measure the engine against a hand-written raw-Pebble baseline, side by side; --profile day: the guide's full day of records on one node (docs/benchmarks.md)",
 		flags:   benchWorkloadsFlags,
 	})
@@ -45,6 +45,17 @@ func benchWorkloadsFlags(fs *flag.FlagSet) func(context.Context, io.Writer) erro
 	fs.Int64Var(&f.day.Records, "records", 0, "with --profile day: the large store's records (default 432000000)")
 	fs.StringVar(&f.day.Store, "store", "", "with --profile day: keep the large store in `DIR`, and use the one an earlier run left there (default: a temporary directory)")
 	fs.BoolVar(&f.day.ScanRestart, "scan-restart", false, "with --profile day: also measure a restart without the saved claim filter (a scan of every record key)")
+	fs.Func("memory-limit", "with --profile day: the Go memory limit of the measured phases, set after the loads, for example 1800MiB or 2GB; 0 for none (default: GOMEMLIMIT's, if set)", func(s string) error {
+		n, err := parseByteSize(s)
+		if err != nil {
+			return err
+		}
+		f.day.MemoryLimit = n
+		if n == 0 {
+			f.day.MemoryLimit = -1 // none, GOMEMLIMIT's removed
+		}
+		return nil
+	})
 	fs.Func("workloads", "comma-separated `list` of workloads to run: "+strings.Join(workloads.Names(), ",")+" (default all)", func(s string) error {
 		names := strings.Split(s, ",")
 		for _, n := range names {
@@ -137,6 +148,42 @@ func durationFlag(fs *flag.FlagSet, name, usage string, lo time.Duration, dst *t
 		*dst = d
 		return nil
 	})
+}
+
+// byteUnits are the units parseByteSize takes, decimal and binary.
+var byteUnits = []byteUnit{{"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}}
+
+type byteUnit struct {
+	name string
+	size float64
+}
+
+// parseByteSize parses a size such as 1800MiB, 2GB or 1.5GiB into bytes.
+// A size other than 0 needs its unit: a bare 1800 is more likely MiB
+// meant than bytes. "" and "0" are 0.
+func parseByteSize(s string) (int64, error) {
+	bad := fmt.Errorf("bad size %q (want a number and a unit: B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, for example 1800MiB or 2GB; or 0)", s)
+	t := strings.TrimSpace(s)
+	if t == "" || t == "0" {
+		return 0, nil
+	}
+	num := strings.TrimRightFunc(t, func(r rune) bool { return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' })
+	unit := strings.TrimSpace(t[len(num):])
+	num = strings.TrimSpace(num)
+	i := slices.IndexFunc(byteUnits, func(u byteUnit) bool { return strings.EqualFold(u.name, unit) })
+	v, err := strconv.ParseFloat(num, 64)
+	if i < 0 || err != nil || math.IsNaN(v) || v < 0 {
+		return 0, bad
+	}
+	b := v * byteUnits[i].size
+	if v > 0 && b < 1 {
+		return 0, bad
+	}
+	if b >= math.MaxInt64 {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return int64(b), nil
 }
 
 // benchFlags are the bench command's parsed flags.

@@ -91,6 +91,20 @@ func TestBench(t *testing.T) {
 	require.ElementsMatch(t, []string{filepath.Join(plots, "latency-unique.png"), filepath.Join(plots, "throughput-unique.png")}, charts)
 }
 
+// TestParseByteSize: --memory-limit's sizes, decimal and binary.
+func TestParseByteSize(t *testing.T) {
+	for s, want := range map[string]int64{"": 0, "0": 0, "0MiB": 0, "1800MiB": 1800 << 20, "2GB": 2e9, "2 gib": 2 << 30,
+		"1.5GiB": 3 << 29, "512KiB": 512 << 10, "100B": 100, "3TB": 3e12, " 64MB ": 64e6} {
+		got, err := parseByteSize(s)
+		require.NoError(t, err, "%q", s)
+		require.Equal(t, want, got, "%q", s)
+	}
+	for _, s := range []string{"1800", "MiB", "x", "1.2.3GB", "-5MB", "NaNMiB", "InfGB", "1e400MiB", "5 M iB"} {
+		_, err := parseByteSize(s)
+		require.Error(t, err, "%q", s)
+	}
+}
+
 func requireFields(t *testing.T, m map[string]any, names ...string) {
 	t.Helper()
 	for _, n := range names {
@@ -114,6 +128,12 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--duration", "-1s"}, `bad duration "-1s"`},
 		{[]string{"--retry-fraction", "2"}, `bad fraction "2"`},
 		{[]string{"--remote-latency", "x"}, `bad duration "x"`},
+		{[]string{"--profile", "day", "--memory-limit", "1800"}, `bad size "1800" (want a number and a unit`},
+		{[]string{"--memory-limit", "lots"}, `bad size "lots"`},
+		{[]string{"--memory-limit", "-1GiB"}, `bad size "-1GiB"`},
+		{[]string{"--memory-limit", "2XB"}, `bad size "2XB"`},
+		{[]string{"--memory-limit", "0.1B"}, `bad size "0.1B"`},
+		{[]string{"--memory-limit", "1e30TB"}, `size "1e30TB" is too large`},
 		{[]string{"--l0-compaction-threshold", "0"}, `bad threshold "0"`},
 		{[]string{"http", "--l0-compaction-threshold", "-4"}, `bad threshold "-4"`},
 		{[]string{"--compression", "lz4"}, `unknown compression profile "lz4"`},

@@ -20,7 +20,7 @@ func runDay(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.File
 	if err != nil {
 		return err
 	}
-	cfg.Records, cfg.Store, cfg.ScanRestart = f.day.Records, f.day.Store, f.day.ScanRestart
+	cfg.Records, cfg.Store, cfg.ScanRestart, cfg.MemoryLimit = f.day.Records, f.day.Store, f.day.ScanRestart, f.day.MemoryLimit
 	if f.duration > 0 {
 		cfg.Duration = f.duration
 	}
