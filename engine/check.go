@@ -98,9 +98,9 @@ func (r *CheckReport) add(key, format string, args ...any) {
 // on disk:
 //
 //   - every key is in a known namespace; the metadata holds only the
-//     layout marker (record.Layout, or 4 on a store opened read-only in
-//     layout 4), the epoch (8 bytes), the store's secret (32 bytes; a
-//     marked store in layout 5 has one), the sweeper's position (a record
+//     layout marker (record.Layout, or 4 or 5 on a store opened
+//     read-only in that layout), the epoch (8 bytes), the store's secret
+//     (32 bytes; a marked store in layout 5 or later has one), the sweeper's position (a record
 //     key), the clock's mark and the marks of evicted outcomes;
 //   - every record key decodes to a valid ID and encodes back to itself;
 //   - every record decodes (the codec itself refuses unknown states and
@@ -184,7 +184,7 @@ func (e *Engine) Check(ctx context.Context) (CheckReport, error) {
 	if (r.Records > 0 || r.Effects > 0) && !r.Layout {
 		r.add(hex.EncodeToString(layoutKey), "records or effects but no layout marker")
 	}
-	if r.Layout && e.layout >= record.Layout && !r.Secret {
+	if r.Layout && e.layout > layoutWithoutSecret && !r.Secret {
 		// Written with the marker: without it, the ids of new remote
 		// records would no longer be the ones given before.
 		r.add(hex.EncodeToString(secretKey), "layout %d but no secret", e.layout)
@@ -439,7 +439,8 @@ func (e *Engine) checkRecord(pc *pairCheck, k, v []byte, epochKnown bool) {
 	if err := idemkv.ValidateFingerprint(rec.Fingerprint); err != nil {
 		r.add(name, "%v", err)
 	}
-	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
+	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() && (e.secret == nil || e.layout < record.Layout) {
+		// In layout 6 the id is derived under the secret (engine/opid.go).
 		r.add(name, "remote record without an operation id")
 	}
 	pc.addRecord(id, &rec)

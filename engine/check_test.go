@@ -292,11 +292,10 @@ func TestCheckFindsBrokenInvariants(t *testing.T) {
 		return record.Encode(nil, &r)
 	}
 	want := map[string][]byte{
-		"does not decode":         []byte{1, 0xff},
-		"never written":           rec(func(r *idemkv.Record) { r.State, r.Result = idemkv.StateInProgress, idemkv.Result{} }),
-		"after the stored epoch":  rec(func(r *idemkv.Record) { r.Token = 9<<tokenSeqBits | 1 }),
-		"without an operation id": rec(func(r *idemkv.Record) { r.Mode = idemkv.ModeRemote }),
-		"token is zero":           rec(func(r *idemkv.Record) { r.Token = 0 }),
+		"does not decode":        []byte{1, 0xff},
+		"never written":          rec(func(r *idemkv.Record) { r.State, r.Result = idemkv.StateInProgress, idemkv.Result{} }),
+		"after the stored epoch": rec(func(r *idemkv.Record) { r.Token = 9<<tokenSeqBits | 1 }),
+		"token is zero":          rec(func(r *idemkv.Record) { r.Token = 0 }),
 	}
 	i := 0
 	for _, val := range want {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
 )
 
 // Claim implements idemkv.Store. The answer is decideClaim's, on the
@@ -134,7 +133,7 @@ func (e *Engine) commitClaim(st *stripe, k []byte, s *slot, prev, rec *idemkv.Re
 	defer e.abandonOnPanic(s, &err)
 	b := e.db.NewBatch()
 	e.putPending(b, k, prev, rec)
-	_ = b.Set(k, record.Encode(nil, rec), nil)
+	_ = b.Set(k, e.encodeRecord(nil, k, rec), nil)
 	err = e.commits.commit(b)
 	_ = b.Close()
 	if err != nil {

@@ -123,12 +123,12 @@ func (e *Engine) putRecord(b batchWriter, k []byte, prev, next *idemkv.Record) {
 	case next.State == idemkv.StateCompleted:
 		bp, end := e.bucketOf(next)
 		e.buckets.add(bp, end)
-		_ = b.Set(record.AppendExpiryKey(nil, bp, k), record.Encode(nil, next), nil)
+		_ = b.Set(record.AppendExpiryKey(nil, bp, k), e.encodeRecord(nil, k, next), nil)
 		if stored {
 			_ = b.Delete(k, nil)
 		}
 	default:
-		_ = b.Set(k, record.Encode(nil, next), nil)
+		_ = b.Set(k, e.encodeRecord(nil, k, next), nil)
 	}
 }
 
@@ -200,7 +200,7 @@ func (e *Engine) findInBucketsLocked(it *pebble.Iterator, k []byte, now time.Tim
 		if err != nil {
 			return nil, idemkv.Record{}, false, err
 		}
-		rec, err := record.Decode(v)
+		rec, err := e.decodeRecord(k, v)
 		if err != nil {
 			return nil, idemkv.Record{}, false, err
 		}

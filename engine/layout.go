@@ -14,9 +14,10 @@ import (
 
 // Layout is the on-disk layout this engine writes: the version of its
 // key space and value formats. A read-write Open migrates a store in
-// layout 3 or 4 to it in place; a read-only Open reads a store in layout
-// 4 as it is (every layout-4 value is one this engine reads); every
-// other layout is refused with ErrLayout (docs/operations.md, "Upgrades").
+// layout 3, 4 or 5 to it in place; a read-only Open reads a store in
+// layout 4 or 5 as it is (every value of those layouts is one this engine
+// reads); every other layout is refused with ErrLayout
+// (docs/operations.md, "Upgrades").
 const Layout = record.Layout
 
 // StoredLayout reports the layout of the store in dir without changing
@@ -97,9 +98,9 @@ func layoutAction(l uint64, readOnly bool) (write bool, err error) {
 		return false, nil
 	case l == layoutUnmarked:
 		return false, fmt.Errorf("%w: the store has no layout marker, so it was written in layout 1 (effects without stamps); this engine reads layout %d and has no migration from it", ErrLayout, record.Layout)
-	case (l == layoutWithoutIndex || l == layoutWithoutSecret) && !readOnly:
+	case (l == layoutWithoutIndex || l == layoutWithoutSecret || l == layoutStoredIDs) && !readOnly:
 		return true, nil
-	case l == layoutWithoutSecret:
+	case l == layoutWithoutSecret || l == layoutStoredIDs:
 		return false, nil
 	case l == layoutWithoutIndex:
 		return false, fmt.Errorf("%w: the store is in layout %d, which a read-write Open migrates to layout %d; it cannot be migrated read-only", ErrLayout, l, record.Layout)
@@ -119,6 +120,11 @@ const (
 	// migration writes the secret, as every read-write Open of a store
 	// without one does.
 	layoutWithoutSecret = 4
+	// layoutStoredIDs is the layout before a remote record's derived
+	// operation id was left out of its value: its records, which all
+	// store their ids, are all valid in layout 6, and its migration
+	// writes only the marker.
+	layoutStoredIDs = 5
 )
 
 // advanceEpoch checks the store's layout, reads the stored epoch and the
@@ -145,7 +151,7 @@ func (e *Engine) advanceEpoch() error {
 	if err != nil {
 		return err
 	}
-	if e.secret == nil && l == record.Layout && !e.opts.ReadOnly {
+	if e.secret == nil && l > layoutWithoutSecret && !e.opts.ReadOnly {
 		// Written with the marker, so it was lost: a new one would give
 		// every request that comes again another downstream identity.
 		return fmt.Errorf("engine: %w: the store is in layout %d but has no secret", record.ErrCorrupt, l)
@@ -177,6 +183,9 @@ func (e *Engine) advanceEpoch() error {
 		}
 		_ = b.Set(secretKey, secret, nil)
 		migrated = append(migrated, "a secret drawn")
+	}
+	if l == layoutStoredIDs {
+		migrated = append(migrated, "derived operation ids left out of the records written from now on")
 	}
 	if writeLayout {
 		_ = b.Set(layoutKey, binary.BigEndian.AppendUint64(nil, record.Layout), nil)

@@ -334,9 +334,8 @@ func (l *loader) fill(rec *idemkv.Record) error {
 	if rec.Created.IsZero() {
 		rec.Created = l.now.Truncate(time.Second)
 	}
-	if rec.Mode == idemkv.ModeRemote && rec.OperationID.IsZero() {
-		rec.OperationID = e.opIDs.Derive(rec.ID, rec.Fingerprint, 0)
-	}
+	// A remote record given no operation id has the derived one, which
+	// the codec leaves out.
 	if rec.State == idemkv.StateInProgress && rec.LeaseExpires.IsZero() {
 		rec.LeaseExpires = l.now.Add(e.opts.Lease)
 	}

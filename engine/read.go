@@ -8,7 +8,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
 )
 
 // Get implements idemkv.Store. A record held in progress in memory is
@@ -115,7 +114,7 @@ func (e *Engine) readWith(it *pebble.Iterator, k []byte, now time.Time) (idemkv.
 		if err != nil {
 			return idemkv.Record{}, false, err
 		}
-		rec, err := record.Decode(v)
+		rec, err := e.decodeRecord(k, v)
 		return rec, err == nil, err
 	}
 	if err := it.Error(); err != nil {

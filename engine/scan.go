@@ -195,7 +195,7 @@ func (s *scan) record(it *pebble.Iterator) (idemkv.Record, bool, error) {
 	if err != nil {
 		return idemkv.Record{}, false, err
 	}
-	rec, err := record.Decode(v)
+	rec, err := s.e.decodeRecord(s.last, v)
 	if err != nil {
 		return idemkv.Record{}, false, fmt.Errorf("record of key_hash %s: %w", id.Hash(), err)
 	}

@@ -25,12 +25,13 @@ import (
 	"github.com/idemkv/idemkv/internal/upgradetest"
 )
 
-// layout3Fixture and layout4Fixture are the stores written by the last
-// code that wrote layouts 3 and 4, and the requests that wrote them
-// (generate.go there): the same requests each time.
+// layout3Fixture, layout4Fixture and layout5Fixture are the stores
+// written by the last code that wrote layouts 3, 4 and 5, and the requests
+// that wrote them (generate.go there): the same requests each time.
 const (
 	layout3Fixture = "testdata/layout3"
 	layout4Fixture = "testdata/layout4"
+	layout5Fixture = "testdata/layout5"
 )
 
 // migrationLog counts the engine's "store migrated" lines.
@@ -313,6 +314,76 @@ func TestLayout4StoreUpgrades(t *testing.T) {
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
 }
 
+// TestLayout5StoreUpgrades opens the store the layout-5 code wrote, whose
+// remote records all store their operation ids: a read-only Open reads it
+// as it is; the first read-write Open migrates it by writing the marker
+// alone, keeping the secret; the outcomes replay through today's
+// middleware; the abandoned refund, whose stored id is the derived one,
+// is resumed under it, and its completion, written in layout 6, stores
+// none.
+func TestLayout5StoreUpgrades(t *testing.T) {
+	f := upgradetest.Load(t, layout5Fixture)
+	require.Equal(t, 5, f.Layout)
+	dir := f.CopyStore(t)
+	clock := fakeclock.New(f.End.Add(time.Second))
+	log := &migrationLog{}
+	opts := fixtureOptions(f, clock, log)
+
+	l, err := StoredLayout(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), l)
+	ro := *opts
+	ro.ReadOnly = true
+	r, err := Open(dir, &ro)
+	require.NoError(t, err, "a read-only Open reads layout 5 as it is")
+	requireFixtureStore(t, f, r)
+	secret := bytes.Clone(r.secret)
+	require.Len(t, secret, record.SecretLen)
+	require.NoError(t, r.Close())
+	l, err = StoredLayout(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), l, "a read-only Open changes nothing")
+
+	e, err := Open(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, 1, log.count(), "the first read-write Open migrates")
+	require.Equal(t, secret, e.secret, "the secret is kept")
+	requireFixtureStore(t, f, e)
+	require.NoError(t, e.Close())
+	l, err = StoredLayout(dir, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(Layout), l)
+	e, err = Open(dir, opts)
+	require.NoError(t, err)
+	defer e.Close()
+	require.Equal(t, 1, log.count(), "a migrated store is not migrated again")
+
+	aband := f.Keys(upgradetest.Abandoned)[0]
+	old, err := e.Get(ctx, f.ID(aband))
+	require.NoError(t, err)
+	stored, _ := storedRecord(t, e, old.ID)
+	require.Equal(t, old.OperationID, stored.OperationID, "written in layout 5, with its id")
+	require.Equal(t, idemkv.DeriveOperationID(e.secret, old.ID, old.Fingerprint, 0), old.OperationID)
+
+	srv := f.Serve(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := httpidem.FromContext(r.Context())
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, op.Lease().OperationID)
+	}))
+	f.RequireReplays(t, srv.URL)
+	clock.Advance(f.Lease())
+	got := upgradetest.Send(t, srv.URL, aband)
+	require.Equal(t, http.StatusCreated, got.Status)
+	require.Equal(t, fmt.Sprint(old.OperationID), got.Body)
+	stored, _ = storedRecord(t, e, old.ID)
+	require.Equal(t, idemkv.StateCompleted, stored.State)
+	require.Zero(t, stored.OperationID, "written in layout 6, without the derived id")
+	rep, err := e.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+}
+
 // TestOpenRefusesAFutureLayout: the fixture's store marked with layout 99
 // is refused read-write and read-only, and left unchanged; StoredLayout
 // names it and refuses it too.
@@ -374,6 +445,8 @@ func TestStoredLayoutOfNoStore(t *testing.T) {
 func TestLayout3MigrationCrash(t *testing.T) { testMigrationCrash(t, layout3Fixture) }
 
 func TestLayout4MigrationCrash(t *testing.T) { testMigrationCrash(t, layout4Fixture) }
+
+func TestLayout5MigrationCrash(t *testing.T) { testMigrationCrash(t, layout5Fixture) }
 
 func testMigrationCrash(t *testing.T, fixture string) {
 	f := upgradetest.Load(t, fixture)

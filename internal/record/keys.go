@@ -104,8 +104,10 @@ func SplitEvicted(k, v []byte) (token uint64, expires int64, effects uint32, err
 // version 3 moved completed records into expiry buckets; version 4 added
 // the pending index and the codec's extension byte (codec version 2);
 // version 5 added the store's secret (SecretKey) and the uncertain mark
-// (the extension byte's bit 2), which a layout-4 decoder calls corrupt.
-const Layout = 5
+// (the extension byte's bit 2), which a layout-4 decoder calls corrupt;
+// version 6 stopped storing a remote record's operation id when it is the
+// derived one (record.go), which a layout-5 engine would read as none.
+const Layout = 6
 
 // SweepKey holds the sweeper's position: the last key the pass in progress
 // read (an expiry key or a record key), or the lone byte NSRecord once it

@@ -17,7 +17,7 @@
 //	uvarint  expires minus created, seconds (Encode rounds created down)
 //	uvarint  lease expiry, unix milliseconds, in progress only
 //	uvarint  fingerprint length, then the fingerprint
-//	[16]byte operation id, if head bit 3
+//	[16]byte operation id, if head bit 3 (see below)
 //	uvarint  class name length + class name, if head bit 6
 //	uvarint  effects the completion wrote (at least 1), if head bit 7
 //	completed: uvarint status, uvarint pointer length + pointer,
@@ -26,6 +26,14 @@
 //	completed with ext bit 1: uvarint note length + note (not empty)
 //	uncertain with ext bit 2: uvarint when it was marked uncertain, unix
 //	           milliseconds (Encode rounds up; not zero)
+//
+// A remote record without head bit 3 has the operation id the store
+// derives from its ID and fingerprint at generation 0 (layout 6): nearly
+// every remote record has that one, and storing it would cost 16 bytes a
+// record. Decode leaves it zero; the engine, which holds the
+// store's secret, fills it in. A remote record whose id is any other (a
+// later generation's, or one an earlier layout drew at random) stores it.
+// No layout before 6 wrote a remote record without an id.
 //
 // A record with no extension is written in version 1, so that a record
 // has one encoding and the common ones pay nothing for the extension.

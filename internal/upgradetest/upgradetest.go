@@ -38,6 +38,9 @@ const (
 	Uncertain = "uncertain"
 	// Abandoned: a remote claim in progress when its process stopped.
 	Abandoned = "abandoned"
+	// Released: the middleware released the key (the handler called the
+	// request invalid); the store holds nothing for it.
+	Released = "released"
 )
 
 // Fixture is requests.json and where it lies.
