@@ -2,8 +2,8 @@
 // every layer built on one: the types that name an idempotency record, the
 // states it moves through, the outcomes of a claim, the errors, and the Store
 // interface. It has no storage dependency. Package engine implements it on
-// Pebble; the HTTP middleware, the outbox and a future SQL store are written
-// against it.
+// Pebble and package pgstore on PostgreSQL; the HTTP middleware, the outbox
+// and the other layers are written against it.
 //
 // # Basics
 //

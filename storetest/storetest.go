@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite for idemkv.Store
-// implementations. Every backend (the Pebble engine today, a SQL store
-// later) runs the same suite through a Harness, so they keep one contract.
+// implementations. Every backend (the Pebble engine and the PostgreSQL
+// store, pgstore) runs the same suite through a Harness, so they keep one
+// contract.
 //
 // # Basics
 //
