@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/storetest"
 	"github.com/stretchr/testify/require"
 )
@@ -63,9 +64,7 @@ func TestReplayCacheBounded(t *testing.T) {
 // TestConformanceNoReplayCache runs the conformance suite with the replay
 // cache off, so that every lookup goes to Pebble.
 func TestConformanceNoReplayCache(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the conformance suite already runs with the cache on")
-	}
+	tier.Require(t, "the conformance suite already runs with the cache on")
 	storetest.Run(t, harness(openForConformance(func(o *Options) { o.ReplayCacheSize = -1 })))
 }
 

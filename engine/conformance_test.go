@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/storetest"
 )
 
@@ -48,9 +49,7 @@ func TestConformance(t *testing.T) {
 // suite's operations go on, and every lookup it lets through goes to
 // Pebble. A key missing from a rebuilt filter would be claimed as new.
 func TestConformanceClaimFilterRebuilding(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the conformance suite already runs with the filter on")
-	}
+	tier.Require(t, "the conformance suite already runs with the filter on")
 	storetest.Run(t, harness(openForConformance(func(o *Options) {
 		o.ReplayCacheSize = -1
 		o.claimFilterMinKeys = 2

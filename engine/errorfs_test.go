@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/stretchr/testify/require"
 )
 
@@ -159,9 +160,7 @@ func TestErrorAtEveryOp(t *testing.T) {
 		k, _ := strconv.Atoi(os.Getenv(faultKEnv))
 		runFaultChild(dir, k) // never returns
 	}
-	if testing.Short() {
-		t.Skip("starts a process per fault")
-	}
+	tier.Require(t, "starts a process per fault")
 	clean, _ := runFaultCase(t, 0)
 	require.Len(t, clean.acked, faultKeys, "a clean run acknowledges every key")
 	require.Positive(t, clean.ops)

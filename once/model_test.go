@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/once"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -46,6 +47,7 @@ type modelRec struct {
 func TestDoModel(t *testing.T) {
 	v := newEnv(t, nil)
 	run := 0
+	tier.LimitRapid()
 	rapid.Check(t, func(rt *rapid.T) {
 		if raceEnabled && rapid.IntRange(0, 2).Draw(rt, "skip") != 0 {
 			return // the race detector makes a run several times slower

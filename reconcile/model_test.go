@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -38,6 +39,7 @@ func TestReconcileModel(t *testing.T) {
 	v.open()
 	defer func() { _ = v.e.Close() }()
 	n := 0
+	tier.LimitRapid()
 	rapid.Check(t, func(rt *rapid.T) {
 		if raceEnabled && rapid.IntRange(0, 2).Draw(rt, "skip") != 0 {
 			return // the race detector makes a run several times slower

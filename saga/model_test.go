@@ -12,6 +12,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/teststore"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/idemkv/idemkv/saga"
 	"github.com/stretchr/testify/require"
@@ -60,6 +61,7 @@ func TestSagaModel(t *testing.T) {
 	e := open()
 	defer func() { _ = e.Close() }()
 	n := 0
+	tier.LimitRapid()
 	rapid.Check(t, func(rt *rapid.T) {
 		if raceEnabled && rapid.IntRange(0, 2).Draw(rt, "skip") != 0 {
 			return // the race detector makes a run several times slower

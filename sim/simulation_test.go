@@ -19,6 +19,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/pgstore"
 )
 
@@ -42,7 +43,7 @@ func TestSimulation(t *testing.T) {
 			continue
 		}
 		t.Run(store, func(t *testing.T) {
-			seeds := map[string]int{"engine": 300, "postgres": 100}[store]
+			seeds := map[string]int{"engine": tier.Count(300, 100), "postgres": tier.Count(100, 20)}[store]
 			if testing.Short() {
 				if store == "postgres" {
 					t.Skip("-short: the PostgreSQL worlds run in the full suite")

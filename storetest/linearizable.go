@@ -12,6 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 // Linearizable is a porcupine linearizability check of a store, through
@@ -117,15 +118,16 @@ import (
 // invocation order, and writes porcupine's visualization of the whole
 // history to a temporary HTML file whose path it logs.
 //
-// Linearizable runs linRounds rounds, each on a fresh store, and
-// linShortRounds with -short or under the race detector, too few to expect
+// Linearizable runs linRounds rounds, each on a fresh store, in the system
+// tier (internal/tier), and linShortRounds otherwise (the fast tier, -short
+// or the race detector), too few to expect
 // every transition, so the final check that the workload exercised each is
 // skipped then. (The race detector makes a round several times slower, and
 // a few rounds give it thousands of concurrent calls to watch; the ordinary
 // run does the many rounds that find rare interleavings.)
 func Linearizable(t *testing.T, newHarness NewHarness) {
 	seed := linSeed(t)
-	few := testing.Short() || raceEnabled
+	few := testing.Short() || raceEnabled || !tier.System()
 	rounds := linRounds
 	if few {
 		rounds = linShortRounds

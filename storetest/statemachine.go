@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/tier"
 	"pgregory.net/rapid"
 )
 
@@ -20,6 +21,7 @@ import (
 // logical request and the moment each record was marked uncertain
 // included.
 func stateMachine(t *testing.T, newHarness NewHarness) {
+	tier.LimitRapid()
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newMachine(t, rt, newHarness)
 		defer m.h.Close()

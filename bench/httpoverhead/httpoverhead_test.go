@@ -13,12 +13,11 @@ import (
 
 	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 func TestHTTPRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for a second")
-	}
+	tier.Require(t, "runs for a second")
 	// Memtables small enough that the stores flush during the slices, so
 	// that their background work is counted.
 	cfg := &Options{Options: bench.Options{Tenants: 10, Dir: t.TempDir(), Engine: &engine.Options{MemTableSize: 16 << 10}},

@@ -10,14 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/bench"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 // TestRun runs a tiny retention measurement end to end: both runs, the
 // cost measurement, the extrapolation and the outputs.
 func TestRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for seconds")
-	}
+	tier.Require(t, "runs for seconds")
 	o := &Options{Options: bench.Options{Tenants: 10, Dir: t.TempDir()}, Retention: time.Second, Periods: 3,
 		Rate: 400, Clients: 4, SampleEvery: 250 * time.Millisecond, CostKeys: 2000}
 	rep, err := Run(context.Background(), o)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/idemkv/idemkv/client"
 	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 // failoverKeysEnv sets TestServeSurvivesFailover's keys (default 200);
@@ -51,9 +52,7 @@ const failoverKeysEnv = "IDEMKV_FAILOVER_KEYS"
 // (doubled 0), nothing is left to settle, and idemkv check --store finds
 // the new primary sound.
 func TestServeSurvivesFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a primary, a standby and two serve processes, and fails over")
-	}
+	tier.Require(t, "starts a primary, a standby and two serve processes, and fails over")
 	keys, seed := failoverKnobs(t)
 	rng := rand.New(rand.NewPCG(seed, 0x6661696c))
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/internal/natstest"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/outbox"
 	"github.com/idemkv/idemkv/outbox/natsjs"
 )
@@ -35,9 +36,7 @@ const eventsKillCyclesEnv = "IDEMKV_EVENTS_KILL_CYCLES"
 // that was not stored, and idemkv check finds the outbox sound after
 // every kill and at the end.
 func TestServeEventsKillLoop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills processes for several seconds")
-	}
+	tier.Require(t, "starts and kills processes for several seconds")
 	cycles, seed := killKnobs(t, eventsKillCyclesEnv)
 	rng := rand.New(rand.NewPCG(seed, 0x65766e74))
 	ns := natstest.Start(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/natstest"
 	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/pgstore"
 )
 
@@ -37,9 +38,7 @@ const fleetKillCyclesEnv = "IDEMKV_FLEET_KILL_CYCLES"
 // the store sound after every kill (the others still running) and at the
 // end.
 func TestServeFleetKillLoop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills processes for several seconds")
-	}
+	tier.Require(t, "starts and kills processes for several seconds")
 	cycles, seed := killKnobs(t, fleetKillCyclesEnv)
 	rng := rand.New(rand.NewPCG(seed, 0x666c6565))
 	purl := startFlakyProcessor(t, seed)

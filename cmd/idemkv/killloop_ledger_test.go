@@ -22,6 +22,7 @@ import (
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/inbox"
 	"github.com/idemkv/idemkv/internal/natstest"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/outbox"
 	"github.com/idemkv/idemkv/outbox/natsjs"
 	"github.com/idemkv/idemkv/ttl"
@@ -41,9 +42,7 @@ const ledgerKillCyclesEnv = "IDEMKV_LEDGER_KILL_CYCLES"
 // behind them. At the end, once it has caught up, its balances are
 // exactly one application of every event in the stream.
 func TestLedgerKillLoop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills processes for several seconds")
-	}
+	tier.Require(t, "starts and kills processes for several seconds")
 	cycles, seed := killKnobs(t, ledgerKillCyclesEnv)
 	rng := rand.New(rand.NewPCG(seed, 0x6c656467))
 	ns := natstest.Start(t)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/examples/processor"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 // processorKillCyclesEnv sets TestServeProcessorKillLoop's kill cycles
@@ -31,9 +32,7 @@ const processorKillCyclesEnv = "IDEMKV_PROCESSOR_KILL_CYCLES"
 // nothing is left awaiting reconciliation or escalated, and idemkv check
 // finds the store sound after every kill and at the end.
 func TestServeProcessorKillLoop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills processes for several seconds")
-	}
+	tier.Require(t, "starts and kills processes for several seconds")
 	cycles, seed := killKnobs(t, processorKillCyclesEnv)
 	rng := rand.New(rand.NewPCG(seed, 0x70726f63))
 

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/client"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 // Environment of TestServeKillLoop.
@@ -39,9 +40,7 @@ const (
 // 0), no key may have created two (doubled = 0), and idemkv check must
 // find the store sound after every kill and at the end.
 func TestServeKillLoop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills processes for several seconds")
-	}
+	tier.Require(t, "starts and kills processes for several seconds")
 	cycles, seed := killKnobs(t, killCyclesEnv)
 	rng := rand.New(rand.NewPCG(seed, 0x6b696c6c))
 	dir := t.TempDir()

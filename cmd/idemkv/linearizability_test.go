@@ -18,6 +18,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/idemkv/idemkv/examples/processor"
 	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/stretchr/testify/require"
 )
 
@@ -99,9 +100,7 @@ var httpModel = porcupine.Model{
 // slow card processor and clients that give up on some requests early, and
 // checks them against httpModel with porcupine.
 func TestHTTPLinearizability(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for a few seconds")
-	}
+	tier.Require(t, "runs for a few seconds")
 	for round := range 3 {
 		dir := t.TempDir()
 		srv := startServe(t, dir, "--provider-latency", "2ms")
@@ -119,9 +118,7 @@ func TestHTTPLinearizability(t *testing.T) {
 // sent to one of them at random: one key's history across both processes
 // must be one linearizable history.
 func TestHTTPLinearizabilityFleet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for a few seconds")
-	}
+	tier.Require(t, "runs for a few seconds")
 	for round := range 3 {
 		dsn := pgtest.Shared(t).CreateDatabase(t)
 		purl := startTestProcessor(t, processor.Options{Latency: 2 * time.Millisecond})

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 // loadSecondsEnv sets how long TestLoad runs (default 3 s).
@@ -34,9 +35,7 @@ const loadSecondsEnv = "IDEMKV_LOAD_SECONDS"
 // request must be answered 201 (a first run or a replay) or 409 (a
 // duplicate still running); p50 and p99 are reported.
 func TestLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for seconds")
-	}
+	tier.Require(t, "runs for seconds")
 	seconds := 3
 	if s := os.Getenv(loadSecondsEnv); s != "" {
 		n, err := strconv.Atoi(s)

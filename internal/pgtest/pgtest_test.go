@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -76,9 +77,7 @@ func TestCreateDatabaseConcurrently(t *testing.T) {
 // Kill loses nothing the server wrote to the page cache, so the row would
 // survive it even with fsync off; the test checks fsync is on by asking.
 func TestCommittedRowSurvivesKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: PostgreSQL servers started and killed; the full run has it")
-	}
+	tier.Require(t, "PostgreSQL servers started and killed")
 	t.Parallel()
 	ctx := testContext(t)
 	srv := pgtest.Start(t)

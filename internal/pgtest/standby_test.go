@@ -10,15 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/internal/tier"
 )
 
 // A row committed on a primary with a synchronous standby is on the
 // standby once the primary is crashed (Kill) and the standby promoted;
 // before, the standby refuses writes, and after, it takes them.
 func TestPromotedStandbyHasWhatThePrimaryCommitted(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: PostgreSQL servers started and killed; the full run has it")
-	}
+	tier.Require(t, "PostgreSQL servers started and killed")
 	t.Parallel()
 	ctx := testContext(t)
 	primary := pgtest.Start(t)
@@ -50,9 +49,7 @@ func TestPromotedStandbyHasWhatThePrimaryCommitted(t *testing.T) {
 // is stopped: it waits (wait event SyncRep) for the standby, and returns
 // once the standby is back and has the commit.
 func TestSyncCommitWaitsForTheStandby(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: PostgreSQL servers started and killed; the full run has it")
-	}
+	tier.Require(t, "PostgreSQL servers started and killed")
 	t.Parallel()
 	ctx := testContext(t)
 	primary := pgtest.Start(t)

@@ -1,0 +1,5 @@
+//go:build system
+
+package tier
+
+const system = true
