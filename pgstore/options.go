@@ -35,7 +35,8 @@ type Options struct {
 	MaxEventSize int
 	// MaxConns is the size of the connection pool. Default: pgxpool's
 	// (the larger of 4 and the number of CPUs), or pool_max_conns in the
-	// connection string.
+	// connection string. The outbox's listener (unless NoListen) keeps one
+	// more connection, outside the pool.
 	MaxConns int32
 	// OutboxPoll is how often OutboxNotify fires without a notification,
 	// so that a relay finds events committed by other processes even where

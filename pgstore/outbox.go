@@ -249,25 +249,22 @@ func (s *Store) startNotifier(ctx context.Context) {
 	})
 }
 
+// listen waits for notifications on a connection of its own: a listener
+// holds its connection for as long as the store is open, and taking it
+// from the pool would leave a pool of one (Options.MaxConns) none for
+// statements.
 func (s *Store) listen(ctx context.Context) error {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
+	defer func() { _ = conn.Close(context.Background()) }()
 	if _, err := conn.Exec(ctx, `LISTEN idemkv_outbox`); err != nil {
 		return err
 	}
-	defer func() {
-		// The connection goes back to the pool: stop listening first,
-		// or close it if that fails.
-		if _, err := conn.Exec(context.Background(), `UNLISTEN *`); err != nil {
-			_ = conn.Conn().Close(context.Background())
-		}
-	}()
 	s.kickOutbox() // events committed before the LISTEN
 	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}

@@ -23,6 +23,9 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	opts *Options
+	// listenConfig connects the outbox's listener, which keeps a
+	// connection of its own, outside the pool (outbox.go).
+	listenConfig *pgx.ConnConfig
 
 	closed  atomic.Bool
 	stop    context.CancelFunc
@@ -115,8 +118,8 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	bgctx, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, opts: o, relayID: newEventID(), stop: stop, outbox: make(chan struct{}, 1), sql: newStatements(o),
-		secret: secret, opIDs: idemkv.NewOperationIDs(secret)}
+	s := &Store{pool: pool, opts: o, listenConfig: cfg.ConnConfig.Copy(), relayID: newEventID(), stop: stop,
+		outbox: make(chan struct{}, 1), sql: newStatements(o), secret: secret, opIDs: idemkv.NewOperationIDs(secret)}
 	s.startNotifier(bgctx)
 	if !o.NoBackgroundSweep {
 		sw, err := ttl.New(s, &o.Sweep)
