@@ -162,10 +162,12 @@ func readLedger(t *testing.T, dir string, accounts []string) (uint64, map[string
 	var out, errOut strings.Builder
 	require.Equal(t, exitOK, run(context.Background(), []string{"ledger", "--data", dir, "--balances", strings.Join(accounts, ",")}, &out, &errOut), errOut.String())
 	var got struct {
-		Position uint64
-		Balances map[string]ledger.Balance
+		Position       uint64
+		Currency, Unit string
+		Balances       map[string]ledger.Balance
 	}
 	require.NoError(t, json.Unmarshal([]byte(out.String()), &got))
+	require.Equal(t, [2]string{"USD", "cents"}, [2]string{got.Currency, got.Unit}, "what the totals count")
 	sums := map[string]int64{}
 	for a, b := range got.Balances {
 		if b.Total != 0 {

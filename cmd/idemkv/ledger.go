@@ -42,7 +42,7 @@ func ledgerFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&dir, "data", "idemkv-ledger", "keep the ledger's balances, dedup marks and position in `DIR`")
 	fs.StringVar(&stream, "stream", eventsStream, "the JetStream stream to read (serve --events publishes to PAYMENTS)")
 	fs.DurationVar(&retention, "retention", 7*24*time.Hour, "keep each event's dedup mark this long: longer than the broker may redeliver an event the ledger has applied (its duplicate window, the longest relay outage)")
-	fs.StringVar(&balances, "balances", "", "print the balances of these comma-separated `ACCOUNTS` (in USD) and the position, from a store no process holds, and exit")
+	fs.StringVar(&balances, "balances", "", "print the USD balances of these comma-separated `ACCOUNTS`, in cents, and the position, from a store no process holds, and exit")
 	return func(ctx context.Context, stdout io.Writer) error {
 		switch {
 		case len(balances) > 0 && url != "":
@@ -96,8 +96,8 @@ func runLedger(ctx context.Context, url, dir, stream string, retention time.Dura
 	return err
 }
 
-// printBalances prints the position and each account's USD balance from
-// the ledger in dir.
+// printBalances prints the position and each account's USD balance, in
+// cents (minor units), from the ledger in dir.
 func printBalances(ctx context.Context, dir string, accounts []string, stdout io.Writer) error {
 	e, err := engine.Open(dir, &engine.Options{ReadOnly: true})
 	if err != nil {
@@ -113,9 +113,12 @@ func printBalances(ctx context.Context, dir string, accounts []string, stdout io
 		return err
 	}
 	out := struct {
-		Position uint64                    `json:"position"`
+		Position uint64 `json:"position"`
+		// Currency and Unit say what the balances' totals count.
+		Currency string                    `json:"currency"`
+		Unit     string                    `json:"unit"`
 		Balances map[string]ledger.Balance `json:"balances"`
-	}{pos, map[string]ledger.Balance{}}
+	}{pos, "USD", "cents", map[string]ledger.Balance{}}
 	for _, a := range accounts {
 		if out.Balances[a], err = ledger.Read(e, a, "USD"); err != nil {
 			return err
