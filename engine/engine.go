@@ -3,8 +3,11 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -163,7 +166,31 @@ func openPebble(dir string, po *pebble.Options) (db *pebble.DB, err error) {
 			db, err = nil, fmt.Errorf("engine: open: pebble failed: %v", r)
 		}
 	}()
-	return pebble.Open(dir, po)
+	db, err = pebble.Open(dir, po)
+	if err != nil && lockHeld(err) {
+		err = fmt.Errorf("%w: %s (%w)", ErrLocked, dir, err)
+	}
+	return db, err
+}
+
+// ErrLocked is returned (wrapped) by Open and StoredLayout when another
+// process, or another Open in this one, holds the store: one process at a
+// time may open it, even read-only. Stop the other (`serve`, say), or ask
+// it through its admin API.
+var ErrLocked = errors.New("engine: the store is open in another process")
+
+// lockHeld reports whether err is Pebble's refusal of a directory lock
+// held elsewhere: the lock's fcntl fails with a bare EAGAIN or EACCES
+// when another process holds it (a failure to create the lock file is a
+// path error instead), and Pebble refuses a second lock in its own
+// process with an error of its own, known only by its text.
+func lockHeld(err error) bool {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return false
+	}
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
+		strings.Contains(err.Error(), "lock held by current process")
 }
 
 // Close waits for operations in flight, then closes the store. Leases held

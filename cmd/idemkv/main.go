@@ -34,6 +34,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/idemkv/idemkv/engine"
 )
 
 // A command is one subcommand of idemkv.
@@ -134,6 +136,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := runCmd(ctx, stdout); err != nil {
 		fmt.Fprintf(stderr, "idemkv %s: %v\n", c.name, err)
+		if errors.Is(err, engine.ErrLocked) {
+			fmt.Fprintf(stderr, "(a running service holds it: stop it, or ask it with --server URL where the command has one)\n")
+		}
 		var ue usageError
 		if errors.As(err, &ue) {
 			commandUsage(stderr, c, fs)

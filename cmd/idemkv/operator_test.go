@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/stretchr/testify/require"
@@ -172,4 +173,18 @@ func readLines(t *testing.T, path string) []map[string]any {
 	}
 	require.NoError(t, sc.Err())
 	return out
+}
+
+// TestDataCommandOnAHeldStore: an operator's command given --data of a
+// store another process holds says so, and how to reach it, rather than
+// the lock's errno.
+func TestDataCommandOnAHeldStore(t *testing.T) {
+	dir := t.TempDir()
+	e, err := engine.Open(dir, &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer e.Close()
+	var out, errOut strings.Builder
+	require.Equal(t, exitFail, run(context.Background(), []string{"list", "--data", dir}, &out, &errOut))
+	require.Contains(t, errOut.String(), "open in another process")
+	require.Contains(t, errOut.String(), "--server URL")
 }
