@@ -286,8 +286,17 @@ func (q *keyQueue) driveTo(ctx context.Context, t *testing.T, client *http.Clien
 			q.retry(k)
 			continue
 		}
-		b, _ := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if err != nil {
+			// The server died between the headers and the body: the
+			// answer is lost like any cut connection's.
+			if cut != nil {
+				cut.Add(1)
+			}
+			q.retry(k)
+			continue
+		}
 		switch resp.StatusCode {
 		case http.StatusCreated:
 			var p struct {
