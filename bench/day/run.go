@@ -32,6 +32,10 @@ type marker struct {
 	Records int64     `json:"records"`      // the records loaded
 	Now     time.Time `json:"now"`          // the day's end they were loaded for
 	Seconds float64   `json:"load_seconds"` // the load's wall time
+	// Runs counts the runs that sent traffic to the store: each run's
+	// new keys come from streams of its own, or a later run's "new" keys
+	// would be an earlier run's, stored and replayed.
+	Runs int `json:"runs,omitempty"`
 }
 
 // Run measures a day: it builds (or reuses) the large store and builds
@@ -82,13 +86,17 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	// What the loads left on the heap is the harness's, not the store's:
 	// give it back before memory is measured.
 	debug.FreeOSMemory()
+	base, err := large.startRun()
+	if err != nil {
+		return nil, err
+	}
 	if rep.Restart, err = large.restart(ctx, o, run, logf); err != nil {
 		return nil, err
 	}
 	run.Step("restart, check and backup")
 	for i, s := range []*store{small, large} {
 		logf("open loop on the %s store: %v at %.0f requests/s", s.name, o.Duration, o.Rate)
-		ph, err := s.openLoop(ctx, o, uint64(100+i))
+		ph, err := s.openLoop(ctx, o, base+uint64(100+i))
 		if err != nil {
 			return nil, fmt.Errorf("open loop, %s store: %w", s.name, err)
 		}
@@ -99,7 +107,7 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 		}
 		run.Step("open loop " + s.name)
 	}
-	stream := uint64(1000)
+	stream := base + 1000
 	for round := range o.Rounds {
 		for _, c := range o.Clients {
 			for _, s := range []*store{small, large} {
@@ -165,6 +173,19 @@ type store struct {
 	dir     string
 	clock   runClock
 	load    LoadFigures
+	marker  marker // what the store's marker file says (the large store)
+}
+
+// streamsPerRun spaces the traffic streams of the runs on one kept store.
+const streamsPerRun = 10_000
+
+// startRun counts a run of traffic in the store's marker file, before the
+// run sends any, and returns the first of the run's streams.
+func (s *store) startRun() (uint64, error) {
+	first := uint64(s.marker.Runs) * streamsPerRun
+	s.marker.Runs++
+	b, _ := json.Marshal(s.marker)
+	return first, os.WriteFile(filepath.Join(s.dir, markerFile), b, 0o644)
 }
 
 func (s *store) engineOptions(o *Options) *engine.Options {
@@ -185,7 +206,8 @@ func (s *store) build(ctx context.Context, o *Options, logf func(string, ...any)
 	if b, err := os.ReadFile(filepath.Join(s.dir, markerFile)); err == nil {
 		var m marker
 		if err := json.Unmarshal(b, &m); err == nil && m.Records == s.records && m.Now.Equal(now) {
-			logf("using the %s store of %d records in %s", s.name, s.records, s.dir)
+			logf("using the %s store of %d records in %s (%d runs of traffic before)", s.name, s.records, s.dir, m.Runs)
+			s.marker = m
 			s.load = LoadFigures{Records: m.Records, Seconds: m.Seconds, PerSecond: float64(m.Records) / m.Seconds, Reused: true}
 			return nil
 		}
@@ -208,7 +230,8 @@ func (s *store) build(ctx context.Context, o *Options, logf func(string, ...any)
 	}
 	secs := time.Since(start).Seconds()
 	s.load = LoadFigures{Records: s.records, Seconds: secs, PerSecond: float64(s.records) / secs, RSSPeak: peakRSS()}
-	b, _ := json.Marshal(marker{Records: s.records, Now: now, Seconds: secs})
+	s.marker = marker{Records: s.records, Now: now, Seconds: secs}
+	b, _ := json.Marshal(s.marker)
 	return os.WriteFile(filepath.Join(s.dir, markerFile), b, 0o644)
 }
 

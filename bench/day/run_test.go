@@ -84,6 +84,12 @@ func TestRunSmallDay(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, files, 1)
 
+	// The kept store again: the new keys of this run's traffic are new to
+	// it too (the run checks every claim against the contract).
+	rep, err = Run(ctx, o)
+	require.NoError(t, err)
+	require.True(t, rep.Load.Reused)
+
 	o.Duration, o.Rounds = time.Second, 1
 	_, err = Run(ctx, o)
 	require.Error(t, err, "another run's store (its day starts elsewhere)")
