@@ -127,7 +127,7 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 }
 
 // diskPerRecord is what a day's record is reckoned to take on disk while
-// it is loaded and run, with room: 79 B measured at rest, the WAL, the
+// it is loaded and run, with room: 57 B measured at rest, the WAL, the
 // memtables flushed during the run and compactions' transient copies.
 const diskPerRecord = 100
 
