@@ -40,7 +40,8 @@ type backupReport struct {
 	// Check is the restored store's check, for restore.
 	Check *engine.CheckReport `json:"check,omitempty"`
 	// Layout is the restored store's layout when it is an earlier one
-	// (a backup migrate took), which restore does not check.
+	// (a backup migrate took). Restore checks it if a read-only Open
+	// reads that layout (4 and 5), and leaves Check nil otherwise (3).
 	Layout uint64 `json:"layout,omitempty"`
 }
 
@@ -138,10 +139,15 @@ func restoreFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("restore: the copy does not open as a store: %w", err)
 		}
+		var earlier uint64 // a backup migrate took before it migrated
 		if layout != 0 && layout != engine.Layout {
-			// A backup migrate took before it migrated: for a rollback to
-			// the version that wrote it, or for a read-write Open of this
-			// one, which migrates it. A read-only check cannot read it.
+			earlier = layout
+		}
+		e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
+		if earlier != 0 && errors.Is(err, engine.ErrLayout) {
+			// For a rollback to the version that wrote it, or for a
+			// read-write Open of this one, which migrates it; a read-only
+			// Open, and so the check, does not read this layout.
 			out := backupReport{From: from, To: dir, Layout: layout}
 			if out.Bytes, err = dirSize(dir); err != nil {
 				return err
@@ -149,11 +155,10 @@ func restoreFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			if asJSON {
 				return printJSON(stdout, out)
 			}
-			_, err = fmt.Fprintf(stdout, "restored %s into %s (%d bytes): layout %d, which this version migrates to %d at a read-write Open; not checked (the check reads layout %d)\n",
-				from, dir, out.Bytes, layout, engine.Layout, engine.Layout)
+			_, err = fmt.Fprintf(stdout, "restored %s into %s (%d bytes): layout %d, which this version migrates to %d at a read-write Open; not checked (a read-only Open does not read layout %d)\n",
+				from, dir, out.Bytes, layout, engine.Layout, layout)
 			return err
 		}
-		e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
 		if err != nil {
 			return fmt.Errorf("restore: the copy does not open as a store: %w", err)
 		}
@@ -164,7 +169,7 @@ func restoreFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err != nil {
 			return err
 		}
-		out := backupReport{From: from, To: dir, Check: &rep}
+		out := backupReport{From: from, To: dir, Layout: earlier, Check: &rep}
 		if out.Bytes, err = dirSize(dir); err != nil {
 			return err
 		}

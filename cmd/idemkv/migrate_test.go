@@ -114,6 +114,25 @@ func TestMigrateCommand(t *testing.T) {
 	f.RequireReplays(t, srv.URL)
 }
 
+// TestRestoreChecksAnEarlierLayoutItReads: a copy of the layout-5
+// fixture restores checked, as a read-only Open reads layout 5, and its
+// layout is reported; the copy is left in layout 5.
+func TestRestoreChecksAnEarlierLayoutItReads(t *testing.T) {
+	f := upgradetest.Load(t, "../../engine/testdata/layout5")
+	restored := filepath.Join(t.TempDir(), "restored")
+	var out, errOut bytes.Buffer
+	require.Equal(t, exitOK, run(context.Background(), []string{"restore", "--from", filepath.Join(f.Dir, "store"), "--data", restored, "--json"}, &out, &errOut), errOut.String())
+	var rr backupReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rr))
+	require.Equal(t, uint64(5), rr.Layout)
+	require.NotNil(t, rr.Check, "checked")
+	require.Zero(t, rr.Check.ProblemCount, "%v", rr.Check.Problems)
+	require.Equal(t, len(f.Keys(upgradetest.Completed))+len(f.Keys(upgradetest.Uncertain))+len(f.Keys(upgradetest.Abandoned)), rr.Check.Records)
+	l, err := engine.StoredLayout(restored, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), l)
+}
+
 // TestMigrateRefusesUnreadableLayouts: a store no Open reads is refused
 // before any backup is taken.
 func TestMigrateRefusesUnreadableLayouts(t *testing.T) {
