@@ -9,7 +9,7 @@
 // the conformance suite again under other engine settings, and the
 // property tests and simulations at their full counts. .ci/run runs both.
 //
-// Only tests import it.
+// Only tests and the conformance suite (storetest) import it.
 package tier
 
 import (
