@@ -62,7 +62,17 @@ type Options struct {
 	// value removes any limit. Run puts back the limit it found when it
 	// returns. The report gives the limit in effect (ReportOptions).
 	MemoryLimit int64
-	// Log, if set, gets a line for each long phase's progress.
+	// Child, if set, is the command (its path and arguments) that runs
+	// each measured phase in a process of its own, so that the memory
+	// figures are those of a process that only opened the store and
+	// served it, not the harness's, which the loads and the other phases
+	// left larger. The command must call ServePhase with the options the
+	// run has, Child aside; it reads the phase from its standard input and
+	// writes what it measured to file descriptor 3. Default: every phase
+	// runs in the harness's process.
+	Child []string
+	// Log, if set, gets a line for each long phase's progress, and the
+	// lines a Child writes.
 	Log func(string)
 }
 

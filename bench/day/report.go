@@ -90,6 +90,13 @@ type RestartFigures struct {
 // Memory is the process's memory by component, in bytes.
 type Memory struct {
 	RSS uint64 `json:"rss"` // the resident set, all of it
+	// RSSPeak is the resident set's peak (VmHWM) in a phase run in a
+	// process of its own (OwnProcess); zero in the harness's process,
+	// whose peak is the load's.
+	RSSPeak uint64 `json:"rss_peak,omitempty"`
+	// OwnProcess says the figures are of a process that ran only the
+	// phase (Options.Child), not of the harness.
+	OwnProcess bool `json:"own_process"`
 	// GoHeap is the heap's spans in use (MemStats.HeapInuse): the live
 	// objects, the claim filter and the replay cache among them, and the
 	// garbage not collected yet, with the room free in those spans. It is
@@ -187,6 +194,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	r.Meta.WriteHeader(w, "bench day")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	mb := func(b uint64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
+	peak := func(m Memory) string {
+		if !m.OwnProcess {
+			return "–" // the harness's peak is its load's
+		}
+		return mb(m.RSSPeak)
+	}
 	fmt.Fprintf(w, "\nlarge store: %s records; small store: %s\n", bench.Count(float64(r.Options.Records)), bench.Count(float64(r.Options.Small)))
 	if l := r.Options.MemoryLimit; l > 0 {
 		fmt.Fprintf(w, "Go memory limit after the loads: %d MiB (%s)\n", l>>20, mb(uint64(l)))
@@ -207,18 +220,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "\ncheck: %.0f s (%s records); backup: %.2f s; close: %.2f s\n", s.CheckSeconds, bench.Count(float64(s.CheckRecords)), s.BackupSeconds, s.CloseSeconds)
 	fmt.Fprintf(w, "disk: %s of sstables, %.1f B a record (the guide's estimate: 200 B)\n", mb(s.TableBytes), s.BytesPerRecord)
 	m := s.Memory
+	if m.OwnProcess {
+		fmt.Fprintf(w, "each measured phase ran in a process of its own: its memory, not the harness's (peak RSS of the restart's, Check and Backup included: %s)\n", mb(m.RSSPeak))
+	}
 	fmt.Fprintf(w, "memory after Open: RSS %s; Go heap %s in use, %s live (claim filter %s, replay cache up to %s); block cache %s, memtables %s\n",
 		mb(m.RSS), mb(m.GoHeap), mb(m.GoHeapLive), mb(m.ClaimFilter), mb(m.ReplayCache), mb(m.BlockCache), mb(m.MemTables))
 	fmt.Fprintf(w, "\nopen loop at %s requests/s for %.0f s:\n", bench.Count(r.Options.Rate), r.Options.DurationSeconds)
-	fmt.Fprintln(tw, "store\trecords\tp50 µs\tp99 µs\tp99.9 µs\twrite amp\tswept\tlast pass s\tfinal pass\tRSS\theap in use\theap live\tGCs\tGC CPU s\tGC share\t")
+	fmt.Fprintln(tw, "store\trecords\tp50 µs\tp99 µs\tp99.9 µs\twrite amp\tswept\tlast pass s\tfinal pass\tRSS\tpeak RSS\theap in use\theap live\tGCs\tGC CPU s\tGC share\t")
 	for _, p := range []*Phase{r.Small, r.Large} {
 		if p == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%.1f\t%s in %.1f s\t%s\t%s\t%s\t%d\t%.1f\t%.1f%%\t\n", map[bool]string{true: "large", false: "small"}[p == r.Large],
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%.1f\t%s in %.1f s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f%%\t\n", map[bool]string{true: "large", false: "small"}[p == r.Large],
 			bench.Count(float64(p.Records)), p.Latency.P50, p.Latency.P99, p.Latency.P999, p.WriteAmp,
 			bench.Count(float64(p.Sweep.Deleted)), p.Sweep.LastPassSeconds, bench.Count(float64(p.Sweep.FinalPassDeleted)),
-			p.Sweep.FinalPassSeconds, mb(p.Memory.RSS), mb(p.Memory.GoHeap), mb(p.Memory.GoHeapLive),
+			p.Sweep.FinalPassSeconds, mb(p.Memory.RSS), peak(p.Memory), mb(p.Memory.GoHeap), mb(p.Memory.GoHeapLive),
 			p.GC.Cycles, p.GC.CPUSeconds, 100*p.GC.Share)
 	}
 	if err := tw.Flush(); err != nil {

@@ -90,20 +90,22 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rep.Restart, err = large.restart(ctx, o, run, logf); err != nil {
+	res, err := large.phase(ctx, o, phaseRequest{Kind: phaseRestart, Backup: run.Dir("backup")}, logf)
+	if err != nil {
 		return nil, err
 	}
+	rep.Restart = *res.Restart
 	run.Step("restart, check and backup")
 	for i, s := range []*store{small, large} {
 		logf("open loop on the %s store: %v at %.0f requests/s", s.name, o.Duration, o.Rate)
-		ph, err := s.openLoop(ctx, o, base+uint64(100+i))
+		res, err := s.phase(ctx, o, phaseRequest{Kind: phaseOpen, Stream: base + uint64(100+i)}, logf)
 		if err != nil {
 			return nil, fmt.Errorf("open loop, %s store: %w", s.name, err)
 		}
 		if s == large {
-			rep.Large = ph
+			rep.Large = res.Phase
 		} else {
-			rep.Small = ph
+			rep.Small = res.Phase
 		}
 		run.Step("open loop " + s.name)
 	}
@@ -112,12 +114,12 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 		for _, c := range o.Clients {
 			for _, s := range []*store{small, large} {
 				stream++
-				rate, err := s.closedLoop(ctx, o, c, stream)
+				res, err := s.phase(ctx, o, phaseRequest{Kind: phaseClosed, Clients: c, Stream: stream}, logf)
 				if err != nil {
 					return nil, fmt.Errorf("closed loop, %s store, %d clients: %w", s.name, c, err)
 				}
-				rep.addPoint(s.name, c, round, rate)
-				logf("closed loop, round %d, %d clients, %s store: %.0f requests/s", round+1, c, s.name, rate)
+				rep.addPoint(s.name, c, round, res.Rate)
+				logf("closed loop, round %d, %d clients, %s store: %.0f requests/s", round+1, c, s.name, res.Rate)
 				run.Step(fmt.Sprintf("closed loop %d %s", c, s.name))
 			}
 		}
@@ -237,7 +239,7 @@ func (s *store) build(ctx context.Context, o *Options, logf func(string, ...any)
 
 // restart measures an Open (to the claim filter in use), Check, Backup and
 // a Close, and with ScanRestart an Open that must scan.
-func (s *store) restart(ctx context.Context, o *Options, run *bench.Run, logf func(string, ...any)) (RestartFigures, error) {
+func (s *store) restart(ctx context.Context, o *Options, backup string, logf func(string, ...any)) (RestartFigures, error) {
 	var f RestartFigures
 	logf("restart of the %s store", s.name)
 	start := time.Now()
@@ -270,7 +272,6 @@ func (s *store) restart(ctx context.Context, o *Options, run *bench.Run, logf fu
 		return f, fmt.Errorf("%w: check found %d problems: %v", bench.ErrViolation, cr.ProblemCount, cr.Problems)
 	}
 	f.CheckSeconds, f.CheckRecords = time.Since(start).Seconds(), cr.Records
-	backup := run.Dir("backup")
 	start = time.Now()
 	if err := e.Backup(ctx, backup); err != nil {
 		return f, err

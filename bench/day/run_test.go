@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkv/idemkv/bench"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,16 +15,14 @@ import (
 // there, the large store was opened with the filter Load saved, Check
 // found every record, the sweeper dropped the bucket that ended during
 // the open-loop phase, the memory limit asked for held in the measured
-// phases and was put back, and a second run reuses the kept store.
+// phases and was put back, and a second run reuses the kept store, its
+// phases each in a process of its own.
 func TestRunSmallDay(t *testing.T) {
 	records := int64(1_000_000)
 	if testing.Short() {
 		records = 200_000
 	}
-	kept := t.TempDir()
-	o := &Options{Options: bench.Options{Dir: t.TempDir(), Tenants: 10}, Records: records, Small: records / 10,
-		Duration: 3 * time.Second, Window: 500 * time.Millisecond, Rate: 2000, Clients: []int{8}, Point: 300 * time.Millisecond,
-		Rounds: 1, SweepInterval: 200 * time.Millisecond, Store: kept, MemoryLimit: 3 << 30}
+	o := smallDay(records, t.TempDir(), t.TempDir())
 	limit := debug.SetMemoryLimit(-1)
 	rep, err := Run(ctx, o)
 	require.NoError(t, err)
@@ -84,11 +81,27 @@ func TestRunSmallDay(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, files, 1)
 
-	// The kept store again: the new keys of this run's traffic are new to
-	// it too (the run checks every claim against the contract).
+	require.False(t, rep.Large.Memory.OwnProcess, "in the harness's process")
+	require.NotContains(t, table.String(), "a process of its own")
+
+	// The kept store again, each phase in a process of its own: the new
+	// keys of this run's traffic are new to it too (the run checks every
+	// claim against the contract), and the memory is the children's.
+	runInChildren(t, o)
 	rep, err = Run(ctx, o)
 	require.NoError(t, err)
 	require.True(t, rep.Load.Reused)
+	for _, m := range []Memory{rep.Restart.Memory, rep.Small.Memory, rep.Large.Memory} {
+		require.True(t, m.OwnProcess)
+		require.Positive(t, m.RSSPeak)
+		require.GreaterOrEqual(t, m.RSSPeak, m.RSS)
+	}
+	require.Greater(t, int64(rep.Restart.CheckRecords), records, "the loaded records and the first run's")
+	require.Positive(t, rep.meanRate("large", 8))
+	table.Reset()
+	require.NoError(t, rep.WriteTable(&table))
+	require.Contains(t, table.String(), "each measured phase ran in a process of its own")
+	o.Child = nil
 
 	o.Duration, o.Rounds = time.Second, 1
 	_, err = Run(ctx, o)

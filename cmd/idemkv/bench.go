@@ -45,6 +45,7 @@ func benchWorkloadsFlags(fs *flag.FlagSet) func(context.Context, io.Writer) erro
 	fs.Int64Var(&f.day.Records, "records", 0, "with --profile day: the large store's records (default 432000000)")
 	fs.StringVar(&f.day.Store, "store", "", "with --profile day: keep the large store in `DIR`, and use the one an earlier run left there (default: a temporary directory)")
 	fs.BoolVar(&f.day.ScanRestart, "scan-restart", false, "with --profile day: also measure a restart without the saved claim filter (a scan of every record key)")
+	fs.BoolVar(&f.dayPhase, "phase-child", false, "with --profile day: run one measured phase, as the harness that starts this process asks on its standard input (the harness runs each phase so, in a process of its own)")
 	fs.Func("memory-limit", "with --profile day: the Go memory limit of the measured phases, set after the loads, for example 1800MiB or 2GB; 0 for none (default: GOMEMLIMIT's, if set)", func(s string) error {
 		n, err := parseByteSize(s)
 		if err != nil {
@@ -205,6 +206,7 @@ type benchFlags struct {
 	postgres        bool
 	more            []workloads.Target // measured beside the engine and the baseline
 	day             day.Options        // --profile day's own flags
+	dayPhase        bool               // --phase-child: run one phase of a day run
 }
 
 // pebbleFlags are the engine's Pebble settings that bench and bench http

@@ -35,6 +35,17 @@ func runDay(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.File
 	if err := cfg.EnsureDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
+	if f.dayPhase {
+		cfg.Log = func(line string) { fmt.Fprintln(stderr, line) }
+		return day.ServePhase(ctx, cfg, os.Stdin, os.NewFile(3, "phase result"))
+	}
+	// Each measured phase runs in a process of its own: this command line
+	// again, told so by --phase-child.
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg.Child = append(append([]string{exe}, os.Args[1:]...), "--phase-child")
 	start := time.Now()
 	cfg.Log = func(line string) {
 		fmt.Fprintf(stderr, "%s +%v %s\n", time.Now().UTC().Format("15:04:05"), time.Since(start).Round(time.Second), line)
