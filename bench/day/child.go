@@ -30,10 +30,10 @@ const (
 
 // phaseRequest is one phase, as the harness asks for it.
 type phaseRequest struct {
-	Kind    string    `json:"kind"`
-	Store   string    `json:"store"` // its name: "large" or "small"
-	Dir     string    `json:"dir"`
-	Records int64     `json:"records"`
+	Kind    string    `json:"kind"`             // phaseRestart, phaseOpen or phaseClosed
+	Store   string    `json:"store"`            // its name: "large" or "small"
+	Dir     string    `json:"dir"`              // the store's directory
+	Records int64     `json:"records"`          // the records it was loaded with
 	Clock   time.Time `json:"clock"`            // the store's time when the phase begins
 	Stream  uint64    `json:"stream"`           // the phase's traffic stream
 	Clients int       `json:"clients"`          // closed loop
@@ -42,11 +42,11 @@ type phaseRequest struct {
 
 // phaseResult is what the phase measured.
 type phaseResult struct {
-	Clock     time.Time       `json:"clock"` // the store's time when the phase ended
-	Restart   *RestartFigures `json:"restart,omitempty"`
-	Phase     *Phase          `json:"phase,omitempty"`
-	Rate      float64         `json:"rate,omitempty"`
-	Error     string          `json:"error,omitempty"`
+	Clock     time.Time       `json:"clock"`               // the store's time when the phase ended
+	Restart   *RestartFigures `json:"restart,omitempty"`   // a restart's figures
+	Phase     *Phase          `json:"phase,omitempty"`     // an open-loop phase's
+	Rate      float64         `json:"rate,omitempty"`      // a closed-loop point's
+	Error     string          `json:"error,omitempty"`     // why the phase failed
 	Violation bool            `json:"violation,omitempty"` // Error is a bench.ErrViolation
 }
 
@@ -148,11 +148,16 @@ func ServePhase(ctx context.Context, opts *Options, r io.Reader, w io.Writer) er
 	if err != nil {
 		res.Error, res.Violation = err.Error(), errors.Is(err, bench.ErrViolation)
 	}
+	// The kernel brings the peak up to date lazily: no reading taken
+	// during the phase may exceed it.
 	if res.Restart != nil {
-		res.Restart.Memory.OwnProcess, res.Restart.Memory.RSSPeak = true, peakRSS()
+		res.Restart.Memory.OwnProcess, res.Restart.Memory.RSSPeak = true, max(peakRSS(), res.Restart.Memory.RSS)
 	}
-	if res.Phase != nil {
-		res.Phase.Memory.OwnProcess, res.Phase.Memory.RSSPeak = true, peakRSS()
+	if p := res.Phase; p != nil {
+		p.Memory.OwnProcess, p.Memory.RSSPeak = true, max(peakRSS(), p.Memory.RSS)
+		for _, w := range p.Windows {
+			p.Memory.RSSPeak = max(p.Memory.RSSPeak, w.RSS)
+		}
 	}
 	return json.NewEncoder(w).Encode(res)
 }
