@@ -44,3 +44,25 @@ func AfterFunc(c Clock, d time.Duration, f func()) (stop func() bool) {
 	}
 	return time.AfterFunc(d, f).Stop
 }
+
+// SystemClock is the clock of every store and layer that is given none:
+// the wall clock, with Go's monotonic clock as its steady reading and Go's
+// timers for AfterFunc.
+type SystemClock struct{}
+
+// monotonicStart is SystemClock's fixed point of steady time.
+var monotonicStart = time.Now()
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Read implements SteadyClock with Go's monotonic clock.
+func (SystemClock) Read() (time.Time, time.Duration) {
+	t := time.Now()
+	return t, t.Sub(monotonicStart)
+}
+
+// AfterFunc implements TimerClock with time.AfterFunc.
+func (SystemClock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	return time.AfterFunc(d, f).Stop
+}

@@ -69,6 +69,17 @@
 // [Store.Escalate]: still uncertain, listed apart, left for an operator.
 // Package reconcile is such a reconciler, on this contract alone.
 //
+// # Business data
+//
+// What an operation writes through [Effects] is the store's business data.
+// A [DataStore] is a Store that also reads it outside any operation
+// ([DataReader]: by key and in pages), commits transactions of it that
+// belong to no record ([DataStore.Update]), and tells its health, its time
+// and its [Counts]. A service written against DataStore runs on either
+// store. The limits ([MaxEffectKeyLen], [ValidateEffectKey],
+// [ValidateDataScan], [Result.Validate]) and the default clock
+// ([SystemClock]) are this package's, the same for every store.
+//
 // # Caveats
 //
 // A key protects a request only for its retention class's window (chosen

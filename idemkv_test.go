@@ -147,3 +147,19 @@ func TestOperationIDsMatchDeriveOperationID(t *testing.T) {
 	id := ID{Tenant: "t", Endpoint: "e", Key: "k"}
 	require.NotEqual(t, ids.Derive(id, nil, 0), other.Derive(id, nil, 0))
 }
+
+// The limits every store applies, from the root package.
+func TestDataLimits(t *testing.T) {
+	require.NoError(t, ValidateEffectKey(make([]byte, MaxEffectKeyLen)))
+	require.ErrorIs(t, ValidateEffectKey(make([]byte, MaxEffectKeyLen+1)), ErrInvalidArgument)
+	require.ErrorIs(t, ValidateEffectKey(nil), ErrInvalidArgument)
+	require.NoError(t, ValidateDataScan(nil, nil))
+	require.NoError(t, ValidateDataScan([]byte("a/"), []byte("a/b")))
+	require.ErrorIs(t, ValidateDataScan([]byte("a/"), []byte("b")), ErrInvalidArgument)
+
+	ok := Result{Status: 65535, Pointer: string(make([]byte, MaxPointerLen)), Body: make([]byte, 10)}
+	require.NoError(t, ok.Validate(10))
+	for _, r := range []Result{{Status: -1}, {Status: 65536}, {Pointer: string(make([]byte, MaxPointerLen+1))}, {Body: make([]byte, 11)}} {
+		require.ErrorIs(t, r.Validate(10), ErrInvalidResult)
+	}
+}

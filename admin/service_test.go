@@ -79,7 +79,7 @@ func newFixture(t *testing.T) *fixture {
 // data reads key from the engine's data; "" if absent.
 func (f *fixture) data(t *testing.T, key []byte) string {
 	t.Helper()
-	v, err := f.e.GetData(key)
+	v, err := f.e.GetData(ctx, key)
 	if errors.Is(err, idemkv.ErrNotFound) {
 		return ""
 	}

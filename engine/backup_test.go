@@ -76,7 +76,7 @@ func TestBackup(t *testing.T) {
 			return false
 		}
 		require.Equal(t, idemkv.Replay, c.Outcome, key)
-		v, err := b.GetData([]byte("pay/" + key))
+		v, err := b.GetData(ctx, []byte("pay/"+key))
 		require.NoError(t, err, "%s replays without its effect", key)
 		require.Equal(t, key, string(v))
 		return true

@@ -91,7 +91,7 @@ func TestCheckPairsEffects(t *testing.T) {
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
 	require.Zero(t, rep.Records)
 	require.Equal(t, [4]int{3, 0, 3, 0}, [4]int{rep.Effects, rep.EffectsPaired, rep.EffectsExpired, rep.Superseded})
-	got, err := v.e.GetData([]byte("acct/2"))
+	got, err := v.e.GetData(ctx, []byte("acct/2"))
 	require.NoError(t, err)
 	require.Equal(t, "21", string(got))
 }

@@ -239,7 +239,7 @@ func verifyKill9Dir(t *testing.T, dir string, acked map[string]uint64, keys int)
 			require.ErrorIs(t, err, idemkv.ErrNotFound, "Get %q", key)
 		}
 		completed := found && rec.State == idemkv.StateCompleted
-		eff, err := e.GetData(crashEffectKey(key))
+		eff, err := e.GetData(ctx, crashEffectKey(key))
 		hasEff := err == nil
 		if !hasEff {
 			require.ErrorIs(t, err, idemkv.ErrNotFound, "GetData %q", key)
@@ -263,9 +263,9 @@ func verifyKill9Dir(t *testing.T, dir string, acked map[string]uint64, keys int)
 	// Every completion incremented the shared counter and emitted one
 	// event, in its commit: no update lost, no event without its commit.
 	effects := 0
-	require.NoError(t, e.ScanData([]byte("effect/"), func(_, _ []byte) bool { effects++; return true }))
+	require.NoError(t, e.ScanData(ctx, []byte("effect/"), func(_, _ []byte) bool { effects++; return true }))
 	counter := 0
-	if v, err := e.GetData(kill9CounterKey); err == nil {
+	if v, err := e.GetData(ctx, kill9CounterKey); err == nil {
 		counter, err = strconv.Atoi(string(v))
 		require.NoError(t, err)
 	} else {
@@ -1020,7 +1020,7 @@ func checkClone(steps []wlStep, cl crashClone, opts Options, now time.Time) (err
 
 		// No effect without its outcome, no outcome without its effect, and
 		// both of one owner.
-		eff, derr := e.GetData(crashEffectKey(key))
+		eff, derr := e.GetData(ctx, crashEffectKey(key))
 		hasEff := derr == nil
 		if !hasEff && !errors.Is(derr, idemkv.ErrNotFound) {
 			return fmt.Errorf("get data %q: %w", key, derr)

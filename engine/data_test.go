@@ -21,7 +21,7 @@ func TestScanData(t *testing.T) {
 		return nil
 	}))
 	scan := func(prefix string, limit int) (keys []string) {
-		require.NoError(t, v.e.ScanData([]byte(prefix), func(k, val []byte) bool {
+		require.NoError(t, v.e.ScanData(ctx, []byte(prefix), func(k, val []byte) bool {
 			require.Equal(t, "v"+string(k), string(val))
 			keys = append(keys, string(k))
 			return len(keys) < limit
@@ -40,7 +40,7 @@ func TestScanData(t *testing.T) {
 	var after []byte
 	for {
 		var page []string
-		require.NoError(t, v.e.ScanDataAfter([]byte("a"), after, func(k, _ []byte) bool {
+		require.NoError(t, v.e.ScanDataAfter(ctx, []byte("a"), after, func(k, _ []byte) bool {
 			page = append(page, string(k))
 			return len(page) < 2
 		}))
@@ -51,13 +51,13 @@ func TestScanData(t *testing.T) {
 		after = []byte(page[len(page)-1])
 	}
 	require.Equal(t, [][]string{{"a", "a/1"}, {"a/2", "a/3"}, {"a\xff", "a\xff\xff"}}, pages)
-	require.ErrorIs(t, v.e.ScanDataAfter([]byte("a/"), []byte("b/1"), func(_, _ []byte) bool { return true }), idemkv.ErrInvalidArgument,
+	require.ErrorIs(t, v.e.ScanDataAfter(ctx, []byte("a/"), []byte("b/1"), func(_, _ []byte) bool { return true }), idemkv.ErrInvalidArgument,
 		"the resume key must lie under the prefix")
 
 	v.reopen()
 	require.Equal(t, []string{"a/1", "a/2", "a/3"}, scan("a/", 10), "effects are durable")
 	require.NoError(t, v.e.Close())
-	require.ErrorIs(t, v.e.ScanData(nil, func(_, _ []byte) bool { return true }), idemkv.ErrClosed)
+	require.ErrorIs(t, v.e.ScanData(ctx, nil, func(_, _ []byte) bool { return true }), idemkv.ErrClosed)
 	v.e = nil
 }
 
@@ -103,7 +103,7 @@ func TestEffectsSizeBound(t *testing.T) {
 	require.NoError(t, v.e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
 		return fx.Set([]byte("small"), big[:1000])
 	}), "the failed attempts held nothing")
-	_, err = v.e.GetData([]byte("big"))
+	_, err = v.e.GetData(ctx, []byte("big"))
 	require.ErrorIs(t, err, idemkv.ErrNotFound)
 	require.Equal(t, idemkv.Replay, v.claim(id("k"), fpA, idemkv.ModeLocal).Outcome)
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,27 +18,17 @@ import (
 // stamped with the token and expiry of the outcome it committed with, so
 // that Check can pair every value with its outcome.
 
-// MaxEffectKeyLen bounds a key written through Effects, in bytes.
-const MaxEffectKeyLen = 1024
-
-func validateEffectKey(key []byte) error {
-	if len(key) == 0 {
-		return fmt.Errorf("%w: empty effect key", idemkv.ErrInvalidArgument)
-	}
-	if len(key) > MaxEffectKeyLen {
-		return fmt.Errorf("%w: effect key is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(key), MaxEffectKeyLen)
-	}
-	return nil
-}
-
 // GetData reads a value written through Effects. The returned slice is the
 // caller's. It returns ErrNotFound if key is absent.
 //
 // Like any Pebble read, it may observe effects whose Complete is still
 // syncing; a crash before that sync ends removes them together with their
 // outcome.
-func (e *Engine) GetData(key []byte) ([]byte, error) {
-	if err := validateEffectKey(key); err != nil {
+func (e *Engine) GetData(ctx context.Context, key []byte) ([]byte, error) {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if err := e.gate.enter(); err != nil {
@@ -118,7 +109,7 @@ func (e *Engine) newEffects() *effectBuf {
 // txn.go), else the committed value as of its first read from Pebble; it
 // remembers the version read, to check at commit.
 func (w *effectBuf) Get(key []byte) ([]byte, error) {
-	if err := validateEffectKey(key); err != nil {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return nil, err
 	}
 	for i := len(w.ops) - 1; i >= 0; i-- {
@@ -221,7 +212,7 @@ func (w *effectBuf) close() {
 }
 
 func (w *effectBuf) Set(key, value []byte) error {
-	if err := validateEffectKey(key); err != nil {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return err
 	}
 	if err := w.fits(len(key) + len(value)); err != nil {
@@ -238,7 +229,7 @@ func (w *effectBuf) Set(key, value []byte) error {
 }
 
 func (w *effectBuf) Delete(key []byte) error {
-	if err := validateEffectKey(key); err != nil {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return err
 	}
 	if err := w.fits(len(key)); err != nil {
@@ -294,24 +285,18 @@ func (w *effectBuf) writeTo(b *pebble.Batch, token uint64, expires time.Time) in
 	return n
 }
 
-// ScanData calls fn for each value written through Effects whose key starts
-// with prefix, in key order, until fn returns false. The key and value
-// passed to fn are valid only during the call. Like GetData, it may
-// observe effects whose Complete is still syncing.
-func (e *Engine) ScanData(prefix []byte, fn func(key, value []byte) bool) error {
-	return e.ScanDataAfter(prefix, nil, fn)
+// ScanData implements idemkv.DataReader. Like GetData, it may observe
+// effects whose Complete is still syncing.
+func (e *Engine) ScanData(ctx context.Context, prefix []byte, fn func(key, value []byte) bool) error {
+	return e.ScanDataAfter(ctx, prefix, nil, fn)
 }
 
-// ScanDataAfter is ScanData resuming after the key after, which must start
-// with prefix (the last key a previous scan passed to fn, say); a nil
-// after starts at the beginning. Keys written meanwhile are seen if they
-// sort after it, so pages read this way never repeat a key.
-func (e *Engine) ScanDataAfter(prefix, after []byte, fn func(key, value []byte) bool) error {
-	switch {
-	case len(prefix) > MaxEffectKeyLen:
-		return fmt.Errorf("%w: prefix is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(prefix), MaxEffectKeyLen)
-	case after != nil && !bytes.HasPrefix(after, prefix):
-		return fmt.Errorf("%w: scan resumes after %q, which does not start with the prefix %q", idemkv.ErrInvalidArgument, after, prefix)
+// ScanDataAfter implements idemkv.DataReader. It reads one Pebble
+// snapshot-less iterator: keys written meanwhile are seen if they sort
+// after the point it has reached.
+func (e *Engine) ScanDataAfter(ctx context.Context, prefix, after []byte, fn func(key, value []byte) bool) error {
+	if err := idemkv.ValidateDataScan(prefix, after); err != nil {
+		return err
 	}
 	if err := e.gate.enter(); err != nil {
 		return err
@@ -328,8 +313,11 @@ func (e *Engine) ScanDataAfter(prefix, after []byte, fn func(key, value []byte) 
 		return fmt.Errorf("engine: scan data: %w", err)
 	}
 	n := len(first) - len(prefix)
-	for valid := it.First(); valid; valid = it.Next() {
+	for i, valid := 0, it.First(); valid; i, valid = i+1, it.Next() {
 		v, err := it.ValueAndErr()
+		if err == nil && i%scanCheckEvery == 0 {
+			err = ctx.Err()
+		}
 		if err == nil {
 			_, _, v, err = record.SplitStamp(v)
 		}
@@ -346,6 +334,10 @@ func (e *Engine) ScanDataAfter(prefix, after []byte, fn func(key, value []byte) 
 	}
 	return nil
 }
+
+// scanCheckEvery is how many values a scan reads between looks at its
+// context.
+const scanCheckEvery = 256
 
 // prefixEnd returns the smallest key greater than every key with prefix p,
 // or nil if there is none (p is all 0xff).

@@ -87,7 +87,7 @@ func TestClaimCompleteReplay(t *testing.T) {
 		require.Equal(t, res, r.Record.Result)
 		v.reopen()
 	}
-	got, err := v.e.GetData([]byte("payment/p42"))
+	got, err := v.e.GetData(ctx, []byte("payment/p42"))
 	require.NoError(t, err)
 	require.Equal(t, "5000", string(got))
 
@@ -131,7 +131,7 @@ func TestLocalTakeoverFencesStaleHolder(t *testing.T) {
 		return w.Set([]byte("effect/k"), []byte("stale"))
 	})
 	require.ErrorIs(t, err, idemkv.ErrFenced)
-	_, err = v.e.GetData([]byte("effect/k"))
+	_, err = v.e.GetData(ctx, []byte("effect/k"))
 	require.ErrorIs(t, err, idemkv.ErrNotFound, "a fenced completion must not apply its effects")
 	_, err = v.e.Renew(ctx, a.Lease, 0)
 	require.ErrorIs(t, err, idemkv.ErrFenced)
@@ -301,7 +301,7 @@ func TestBadInput(t *testing.T) {
 		return w.Set(nil, []byte("x"))
 	})
 	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
-	_, err = v.e.GetData([]byte("ok"))
+	_, err = v.e.GetData(ctx, []byte("ok"))
 	require.ErrorIs(t, err, idemkv.ErrNotFound)
 	// A caller's own error from apply aborts the completion and keeps the lease.
 	boom := errors.New("boom")
@@ -427,14 +427,14 @@ func TestResolveWithEffects(t *testing.T) {
 			return boom
 		}}
 	require.ErrorIs(t, v.e.Resolve(ctx, req), boom)
-	_, err := v.e.GetData([]byte("ledger/r"))
+	_, err := v.e.GetData(ctx, []byte("ledger/r"))
 	require.ErrorIs(t, err, idemkv.ErrNotFound)
 	require.Equal(t, idemkv.Reconciling, v.claim(id("r"), fpA, idemkv.ModeRemote).Outcome)
 
 	req.Apply = func(w idemkv.Effects) error { return w.Set([]byte("ledger/r"), []byte("charged")) }
 	require.NoError(t, v.e.Resolve(ctx, req))
 	v.reopen()
-	got, err := v.e.GetData([]byte("ledger/r"))
+	got, err := v.e.GetData(ctx, []byte("ledger/r"))
 	require.NoError(t, err)
 	require.Equal(t, "charged", string(got))
 	require.Equal(t, idemkv.Replay, v.claim(id("r"), fpA, idemkv.ModeRemote).Outcome)

@@ -203,7 +203,7 @@ func TestErrorAtEveryOp(t *testing.T) {
 			require.NoError(t, err, "k=%d: acknowledged %s lost", k, key)
 			require.Equal(t, idemkv.StateCompleted, rec.State)
 			require.Equal(t, key, string(rec.Result.Body))
-			v, err := e.GetData([]byte("eff/" + key))
+			v, err := e.GetData(ctx, []byte("eff/"+key))
 			require.NoError(t, err, "k=%d: the effect of acknowledged %s is lost", k, key)
 			require.Equal(t, key, string(v))
 		}

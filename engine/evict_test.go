@@ -25,7 +25,7 @@ func TestEvictKeepsEffectsPaired(t *testing.T) {
 	require.Equal(t, 1, got.Effects)
 	_, err = v.e.Get(ctx, id("pay"))
 	require.ErrorIs(t, err, idemkv.ErrNotFound)
-	val, err := v.e.GetData([]byte("ledger/pay"))
+	val, err := v.e.GetData(ctx, []byte("ledger/pay"))
 	require.NoError(t, err)
 	require.Equal(t, "1", string(val), "the effect stays")
 	rep, err := v.e.Check(ctx)

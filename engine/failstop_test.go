@@ -82,7 +82,7 @@ func TestFailedLogSyncFailsTheEngine(t *testing.T) {
 	require.ErrorIs(t, err, idemkv.ErrFailed)
 	_, err = e.Get(ctx, id("before"))
 	require.ErrorIs(t, err, idemkv.ErrFailed)
-	_, err = e.GetData([]byte("row/during"))
+	_, err = e.GetData(ctx, []byte("row/during"))
 	require.ErrorIs(t, err, idemkv.ErrFailed)
 	require.ErrorIs(t, e.Close(), idemkv.ErrFailed)
 
@@ -94,7 +94,7 @@ func TestFailedLogSyncFailsTheEngine(t *testing.T) {
 	rec, err := e2.Get(ctx, id("before"))
 	require.NoError(t, err)
 	require.Equal(t, idemkv.StateCompleted, rec.State)
-	row, err := e2.GetData([]byte("row/before"))
+	row, err := e2.GetData(ctx, []byte("row/before"))
 	require.NoError(t, err)
 	require.Equal(t, "before", string(row))
 	rep, err := e2.Check(ctx)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -106,8 +107,12 @@ func (h *health) counts() (errors int64, since time.Time) {
 
 // Health returns nil while the store is healthy and an error matching
 // ErrUnhealthy (or idemkv.ErrFailed, once a write has failed) while it is
-// not: what a readiness or liveness probe should report.
-func (e *Engine) Health() error {
+// not: what a readiness or liveness probe should report. It reads no disk:
+// ctx only ends it early.
+func (e *Engine) Health(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := e.gate.err(); err != nil {
 		return err
 	}

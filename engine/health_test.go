@@ -26,7 +26,7 @@ func TestBackgroundErrorMakesTheStoreUnhealthyUntilAFlushSucceeds(t *testing.T) 
 	v.opts.NoBackgroundSweep = true
 	v.opts.Logger = logs
 	v.reopen()
-	require.NoError(t, v.e.Health())
+	require.NoError(t, v.e.Health(ctx))
 
 	held := v.claim(id("held"), fpA, idemkv.ModeLocal)
 	done := v.claim(id("done"), fpA, idemkv.ModeLocal)
@@ -36,7 +36,7 @@ func TestBackgroundErrorMakesTheStoreUnhealthyUntilAFlushSucceeds(t *testing.T) 
 	go func() { flushed <- v.e.Flush() }() // Pebble retries the flush until it succeeds
 	<-logs.unhealthy
 
-	err := v.e.Health()
+	err := v.e.Health(ctx)
 	require.ErrorIs(t, err, ErrUnhealthy)
 	require.ErrorContains(t, err, "injected")
 	_, err = v.e.Claim(ctx, idemkv.ClaimRequest{ID: id("new"), Fingerprint: fpA})
@@ -50,7 +50,7 @@ func TestBackgroundErrorMakesTheStoreUnhealthyUntilAFlushSucceeds(t *testing.T) 
 	armed.Store(false)
 	require.NoError(t, <-flushed)
 	<-logs.healthy
-	require.NoError(t, v.e.Health())
+	require.NoError(t, v.e.Health(ctx))
 	require.True(t, v.stats().UnhealthySince.IsZero())
 	require.Equal(t, idemkv.Acquired, v.claim(id("new"), fpA, idemkv.ModeLocal).Outcome)
 	require.Equal(t, idemkv.Replay, v.claim(id("done"), fpA, idemkv.ModeLocal).Outcome)

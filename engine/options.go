@@ -17,19 +17,6 @@ import (
 	"github.com/idemkv/idemkv/ttl"
 )
 
-// systemClock is the default Clock: the wall clock, with Go's monotonic
-// clock as its steady reading.
-type systemClock struct{}
-
-var monotonicStart = time.Now()
-
-func (systemClock) Now() time.Time { return time.Now() }
-
-func (systemClock) Read() (time.Time, time.Duration) {
-	t := time.Now()
-	return t, t.Sub(monotonicStart)
-}
-
 // Options configure an Engine. A nil *Options, and every zero field, means
 // the default documented on the field. docs/operations.md says how to size
 // them; docs/benchmarks.md has the measurements behind the defaults.
@@ -217,7 +204,7 @@ func (o *Options) EnsureDefaults() *Options {
 		c.FS = vfs.Default
 	}
 	if c.Clock == nil {
-		c.Clock = systemClock{}
+		c.Clock = idemkv.SystemClock{}
 	}
 	if c.ClockTolerance == 0 {
 		c.ClockTolerance = time.Second

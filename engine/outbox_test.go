@@ -121,7 +121,7 @@ func TestBadEventsWriteNothing(t *testing.T) {
 		require.ErrorIs(t, err, idemkv.ErrInvalidArgument, name)
 		require.Equal(t, idemkv.InProgress, v.claim(id("bad-"+name), fpA, idemkv.ModeLocal).Outcome, "%s: nothing committed", name)
 	}
-	_, err := v.e.GetData([]byte("payment/bad-empty topic"))
+	_, err := v.e.GetData(ctx, []byte("payment/bad-empty topic"))
 	require.ErrorIs(t, err, idemkv.ErrNotFound)
 	evs, err := v.e.ReadOutbox(ctx, 0, 10)
 	require.NoError(t, err)

@@ -257,7 +257,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) (string, error) {
 		return out + "\n", nil
 	case "data":
 		k, _ := arg(td, "key")
-		val, err := v.e.GetData([]byte(k))
+		val, err := v.e.GetData(ctx, []byte(k))
 		if err != nil {
 			return "", err
 		}

@@ -580,14 +580,4 @@ func (e *Engine) fenced(l idemkv.Lease) error {
 	return fmt.Errorf("%w: token %d for key_hash %s", idemkv.ErrFenced, l.Token, l.ID.Hash())
 }
 
-func (e *Engine) validateResult(r *idemkv.Result) error {
-	switch {
-	case r.Status < 0 || r.Status > 65535:
-		return fmt.Errorf("%w: status %d outside 0..65535", idemkv.ErrInvalidResult, r.Status)
-	case len(r.Pointer) > idemkv.MaxPointerLen:
-		return fmt.Errorf("%w: pointer is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Pointer), idemkv.MaxPointerLen)
-	case len(r.Body) > e.opts.MaxBodySize:
-		return fmt.Errorf("%w: body is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Body), e.opts.MaxBodySize)
-	}
-	return nil
-}
+func (e *Engine) validateResult(r *idemkv.Result) error { return r.Validate(e.opts.MaxBodySize) }

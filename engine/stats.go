@@ -44,24 +44,17 @@ type Stats struct {
 	// in flight.
 	HeldLocal, HeldRemote, Busy int
 
-	// Operations since Open.
-	Claims      int64 // every Claim that passed validation
-	Acquired    int64 // claims that acquired (including takeovers)
+	// Operations since Open: what every store counts (Counts), and more.
+	idemkv.Counts
 	Takeovers   int64 // acquisitions that took over an expired lease
-	Replays     int64
 	InProgress  int64
 	Mismatches  int64
 	Reconciling int64 // claims answered Reconciling
-	Completed   int64
 	Released    int64
 	Uncertain   int64 // MarkUncertain calls that succeeded
 	Renewed     int64
 	Resolved    int64
 	Escalations int64 // Escalate calls that succeeded
-	// Conflicts counts runs of apply functions whose reads had changed by
-	// their commit, and that ran again (or failed with ErrConflict).
-	Conflicts int64
-	Fenced    int64 // operations refused with ErrFenced
 	// ReplayCacheHits counts lookups answered from the replay cache;
 	// ReplayCached is how many records it holds now.
 	ReplayCacheHits int64
@@ -170,6 +163,14 @@ type Stats struct {
 	WriteAmp          float64
 }
 
+// Counts implements idemkv.DataStore: Stats' operation counts, read
+// without the store's other figures.
+func (e *Engine) Counts() idemkv.Counts {
+	c := &e.counters
+	return idemkv.Counts{Claims: c.claims.Load(), Acquired: c.acquired.Load(), Replays: c.replays.Load(),
+		Completed: c.completed.Load(), Conflicts: c.conflicts.Load(), Fenced: c.fenced.Load()}
+}
+
 // Stats returns a snapshot of the engine's counters and Pebble metrics.
 func (e *Engine) Stats() (Stats, error) {
 	if err := e.gate.enter(); err != nil {
@@ -188,14 +189,13 @@ func (e *Engine) Stats() (Stats, error) {
 		}
 	})
 	st.ReplayCached = e.table.replay.len()
+	st.Counts = e.Counts()
 	c := &e.counters
-	st.Claims, st.Acquired, st.Takeovers = c.claims.Load(), c.acquired.Load(), c.takeovers.Load()
-	st.Replays, st.InProgress, st.Mismatches = c.replays.Load(), c.inProgress.Load(), c.mismatches.Load()
-	st.Reconciling, st.Completed, st.Released = c.reconciling.Load(), c.completed.Load(), c.released.Load()
-	st.Uncertain, st.Renewed, st.Resolved, st.Fenced = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load(), c.fenced.Load()
+	st.Takeovers, st.InProgress, st.Mismatches = c.takeovers.Load(), c.inProgress.Load(), c.mismatches.Load()
+	st.Reconciling, st.Released = c.reconciling.Load(), c.released.Load()
+	st.Uncertain, st.Renewed, st.Resolved = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load()
 	st.ReplayCacheHits = c.cacheHits.Load()
 	st.Escalations = c.escalated.Load()
-	st.Conflicts = c.conflicts.Load()
 	st.UncertainRecords, st.EscalatedRecords = e.pending.uncertain.Load(), e.pending.escalated.Load()
 	st.RemoteRecords = e.pending.remote.Load()
 	oldest, err := e.oldestAwaiting(e.clock.Now())

@@ -39,7 +39,7 @@ func TestEffectsReadTheirOwnWritesAndCommittedData(t *testing.T) {
 		require.ErrorIs(t, err, idemkv.ErrNotFound, "and its own delete")
 		return fx.Set([]byte("stock/sku1"), u64(3))
 	}))
-	got, err := v.e.GetData([]byte("stock/sku1"))
+	got, err := v.e.GetData(ctx, []byte("stock/sku1"))
 	require.NoError(t, err)
 	require.Equal(t, u64(3), got)
 
@@ -76,7 +76,7 @@ func TestConflictRunsTheApplyFunctionAgain(t *testing.T) {
 	})
 	require.ErrorIs(t, err, errOutOfStock, "the second run sees the stock the other order left")
 	require.Equal(t, 2, runs)
-	got, err := v.e.GetData([]byte("stock"))
+	got, err := v.e.GetData(ctx, []byte("stock"))
 	require.NoError(t, err)
 	require.Equal(t, u64(0), got, "never below zero")
 	st, err := v.e.Stats()
@@ -109,7 +109,7 @@ func TestConflictOnAbsentKey(t *testing.T) {
 		return fx.Set([]byte("email/a@example.com"), []byte("user-1"))
 	})
 	require.ErrorIs(t, err, errTaken)
-	got, err := v.e.GetData([]byte("email/a@example.com"))
+	got, err := v.e.GetData(ctx, []byte("email/a@example.com"))
 	require.NoError(t, err)
 	require.Equal(t, "user-2", string(got))
 }
@@ -128,7 +128,7 @@ func TestConflictsAreBounded(t *testing.T) {
 	})
 	require.ErrorIs(t, err, idemkv.ErrConflict)
 	require.Equal(t, maxConflictRuns, runs)
-	got, err := v.e.GetData([]byte("hot"))
+	got, err := v.e.GetData(ctx, []byte("hot"))
 	require.NoError(t, err)
 	require.Equal(t, u64(maxConflictRuns*1000), got, "none of the conflicting runs wrote")
 	require.Equal(t, idemkv.InProgress, v.claim(id("p1"), fpA, idemkv.ModeLocal).Outcome, "the lease is still held")
@@ -202,11 +202,11 @@ func TestConcurrentTransactionsSerialize(t *testing.T) {
 		}
 		wg.Wait()
 		require.Equal(rt, min(workers, start), committed, "every operation commits while the balance lasts (%d refused)", refused)
-		bal, err := v.e.GetData([]byte(pfx + "balance"))
+		bal, err := v.e.GetData(ctx, []byte(pfx+"balance"))
 		require.NoError(rt, err)
 		require.Equal(rt, uint64(start-committed), binary.BigEndian.Uint64(bal), "no lost update")
 		for k, n := range perKey {
-			got, err := v.e.GetData([]byte(fmt.Sprintf("%scount/%d", pfx, k)))
+			got, err := v.e.GetData(ctx, []byte(fmt.Sprintf("%scount/%d", pfx, k)))
 			if n == 0 {
 				require.ErrorIs(rt, err, idemkv.ErrNotFound)
 				continue

@@ -85,7 +85,7 @@ func requireFixtureStore(t *testing.T, f *upgradetest.Fixture, e *Engine) {
 	require.Equal(t, [2]int64{int64(uncertain), int64(abandoned)}, [2]int64{st.UncertainRecords, st.RemoteRecords})
 
 	effects := map[string]string{}
-	require.NoError(t, e.ScanData(nil, func(k, v []byte) bool {
+	require.NoError(t, e.ScanData(ctx, nil, func(k, v []byte) bool {
 		effects[string(k)] = string(v)
 		return true
 	}))

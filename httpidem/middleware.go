@@ -112,11 +112,6 @@ type Middleware struct {
 	flights   flights
 }
 
-// wallClock is the default Options.Clock of a store that tells no time.
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
-
 // New returns a Middleware. It fails if opts is nil or Store or Tenant
 // is missing: neither has a default.
 func New(opts *Options) (*Middleware, error) {
@@ -139,7 +134,7 @@ func New(opts *Options) (*Middleware, error) {
 	}
 	m.clock = opts.Clock
 	if m.clock == nil {
-		m.clock = wallClock{}
+		m.clock = idemkv.SystemClock{}
 		if c, ok := opts.Store.(idemkv.Clock); ok {
 			m.clock = c
 		}

@@ -17,14 +17,11 @@ const Tenant = "inbox"
 
 // A Store keeps a Consumer's dedup marks, its position and its handler's
 // effects: an idemkv.Store whose business data can also be read outside
-// an operation, to learn the position. *engine.Engine is one.
+// an operation, to learn the position. *engine.Engine and *pgstore.Store
+// are Stores.
 type Store interface {
 	idemkv.Store
-	// GetData returns the value last committed under key through
-	// idemkv.Effects; the slice is the caller's. Errors: an error wrapping
-	// idemkv.ErrNotFound if key has no value, idemkv.ErrInvalidArgument
-	// for a malformed key, idemkv.ErrClosed, or an I/O error.
-	GetData(key []byte) ([]byte, error)
+	idemkv.DataReader
 }
 
 // A Message is one delivery of an event to a consumer.
@@ -190,7 +187,7 @@ func (c *Consumer) Position(ctx context.Context) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	v, err := c.store.GetData(c.positionKey)
+	v, err := c.store.GetData(ctx, c.positionKey)
 	if errors.Is(err, idemkv.ErrNotFound) {
 		return 0, nil
 	}

@@ -146,7 +146,7 @@ func add(fx idemkv.Effects, key string, n int64) error {
 
 // data returns a business value, or "" if it is absent.
 func (v *env) data(key string) string {
-	b, err := v.e.GetData([]byte(key))
+	b, err := v.e.GetData(ctx, []byte(key))
 	if errors.Is(err, idemkv.ErrNotFound) {
 		return ""
 	}

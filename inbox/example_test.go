@@ -60,7 +60,7 @@ func Example() {
 		out, err := c.Process(ctx, m, credit)
 		fmt.Println(m.ID, out.Applied(), out.Duplicate, out.Rejected, err)
 	}
-	b, _ := store.GetData([]byte("balance/acct_42"))
+	b, _ := store.GetData(ctx, []byte("balance/acct_42"))
 	pos, _ := c.Position(ctx)
 	fmt.Println(string(b), pos)
 	// Output:

@@ -72,7 +72,7 @@ func remote(key string) once.Call {
 
 // data returns a value written through Effects, or "" if it is absent.
 func (v *env) data(key string) string {
-	b, err := v.e.GetData([]byte(key))
+	b, err := v.e.GetData(ctx, []byte(key))
 	if errors.Is(err, idemkv.ErrNotFound) {
 		return ""
 	}
@@ -772,7 +772,7 @@ func testConcurrentReadModifyWrite(t *testing.T, fallback bool) {
 		})
 	}
 	wg.Wait()
-	storeConflicts := int64(teststore.Conflicts(t, v.e))
+	storeConflicts := v.e.Counts().Conflicts
 	t.Logf("%d Do calls, %d runs, %d store conflicts; %d calls failed with ErrConflict and were retried",
 		calls.Load(), runs.Load(), storeConflicts, conflicts.Load())
 	if !fallback {

@@ -74,7 +74,7 @@ func (o *Options) withDefaults() (Options, error) {
 	c.MinBackoff = cmp.Or(c.MinBackoff, 50*time.Millisecond)
 	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, 5*time.Second), c.MinBackoff)
 	if c.Clock == nil {
-		c.Clock = systemClock{}
+		c.Clock = idemkv.SystemClock{}
 	}
 	if c.After == nil {
 		c.After = time.After
@@ -84,10 +84,6 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	return c, nil
 }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
 
 // Stats describe a relay's work so far.
 type Stats struct {

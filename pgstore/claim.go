@@ -171,6 +171,7 @@ func (s *Store) decide(ctx context.Context, q querier, req *idemkv.ClaimRequest,
 		cur.Result = idemkv.Result{}
 		return idemkv.Claim{Outcome: idemkv.Mismatch, Record: *cur}, false, nil
 	case cur.State == idemkv.StateCompleted:
+		s.counter.replays.Add(1)
 		return idemkv.Claim{Outcome: idemkv.Replay, Record: *cur}, false, nil
 	case cur.State == idemkv.StateUncertain:
 		return idemkv.Claim{Outcome: idemkv.Reconciling, Record: *cur}, false, nil

@@ -47,7 +47,7 @@ func (h *harness) Store() idemkv.Store                 { return h.s }
 func (h *harness) Config() storetest.Config            { return *h.cfg }
 func (h *harness) Now() time.Time                      { return h.clock.Now() }
 func (h *harness) Advance(d time.Duration)             { h.clock.Advance(d) }
-func (h *harness) ReadEffect(k []byte) ([]byte, error) { return h.s.GetData(k) }
+func (h *harness) ReadEffect(k []byte) ([]byte, error) { return h.s.GetData(ctx, k) }
 func (h *harness) Close()                              { _ = h.s.Close() }
 
 func (h *harness) Sweep() error {

@@ -18,15 +18,15 @@ import (
 // idemkv.Effects; the slice is the caller's. Errors: idemkv.ErrNotFound,
 // idemkv.ErrInvalidArgument (a malformed key), idemkv.ErrClosed, or a
 // database error.
-func (s *Store) GetData(key []byte) ([]byte, error) {
-	if err := validateEffectKey(key); err != nil {
+func (s *Store) GetData(ctx context.Context, key []byte) ([]byte, error) {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return nil, err
 	}
 	if err := s.open(); err != nil {
 		return nil, err
 	}
 	var v []byte
-	err := s.pool.QueryRow(context.Background(), `SELECT v FROM idemkv_data WHERE k = $1`, key).Scan(&v)
+	err := s.pool.QueryRow(ctx, `SELECT v FROM idemkv_data WHERE k = $1`, key).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
 	}
@@ -38,8 +38,8 @@ func (s *Store) GetData(key []byte) ([]byte, error) {
 
 // ScanData calls fn for each value written through Effects whose key
 // starts with prefix, in key order, until fn returns false.
-func (s *Store) ScanData(prefix []byte, fn func(key, value []byte) bool) error {
-	return s.ScanDataAfter(prefix, nil, fn)
+func (s *Store) ScanData(ctx context.Context, prefix []byte, fn func(key, value []byte) bool) error {
+	return s.ScanDataAfter(ctx, prefix, nil, fn)
 }
 
 // scanPage is how many values one query of a scan reads.
@@ -49,12 +49,9 @@ const scanPage = 256
 // start with prefix; nil starts at the beginning. It reads in pages, each
 // its own snapshot: keys written meanwhile are seen if they sort after
 // the page being read.
-func (s *Store) ScanDataAfter(prefix, after []byte, fn func(key, value []byte) bool) error {
-	switch {
-	case len(prefix) > MaxEffectKeyLen:
-		return fmt.Errorf("%w: prefix is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(prefix), MaxEffectKeyLen)
-	case after != nil && !bytes.HasPrefix(after, prefix):
-		return fmt.Errorf("%w: scan resumes after %q, which does not start with the prefix %q", idemkv.ErrInvalidArgument, after, prefix)
+func (s *Store) ScanDataAfter(ctx context.Context, prefix, after []byte, fn func(key, value []byte) bool) error {
+	if err := idemkv.ValidateDataScan(prefix, after); err != nil {
+		return err
 	}
 	if err := s.open(); err != nil {
 		return err
@@ -65,7 +62,7 @@ func (s *Store) ScanDataAfter(prefix, after []byte, fn func(key, value []byte) b
 	}
 	upper := prefixEnd(prefix) // nil: no upper bound
 	for {
-		rows, err := s.pool.Query(context.Background(), `SELECT k, v FROM idemkv_data
+		rows, err := s.pool.Query(ctx, `SELECT k, v FROM idemkv_data
 			WHERE (k > $1 OR (NOT $2 AND k = $1)) AND ($3::bytea IS NULL OR k < $3)
 			ORDER BY k LIMIT $4`, lower, strict, upper, scanPage)
 		if err != nil {

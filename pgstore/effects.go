@@ -47,15 +47,6 @@ type write struct {
 	deleted bool
 }
 
-func validateEffectKey(key []byte) error {
-	if len(key) == 0 {
-		return fmt.Errorf("%w: empty effect key", idemkv.ErrInvalidArgument)
-	}
-	if len(key) > MaxEffectKeyLen {
-		return fmt.Errorf("%w: effect key is %d bytes, limit %d", idemkv.ErrInvalidArgument, len(key), MaxEffectKeyLen)
-	}
-	return nil
-}
 
 func (fx *effects) fits(n int) error {
 	if fx.size+n > fx.s.opts.MaxEffectsSize {
@@ -67,7 +58,7 @@ func (fx *effects) fits(n int) error {
 
 // Get implements idemkv.Effects.
 func (fx *effects) Get(key []byte) ([]byte, error) {
-	if err := validateEffectKey(key); err != nil {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return nil, err
 	}
 	if w, ok := fx.writes[string(key)]; ok {
@@ -109,7 +100,7 @@ func (fx *effects) begin() error {
 
 // Set implements idemkv.Effects.
 func (fx *effects) Set(key, value []byte) error {
-	if err := validateEffectKey(key); err != nil {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return err
 	}
 	if err := fx.fits(len(key) + len(value)); err != nil {
@@ -121,7 +112,7 @@ func (fx *effects) Set(key, value []byte) error {
 
 // Delete implements idemkv.Effects.
 func (fx *effects) Delete(key []byte) error {
-	if err := validateEffectKey(key); err != nil {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return err
 	}
 	if err := fx.fits(len(key)); err != nil {

@@ -29,7 +29,7 @@ func runLocal(t *testing.T, s *pgstore.Store, key string, fp byte, value string)
 
 func requireData(t *testing.T, s *pgstore.Store, key, want string) {
 	t.Helper()
-	v, err := s.GetData([]byte("v/" + key))
+	v, err := s.GetData(ctx, []byte("v/"+key))
 	if want == "" {
 		require.ErrorIs(t, err, idemkv.ErrNotFound)
 		return
@@ -190,7 +190,7 @@ func TestRunLocalApply(t *testing.T) {
 	require.Equal(t, idemkv.Acquired, c.Outcome)
 	require.Equal(t, idemkv.StateCompleted, c.Record.State)
 	require.Equal(t, 2, runs, "refused in the statement, then run in Complete")
-	v, err := s.GetData([]byte("counter"))
+	v, err := s.GetData(ctx, []byte("counter"))
 	require.NoError(t, err)
 	require.Equal(t, "11", string(v))
 

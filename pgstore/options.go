@@ -61,18 +61,9 @@ type Options struct {
 	NoListen bool
 }
 
-// Limits of the store beyond the contract's.
-const (
-	// MaxEffectKeyLen bounds a key written through Effects, in bytes.
-	MaxEffectKeyLen = 1024
-	// maxConflictRuns bounds the runs of an apply function whose
-	// transaction failed to serialize.
-	maxConflictRuns = 16
-)
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+// maxConflictRuns bounds the runs of an apply function whose transaction
+// failed to serialize.
+const maxConflictRuns = 16
 
 func (o *Options) withDefaults() *Options {
 	var c Options
@@ -80,7 +71,7 @@ func (o *Options) withDefaults() *Options {
 		c = *o
 	}
 	if c.Clock == nil {
-		c.Clock = systemClock{}
+		c.Clock = idemkv.SystemClock{}
 	}
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second

@@ -88,17 +88,17 @@ func TestReleaseCompensationReads(t *testing.T) {
 		}
 	}
 	held := func() string {
-		v, err := s.GetData([]byte("held"))
+		v, err := s.GetData(ctx, []byte("held"))
 		require.NoError(t, err)
 		return string(v)
 	}
 
 	l := reviewClaim(t, s, reviewID("retried"), idemkv.ModeRemote)
-	conflicts := s.Stats().Conflicts
+	conflicts := s.Counts().Conflicts
 	runs := 0
 	require.NoError(t, s.Release(ctx, l, giveBack(&runs, 1)))
 	require.Equal(t, 2, runs, "the run whose read went stale ran again")
-	require.Equal(t, conflicts+1, s.Stats().Conflicts)
+	require.Equal(t, conflicts+1, s.Counts().Conflicts)
 	require.Equal(t, "61", held(), "100, +1 by the other commit, -40 by the second run")
 	_, err := s.Get(ctx, l.ID)
 	require.ErrorIs(t, err, idemkv.ErrNotFound)
@@ -130,7 +130,7 @@ func TestReleaseRefusesResult(t *testing.T) {
 		return nil
 	})
 	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
-	_, err = s.GetData([]byte("comp"))
+	_, err = s.GetData(ctx, []byte("comp"))
 	require.ErrorIs(t, err, idemkv.ErrNotFound)
 	require.NoError(t, s.Complete(ctx, l, idemkv.Result{Status: 201}, nil))
 }

@@ -29,7 +29,7 @@ func TestReviewSetNilValueIsADelete(t *testing.T) {
 		return nil
 	}))
 	assert.NoError(t, inApply, "Get after Set(k, nil) in the same apply")
-	v, err := s.GetData(k)
+	v, err := s.GetData(ctx, k)
 	require.NoError(t, err, "Set(k, nil) must leave k set (to an empty value)")
 	require.Empty(t, v)
 	rec, err := s.Get(ctx, id)

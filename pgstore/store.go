@@ -222,17 +222,10 @@ func validateNote(note string) error {
 }
 
 func (s *Store) validateResult(r *idemkv.Result) error {
-	switch {
-	case !pgText(r.Pointer):
+	if !pgText(r.Pointer) {
 		return fmt.Errorf("%w: a pointer that is not UTF-8 text without NUL (the PostgreSQL store keeps it as text)", idemkv.ErrInvalidResult)
-	case r.Status < 0 || r.Status > 65535:
-		return fmt.Errorf("%w: status %d outside 0..65535", idemkv.ErrInvalidResult, r.Status)
-	case len(r.Pointer) > idemkv.MaxPointerLen:
-		return fmt.Errorf("%w: pointer is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Pointer), idemkv.MaxPointerLen)
-	case len(r.Body) > s.opts.MaxBodySize:
-		return fmt.Errorf("%w: body is %d bytes, limit %d", idemkv.ErrInvalidResult, len(r.Body), s.opts.MaxBodySize)
 	}
-	return nil
+	return r.Validate(s.opts.MaxBodySize)
 }
 
 // recordColumns are the columns scanRecord reads, in its order.
@@ -283,29 +276,25 @@ func leaseOf(r *idemkv.Record) idemkv.Lease {
 		Attempt: r.Attempt, OperationID: r.OperationID}
 }
 
-// counters are the store's event counts, for Stats.
+// counters are the store's event counts, for Counts.
 type counters struct {
-	claims, acquired, completed, conflicts, fenced atomic.Uint64
+	claims, acquired, replays, completed, conflicts, fenced atomic.Int64
 }
 
-// Stats are counts of what the store did since Open, in this process.
-type Stats struct {
-	Claims, Acquired, Completed, Conflicts, Fenced uint64
-}
-
-// Stats returns the store's counts.
-func (s *Store) Stats() Stats {
+// Counts implements idemkv.DataStore: what this process's Store did
+// since Open.
+func (s *Store) Counts() idemkv.Counts {
 	c := &s.counter
-	return Stats{Claims: c.claims.Load(), Acquired: c.acquired.Load(), Completed: c.completed.Load(),
-		Conflicts: c.conflicts.Load(), Fenced: c.fenced.Load()}
+	return idemkv.Counts{Claims: c.claims.Load(), Acquired: c.acquired.Load(), Replays: c.replays.Load(),
+		Completed: c.completed.Load(), Conflicts: c.conflicts.Load(), Fenced: c.fenced.Load()}
 }
 
 // Health reports whether the database answers.
-func (s *Store) Health() error {
+func (s *Store) Health(ctx context.Context) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
 		return s.dbErr("ping", err)

@@ -67,7 +67,7 @@ func TestPanicInApplyIsRecovered(t *testing.T) {
 	assert.Equal(t, idemkv.StateUncertain, rec.State)
 	assert.False(t, rec.Escalated)
 	assert.Equal(t, l.Token, rec.Token)
-	_, err := v.e.GetData([]byte("pay/k"))
+	_, err := v.e.GetData(ctx, []byte("pay/k"))
 	require.ErrorIs(t, err, idemkv.ErrNotFound, "nothing the panicking Apply wrote is stored")
 	st := w.Stats()
 	assert.Equal(t, [5]int64{1, 1, 1, 1, 0}, [5]int64{st.Asked, st.Panics, st.Errors, st.Unknown, st.Applied})

@@ -196,17 +196,13 @@ func (o Options) withDefaults() Options {
 	o.Concurrency = cmp.Or(o.Concurrency, 4)
 	o.PerPass = cmp.Or(o.PerPass, 1000)
 	if o.Clock == nil {
-		o.Clock = wallClock{}
+		o.Clock = idemkv.SystemClock{}
 	}
 	if o.Rand == nil {
 		o.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
 	return o
 }
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // Stats counts a worker's work since New.
 type Stats struct {

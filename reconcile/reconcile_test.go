@@ -159,7 +159,7 @@ func TestSettlesUncertainAndAbandoned(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, idemkv.StateCompleted, rec.State)
 	require.Equal(t, "/v1/payments/charged", rec.Result.Pointer)
-	got, err := v.e.GetData([]byte("pay/charged"))
+	got, err := v.e.GetData(ctx, []byte("pay/charged"))
 	require.NoError(t, err)
 	require.Equal(t, "charged", string(got))
 	require.Zero(t, d.timesAsked("crashed"), "its holder's lease is live")

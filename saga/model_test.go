@@ -285,7 +285,7 @@ func checkSagaModel(t *testing.T, e teststore.Store, w *modelWorld) {
 	}
 	w.mu.Unlock()
 	commits := map[string]int{}
-	require.NoError(t, e.ScanData([]byte("commit/"), func(k, _ []byte) bool {
+	require.NoError(t, e.ScanData(ctx, []byte("commit/"), func(k, _ []byte) bool {
 		s := string(k)
 		action := s[:len(s)-len(s[lastSlash(s):])]
 		commits[action]++

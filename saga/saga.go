@@ -232,7 +232,7 @@ func New(store idemkv.Store, def Definition, opts *Options) (*Runner, error) {
 		if c, ok := store.(idemkv.Clock); ok {
 			o.Clock = c
 		} else {
-			o.Clock = wallClock{}
+			o.Clock = idemkv.SystemClock{}
 		}
 	}
 	if o.After == nil {
@@ -278,10 +278,6 @@ const (
 	statusFailed = 422 // a step that failed for good; its reason
 	statusUndone = 409 // a compensated saga; the failure
 )
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 func fingerprint(input []byte) []byte {
 	h := sha256.Sum256(input)

@@ -161,7 +161,7 @@ var closedTime = func() <-chan time.Time {
 }()
 
 func (s *shop) data(key string) string {
-	v, err := s.e.GetData([]byte(key))
+	v, err := s.e.GetData(ctx, []byte(key))
 	if errors.Is(err, idemkv.ErrNotFound) {
 		return ""
 	}

@@ -14,7 +14,7 @@ import (
 // key, as the Pebble engine and the benchmark baseline do.
 type DirStore interface {
 	idemkv.Store
-	GetData(key []byte) ([]byte, error)
+	idemkv.DataReader
 }
 
 // OpenFunc opens the store in dir for cfg, reading the time from clock (a
@@ -57,7 +57,7 @@ func (h *dirHarness) Store() idemkv.Store                 { return h.s }
 func (h *dirHarness) Config() Config                      { return *h.cfg }
 func (h *dirHarness) Now() time.Time                      { return h.clock.Now() }
 func (h *dirHarness) Advance(d time.Duration)             { h.clock.Advance(d) }
-func (h *dirHarness) ReadEffect(k []byte) ([]byte, error) { return h.s.GetData(k) }
+func (h *dirHarness) ReadEffect(k []byte) ([]byte, error) { return h.s.GetData(ctx, k) }
 func (h *dirHarness) Close()                              { _ = h.s.Close() }
 
 // Sweep runs the store's sweeper if it has one (see Sweeper).

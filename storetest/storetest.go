@@ -109,6 +109,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
 	t.Run("Transactions", func(t *testing.T) { transactions(t, newHarness) })
 	t.Run("Events", func(t *testing.T) { events(t, newHarness) })
+	t.Run("DataStore", func(t *testing.T) { dataStore(t, newHarness) })
 	t.Run("Linearizable", func(t *testing.T) { Linearizable(t, newHarness) })
 }
 

@@ -172,10 +172,6 @@ func (p *Pass) add(c Chunk) {
 	p.Held += c.Held
 }
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // The defaults of Options.
 const (
 	DefaultInterval  = 10 * time.Minute
@@ -236,7 +232,7 @@ func (o *Options) EnsureDefaults() *Options {
 		c.ChunkSize = DefaultChunkSize
 	}
 	if c.Clock == nil {
-		c.Clock = systemClock{}
+		c.Clock = idemkv.SystemClock{}
 	}
 	if c.After == nil {
 		c.After = time.After

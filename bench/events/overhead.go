@@ -304,7 +304,7 @@ func (r *runner) verify(ctx context.Context, e *engine.Engine, workers []*sideWo
 			return 0, bench.Violation("verify %v: %v %q, want a replay of %q", id, c.Outcome, c.Record.Result.Pointer, want.Pointer)
 		}
 		ek, ev := bench.Effect(id, q.s, q.i)
-		if got, err := e.GetData(ek); err != nil || string(got) != string(ev) {
+		if got, err := e.GetData(ctx, ek); err != nil || string(got) != string(ev) {
 			return 0, bench.Violation("verify: effect of %v: %x %v, want %x", id, got, err, ev)
 		}
 	}

@@ -393,7 +393,7 @@ func verify(ctx context.Context, wl *workload, p *point, workers []*worker) (int
 		if q.local {
 			id := bench.Key(q.s, q.i, p.o.Tenants)
 			ek, ev := bench.Effect(id, q.s, q.i)
-			if got, err := p.store.GetData(ek); err != nil || string(got) != string(ev) {
+			if got, err := p.store.GetData(ctx, ek); err != nil || string(got) != string(ev) {
 				return 0, bench.Violation("verify: effect of %v: %x %v, want %x", id, got, err, ev)
 			}
 		}

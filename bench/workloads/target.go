@@ -17,9 +17,7 @@ import (
 // needs to verify and measure it.
 type Store interface {
 	idemkv.Store
-	// GetData reads a value written through Effects. It returns an error
-	// wrapping idemkv.ErrNotFound if the key is absent.
-	GetData(key []byte) ([]byte, error)
+	idemkv.DataReader
 	// Settle flushes the memtable and compacts the whole key space, and
 	// returns the size of the data at rest.
 	Settle(ctx context.Context) (Disk, error)

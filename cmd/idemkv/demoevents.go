@@ -117,7 +117,7 @@ func (d *demo) eventsAbsorbed(ctx context.Context) error {
 		return fmt.Errorf("the redelivered event was applied again: %+v", out)
 	}
 	d.say("broker", "redelivers the event of %s (an acknowledgement lost on the way back)", p.ID)
-	b, err := ledger.Read(d.e, d.account, "USD")
+	b, err := ledger.Read(ctx, d.e, d.account, "USD")
 	if err != nil {
 		return err
 	}

@@ -71,8 +71,8 @@ func (d *demo) reconciler(r *saga.Runner) (*reconcile.Worker, error) {
 	}), &reconcile.Options{Clock: d.e, Grace: demoGrace, Handles: func(rec idemkv.Record) bool { return !r.Owns(rec) }})
 }
 
-func (d *demo) order(id string) string {
-	v, err := d.e.GetData([]byte("order/" + d.account + "/" + id))
+func (d *demo) order(ctx context.Context, id string) string {
+	v, err := d.e.GetData(ctx, []byte("order/"+d.account+"/"+id))
 	if err != nil {
 		return "(none)"
 	}
@@ -97,7 +97,7 @@ func (d *demo) sagaTimeout(ctx context.Context) error {
 		return fmt.Errorf("the order is %s at %q; want waiting at authorize", st.Phase, st.Step)
 	}
 	d.say("saga", "order %s: reserve done; authorize timed out; the order waits (%s at %q)", id, st.Phase, st.Step)
-	d.say("order", "the order page reads %q", d.order(id))
+	d.say("order", "the order page reads %q", d.order(ctx, id))
 	w, err := d.reconciler(r)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (d *demo) sagaTimeout(ctx context.Context) error {
 	if n != 1 || st.Phase != saga.Completed || p.Charges-p0.Charges != 1 {
 		return fmt.Errorf("resumed %d, the order is %s, %d charges; want 1, completed, 1", n, st.Phase, p.Charges-p0.Charges)
 	}
-	d.say("saga", "resumed after the lease: %s; the order page reads %q", st.Phase, d.order(id))
+	d.say("saga", "resumed after the lease: %s; the order page reads %q", st.Phase, d.order(ctx, id))
 	d.say("why", "the authorization was sent once, under a key derived from the saga; only the processor")
 	d.say("", "knew whether it happened, and the saga went on only once it had said so")
 	return nil
@@ -145,7 +145,7 @@ func (d *demo) sagaDeclined(ctx context.Context) error {
 		return fmt.Errorf("the order is %s after %d charges; want compensated after none", st.Phase, p.Charges-p0.Charges)
 	}
 	d.say("saga", "order %s: reserve done; authorize declined (%s); reserve undone", id, st.Failure)
-	d.say("order", "the order page reads %q", d.order(id))
+	d.say("order", "the order page reads %q", d.order(ctx, id))
 	again, err := r.Start(ctx, d.account, id, []byte(`{"sku":"pen","amount":5000}`))
 	if err != nil {
 		return err

@@ -120,7 +120,7 @@ func printBalances(ctx context.Context, dir string, accounts []string, stdout io
 		Balances map[string]ledger.Balance `json:"balances"`
 	}{pos, "USD", "cents", map[string]ledger.Balance{}}
 	for _, a := range accounts {
-		if out.Balances[a], err = ledger.Read(e, a, "USD"); err != nil {
+		if out.Balances[a], err = ledger.Read(ctx, e, a, "USD"); err != nil {
 			return err
 		}
 	}

@@ -400,7 +400,7 @@ func TestServeSimulatorRemembersAcrossARestart(t *testing.T) {
 	ledger, err := engine.Open(filepath.Join(dir, simulatorDir), nil)
 	require.NoError(t, err)
 	defer ledger.Close()
-	charges := payments.NewProvider(payments.ProviderOptions{Ledger: ledger}).Charges()
+	charges := payments.NewProvider(payments.ProviderOptions{Ledger: ledger}).Charges(t.Context())
 	require.Len(t, charges, 1, "one charge in all")
 	var p payments.Payment
 	require.NoError(t, json.Unmarshal(body2, &p))

@@ -60,7 +60,7 @@ func adminHandler(st serveStore, svc *payments.Service, token string, audit *adm
 		o.Backup = s.Backup
 		o.Stats = func(context.Context) (any, error) { return s.Stats() }
 	case *pgstore.Store:
-		o.Stats = func(context.Context) (any, error) { return s.Stats(), nil }
+		o.Stats = func(context.Context) (any, error) { return s.Counts(), nil }
 		o.Check = func(ctx context.Context) (any, int, error) {
 			rep, err := s.Check(ctx)
 			return rep, rep.ProblemCount, err

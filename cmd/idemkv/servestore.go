@@ -119,9 +119,9 @@ func registerStoreMetrics(reg prometheus.Registerer, st serveStore) error {
 			return read(u)
 		}
 	}
-	counter := func(name, help string, read func(pgstore.Stats) uint64) prometheus.Collector {
+	counter := func(name, help string, read func(idemkv.Counts) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(read(s.Stats())) })
+			func() float64 { return float64(read(s.Counts())) })
 	}
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idemkv_pgstore_uncertain_records",
@@ -141,9 +141,9 @@ func registerStoreMetrics(reg prometheus.Registerer, st serveStore) error {
 				}
 				return time.Since(u.Oldest).Seconds()
 			})),
-		counter("idemkv_pgstore_claims_total", "Claims this process made.", func(st pgstore.Stats) uint64 { return st.Claims }),
-		counter("idemkv_pgstore_conflicts_total", "Transactions of this process that failed to serialize and ran again.", func(st pgstore.Stats) uint64 { return st.Conflicts }),
-		counter("idemkv_pgstore_fenced_total", "Writes of this process refused because their token was no longer current.", func(st pgstore.Stats) uint64 { return st.Fenced }),
+		counter("idemkv_pgstore_claims_total", "Claims this process made.", func(st idemkv.Counts) int64 { return st.Claims }),
+		counter("idemkv_pgstore_conflicts_total", "Transactions of this process that failed to serialize and ran again.", func(st idemkv.Counts) int64 { return st.Conflicts }),
+		counter("idemkv_pgstore_fenced_total", "Writes of this process refused because their token was no longer current.", func(st idemkv.Counts) int64 { return st.Fenced }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

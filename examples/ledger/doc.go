@@ -18,7 +18,7 @@
 //
 //	c, err := ledger.New(store, &inbox.Options{Retention: "inbox"})
 //	err = inbox.RunJetStream(ctx, js, "IDEMKV", c, ledger.Handle, nil)
-//	b, err := ledger.Read(store, "acct_1", "USD") // b.Total, b.Count
+//	b, err := ledger.Read(ctx, store, "acct_1", "USD") // b.Total, b.Count
 //
 // Each balance is one business value (key: the account, length-prefixed
 // as idemkv.AppendTenantKey does, then "ledger/balance/" and the

@@ -133,10 +133,10 @@ func get(read func([]byte) ([]byte, error), key []byte) (Balance, error) {
 
 // Read returns account's committed balance in currency (zero if it has
 // none) from store's business data.
-func Read(store inbox.Store, account, currency string) (Balance, error) {
+func Read(ctx context.Context, store inbox.Store, account, currency string) (Balance, error) {
 	key, err := balanceKey(account, currency)
 	if err != nil {
 		return Balance{}, err
 	}
-	return get(store.GetData, key)
+	return get(func(k []byte) ([]byte, error) { return store.GetData(ctx, k) }, key)
 }

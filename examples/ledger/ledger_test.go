@@ -69,7 +69,7 @@ func (s *store) consumer() *inbox.Consumer {
 }
 
 func (s *store) balance(account, currency string) ledger.Balance {
-	b, err := ledger.Read(s.e, account, currency)
+	b, err := ledger.Read(s.t.Context(), s.e, account, currency)
 	require.NoError(s.t, err)
 	return b
 }

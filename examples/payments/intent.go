@@ -62,8 +62,8 @@ func (s *Service) begin(ctx context.Context, tenant string, opID idemkv.Operatio
 
 // readIntent returns the intent of the operation opID; found is false
 // for a payment that began before intents were kept.
-func (s *Service) readIntent(tenant string, opID idemkv.OperationID) (in intent, found bool, err error) {
-	v, err := s.cfg.Store.GetData(intentKey(tenant, opID))
+func (s *Service) readIntent(ctx context.Context, tenant string, opID idemkv.OperationID) (in intent, found bool, err error) {
+	v, err := s.cfg.Store.GetData(ctx, intentKey(tenant, opID))
 	switch {
 	case errors.Is(err, idemkv.ErrNotFound):
 		return in, false, nil

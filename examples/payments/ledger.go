@@ -18,16 +18,7 @@ import (
 // the call's answer, in a transaction that first looks for one under the
 // same key, so two calls under one key make one charge even when they
 // race, and nothing is ever forgotten.
-type Ledger interface {
-	// GetData reads a value; idemkv.ErrNotFound if there is none.
-	GetData(key []byte) ([]byte, error)
-	// Update runs one durable transaction whose reads are checked at
-	// commit (fn runs again if what it read changed).
-	Update(ctx context.Context, fn func(idemkv.Effects) error) error
-	// ScanData calls fn for the values under prefix, in key order, until
-	// fn returns false.
-	ScanData(prefix []byte, fn func(key, value []byte) bool) error
-}
+type Ledger = idemkv.DataStore
 
 // book is where a Provider keeps its charges: in memory (memBook) or in a
 // Ledger (ledgerBook).
@@ -37,9 +28,9 @@ type book interface {
 	// whether it was.
 	chargeOnce(ctx context.Context, key string, mk func() Charge) (c Charge, made bool, err error)
 	// get returns the charge under key, if there is one.
-	get(key string) (Charge, bool, error)
+	get(ctx context.Context, key string) (Charge, bool, error)
 	// all returns every charge kept.
-	all() ([]Charge, error)
+	all(ctx context.Context) ([]Charge, error)
 }
 
 // memBook keeps the last remember charges in memory.
@@ -68,14 +59,14 @@ func (b *memBook) chargeOnce(_ context.Context, key string, mk func() Charge) (C
 	return c, true, nil
 }
 
-func (b *memBook) get(key string) (Charge, bool, error) {
+func (b *memBook) get(_ context.Context, key string) (Charge, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c, ok := b.charges[key]
 	return c, ok, nil
 }
 
-func (b *memBook) all() ([]Charge, error) {
+func (b *memBook) all(context.Context) ([]Charge, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]Charge, 0, len(b.order))
@@ -110,9 +101,9 @@ func (b ledgerBook) chargeOnce(ctx context.Context, key string, mk func() Charge
 	return c, made, err
 }
 
-func (b ledgerBook) get(key string) (Charge, bool, error) {
+func (b ledgerBook) get(ctx context.Context, key string) (Charge, bool, error) {
 	var c Charge
-	v, err := b.l.GetData(ledgerKey(key))
+	v, err := b.l.GetData(ctx, ledgerKey(key))
 	switch {
 	case errors.Is(err, idemkv.ErrNotFound):
 		return c, false, nil
@@ -125,10 +116,10 @@ func (b ledgerBook) get(key string) (Charge, bool, error) {
 	return c, true, nil
 }
 
-func (b ledgerBook) all() ([]Charge, error) {
+func (b ledgerBook) all(ctx context.Context) ([]Charge, error) {
 	var out []Charge
 	var bad error
-	err := b.l.ScanData([]byte(ledgerPrefix), func(_, v []byte) bool {
+	err := b.l.ScanData(ctx, []byte(ledgerPrefix), func(_, v []byte) bool {
 		var c Charge
 		if bad = json.Unmarshal(v, &c); bad != nil {
 			return false

@@ -165,7 +165,7 @@ func (s *Service) account(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var spent uint64
-	if v, err := s.cfg.Store.GetData(spentKey(tenant)); err == nil && len(v) == 8 {
+	if v, err := s.cfg.Store.GetData(r.Context(), spentKey(tenant)); err == nil && len(v) == 8 {
 		spent = binary.BigEndian.Uint64(v)
 	} else if err != nil && !errors.Is(err, idemkv.ErrNotFound) {
 		httpidem.WriteProblem(w, "internal", http.StatusInternalServerError, err.Error(), 0)

@@ -117,7 +117,7 @@ func TestReconciledNotAppliedGivesTheHoldBack(t *testing.T) {
 	require.Equal(t, int64(1), w.Stats().NotApplied)
 	assert.Zero(t, f.spent("acct_1"), "the processor never saw it: the hold came back with the release")
 	n := 0
-	require.NoError(t, f.eng.ScanData([]byte("intent/"), func(_, _ []byte) bool { n++; return true }))
+	require.NoError(t, f.eng.ScanData(t.Context(), []byte("intent/"), func(_, _ []byte) bool { n++; return true }))
 	assert.Zero(t, n, "the intent went with it")
 	r, err := f.eng.Check(context.Background())
 	require.NoError(t, err)
@@ -189,7 +189,7 @@ func TestStaleAttemptCannotFreeALiveHold(t *testing.T) {
 		return done
 	}
 	spent := func() int64 {
-		v, err := eng.GetData(spentKey("acct_1"))
+		v, err := eng.GetData(t.Context(), spentKey("acct_1"))
 		if errors.Is(err, idemkv.ErrNotFound) {
 			return 0
 		}
@@ -257,7 +257,7 @@ func TestClientGoneBeforeTheCallReleases(t *testing.T) {
 	assert.Zero(t, p.Stats().Calls, "never sent")
 	_, err = eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "k1"})
 	assert.ErrorIs(t, err, idemkv.ErrNotFound, "released")
-	v, err := eng.GetData(spentKey("acct_1"))
+	v, err := eng.GetData(t.Context(), spentKey("acct_1"))
 	require.NoError(t, err)
 	assert.Zero(t, binary.BigEndian.Uint64(v), "the hold came back with the release")
 }
@@ -315,7 +315,7 @@ func TestStaleAttemptHoldsNothingOnceThePaymentIsStored(t *testing.T) {
 	rec, err := eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "k1"})
 	require.NoError(t, err)
 	for _, k := range [][]byte{holdKey("acct_1", rec.OperationID), intentKey("acct_1", rec.OperationID)} {
-		_, err := eng.GetData(k)
+		_, err := eng.GetData(t.Context(), k)
 		assert.ErrorIs(t, err, idemkv.ErrNotFound, "%q left behind", k)
 	}
 	assert.Equal(t, 1, p.Stats().Calls, "the stale attempt charged nothing")

@@ -134,7 +134,7 @@ func TestDeclinedOrderReleasesItsReservation(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, body)
 	o := decodeOrder(t, body)
 	assert.Equal(t, "declined", o.Status)
-	row, err := f.eng.GetData(orderRowKey("acct_1", o.ID))
+	row, err := f.eng.GetData(t.Context(), orderRowKey("acct_1", o.ID))
 	require.NoError(t, err)
 	assert.Equal(t, "released", string(row))
 	assert.Zero(t, f.svc.cfg.Processor.(*Provider).Stats().Charges)

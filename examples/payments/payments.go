@@ -26,20 +26,7 @@ import (
 // Store is what a Service keeps its keys, outcomes and payments in: an
 // *engine.Engine (one process) or a *pgstore.Store (a fleet of processes
 // sharing one PostgreSQL database).
-type Store interface {
-	idemkv.Store
-	// Now reads the store's clock, which its records' times are in.
-	Now() time.Time
-	// GetData reads a value written through idemkv.Effects.
-	GetData(key []byte) ([]byte, error)
-	// ScanDataAfter calls fn for the values under prefix, in key order,
-	// after the key after (nil: from the start), until fn returns false.
-	ScanDataAfter(prefix, after []byte, fn func(key, value []byte) bool) error
-	// Update runs a transaction of business data outside any record.
-	Update(ctx context.Context, apply func(idemkv.Effects) error) error
-	// Health reports whether the store can take writes.
-	Health() error
-}
+type Store = idemkv.DataStore
 
 // Config configures a Service.
 type Config struct {
@@ -390,7 +377,7 @@ func (s *Service) rebuild(w http.ResponseWriter, r *http.Request, res idemkv.Res
 	tenant, err := s.tenantOf(r) // the principal whose record this is
 	var p stored
 	if err == nil {
-		p, err = s.load(tenant, id)
+		p, err = s.load(r.Context(), tenant, id)
 	}
 	if err != nil {
 		w.Header().Set("Content-Length", "0")
@@ -401,12 +388,12 @@ func (s *Service) rebuild(w http.ResponseWriter, r *http.Request, res idemkv.Res
 }
 
 // load reads tenant's payment id.
-func (s *Service) load(tenant, id string) (stored, error) {
+func (s *Service) load(ctx context.Context, tenant, id string) (stored, error) {
 	var p stored
 	if id == "" || len(id) > 64 {
 		return p, idemkv.ErrNotFound
 	}
-	v, err := s.cfg.Store.GetData(paymentKey(tenant, id))
+	v, err := s.cfg.Store.GetData(ctx, paymentKey(tenant, id))
 	if err != nil {
 		return p, err
 	}
@@ -421,7 +408,7 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, httpidem.ProblemUnauthenticated, http.StatusUnauthorized, err.Error(), 0)
 		return
 	}
-	p, err := s.load(tenant, r.PathValue("id"))
+	p, err := s.load(r.Context(), tenant, r.PathValue("id"))
 	switch {
 	case errors.Is(err, idemkv.ErrNotFound) || (err == nil && p.Tenant != tenant):
 		httpidem.WriteProblem(w, "not-found", http.StatusNotFound, "no such payment", 0)
@@ -458,7 +445,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 	// the caller's own.
 	var after []byte
 	if id := r.URL.Query().Get("starting_after"); id != "" {
-		p, err := s.load(tenant, id)
+		p, err := s.load(r.Context(), tenant, id)
 		switch {
 		case errors.Is(err, idemkv.ErrNotFound) || (err == nil && p.Tenant != tenant):
 			httpidem.WriteProblem(w, "invalid-query", http.StatusBadRequest, "starting_after names no payment of this account", 0)
@@ -471,7 +458,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 	}
 	var ids []string
 	more := false
-	err = s.cfg.Store.ScanDataAfter(indexPrefix(tenant), after, func(_, v []byte) bool {
+	err = s.cfg.Store.ScanDataAfter(r.Context(), indexPrefix(tenant), after, func(_, v []byte) bool {
 		if len(ids) == limit {
 			more = true
 			return false
@@ -488,7 +475,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 		HasMore bool      `json:"has_more"`
 	}{Data: make([]Payment, 0, len(ids)), HasMore: more}
 	for _, id := range ids {
-		p, err := s.load(tenant, id)
+		p, err := s.load(r.Context(), tenant, id)
 		if err != nil {
 			s.storeError(w, err)
 			return
@@ -499,7 +486,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Store.Health(); err != nil {
+	if err := s.cfg.Store.Health(r.Context()); err != nil {
 		// The reason, for the operator; it names no key or account.
 		httpidem.WriteProblem(w, httpidem.ProblemStoreUnavailable, http.StatusServiceUnavailable, err.Error(), httpidem.StoreRetryAfter)
 		return

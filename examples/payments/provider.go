@@ -208,14 +208,14 @@ func (p *Provider) Charge(ctx context.Context, req ChargeRequest) (Charge, error
 // as never charged, as with a real processor past its key retention; a
 // key a call is still under way for is ErrChargeInFlight, not "never
 // charged"; a Ledger's read error is returned as it is.
-func (p *Provider) Lookup(_ context.Context, key string) (Charge, bool, error) {
+func (p *Provider) Lookup(ctx context.Context, key string) (Charge, bool, error) {
 	// In-flight calls first: a call counted here that lands before the
 	// ledger is read is found there; one that starts after began after
 	// the question was asked.
 	p.mu.Lock()
 	inflight := p.inflight[key] > 0
 	p.mu.Unlock()
-	c, ok, err := p.book.get(key)
+	c, ok, err := p.book.get(ctx, key)
 	switch {
 	case err != nil:
 		return Charge{}, false, err
@@ -231,8 +231,8 @@ var ErrChargeInFlight = errors.New("payments: a charge under this key is in flig
 
 // Charges returns every charge the ledger holds: oldest first in memory,
 // by key in a Ledger. It returns nil if a Ledger cannot be read.
-func (p *Provider) Charges() []Charge {
-	all, err := p.book.all()
+func (p *Provider) Charges(ctx context.Context) []Charge {
+	all, err := p.book.all(ctx)
 	if err != nil {
 		return nil
 	}

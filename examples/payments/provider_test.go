@@ -221,5 +221,5 @@ func TestProviderLedgerOutlivesTheProcess(t *testing.T) {
 	}
 	assert.Len(t, seen, 1, "one charge under one key")
 	assert.Equal(t, ProviderStats{Calls: 9, Charges: 1, Dedups: 8}, p.Stats())
-	assert.Len(t, p.Charges(), 2)
+	assert.Len(t, p.Charges(t.Context()), 2)
 }

@@ -111,7 +111,7 @@ func (s *Service) Settle(ctx context.Context, rec idemkv.Record, verdict reconci
 	tenant, opID := rec.ID.Tenant, rec.OperationID
 	log := s.cfg.Logger.With("tenant", tenant, "endpoint", rec.ID.Endpoint, "key_hash", rec.ID.Hash(),
 		"token", rec.Token, "operation_id", opID.String())
-	in, found, err := s.readIntent(tenant, opID)
+	in, found, err := s.readIntent(ctx, tenant, opID)
 	if err != nil {
 		return reconcile.Answer{}, err
 	}

@@ -23,7 +23,7 @@ func TestReconcilerSettlesATimedOutPayment(t *testing.T) {
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusGatewayTimeout, "payment-outcome-unknown")
 	problemOf(t, f.pay("acct_1", "order-1", order), http.StatusConflict, httpidem.ProblemReconciling)
 	rec := f.record("order-1")
-	v, err := f.eng.GetData(intentKey("acct_1", rec.OperationID))
+	v, err := f.eng.GetData(t.Context(), intentKey("acct_1", rec.OperationID))
 	require.NoError(t, err, "the intent is kept without an account limit too")
 	assert.JSONEq(t, `{"amount":5000,"currency":"USD"}`, string(v))
 

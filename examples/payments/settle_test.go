@@ -36,7 +36,7 @@ func (f *svcFixture) record(key string) idemkv.Record {
 
 func (f *svcFixture) requireNoData(key []byte, why string) {
 	f.t.Helper()
-	_, err := f.eng.GetData(key)
+	_, err := f.eng.GetData(f.t.Context(), key)
 	require.ErrorIs(f.t, err, idemkv.ErrNotFound, why)
 }
 
@@ -68,7 +68,7 @@ func TestOperatorSettlesAChargedPayment(t *testing.T) {
 			problemOf(t, f.pay("acct_1", "k1", order1000), http.StatusGatewayTimeout, "payment-outcome-unknown")
 			rec := f.record("k1")
 			require.Equal(t, idemkv.StateUncertain, rec.State)
-			_, err := f.eng.GetData(intentKey("acct_1", rec.OperationID))
+			_, err := f.eng.GetData(t.Context(), intentKey("acct_1", rec.OperationID))
 			require.NoError(t, err, "the intent is recorded before the charge")
 
 			proc.down = down
@@ -85,7 +85,7 @@ func TestOperatorSettlesAChargedPayment(t *testing.T) {
 			assert.Equal(t, got.body, replay.body, "the replay is the row, byte for byte")
 			assert.Equal(t, replay.body, f.pay("acct_1", "k1", order1000).body)
 			assert.Equal(t, int64(1000), p.Amount)
-			charges := proc.Charges()
+			charges := proc.Charges(t.Context())
 			require.Len(t, charges, 1)
 			if down {
 				assert.Empty(t, p.Charge, "the processor could not say which charge")

@@ -190,7 +190,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, "invalid-key", http.StatusBadRequest, err.Error(), 0)
 		return
 	}
-	row, err := s.o.Store.GetData(chargeKey(key))
+	row, err := s.o.Store.GetData(r.Context(), chargeKey(key))
 	if errors.Is(err, idemkv.ErrNotFound) {
 		// No charge yet; but a request under the key may be charging
 		// now, and "no charge" would then be wrong a moment later.
@@ -220,7 +220,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Charges []json.RawMessage `json:"charges"`
 	}{Charges: []json.RawMessage{}}
-	err := s.o.Store.ScanData([]byte("charge/"), func(_, v []byte) bool {
+	err := s.o.Store.ScanData(r.Context(), []byte("charge/"), func(_, v []byte) bool {
 		out.Charges = append(out.Charges, json.RawMessage(append([]byte(nil), v...)))
 		return true
 	})

@@ -33,15 +33,9 @@ const EnvStore = "IDEMKV_TEST_STORE"
 
 // Store is what the suites use of a store.
 type Store interface {
-	idemkv.Store
+	idemkv.DataStore
 	idemkv.Outbox
-	Now() time.Time
-	GetData(key []byte) ([]byte, error)
-	ScanData(prefix []byte, fn func(key, value []byte) bool) error
-	ScanDataAfter(prefix, after []byte, fn func(key, value []byte) bool) error
-	Update(ctx context.Context, apply func(idemkv.Effects) error) error
 	Sweep(ctx context.Context) (ttl.Pass, error)
-	Health() error
 }
 
 var (
@@ -127,24 +121,6 @@ func RequireSound(t testing.TB, s Store) {
 	if len(problems) > 0 {
 		t.Fatalf("the store's check found problems: %v", problems)
 	}
-}
-
-// Conflicts returns how many times the store ran an apply function again
-// because its reads conflicted (engine and pgstore Stats.Conflicts).
-func Conflicts(t testing.TB, s Store) uint64 {
-	t.Helper()
-	switch s := s.(type) {
-	case *engine.Engine:
-		st, err := s.Stats()
-		if err != nil {
-			t.Fatalf("stats: %v", err)
-		}
-		return uint64(st.Conflicts)
-	case *pgstore.Store:
-		return s.Stats().Conflicts
-	}
-	t.Fatalf("teststore: no stats for %T", s)
-	return 0
 }
 
 // Main runs the package's tests on the engine, then on PostgreSQL in a

@@ -528,29 +528,6 @@ func (s *DB) Get(ctx context.Context, id idemkv.ID) (idemkv.Record, error) {
 	return rec, nil
 }
 
-// GetData reads a value written through Effects; the slice is the
-// caller's. It returns an error wrapping idemkv.ErrNotFound if key is
-// absent.
-func (s *DB) GetData(key []byte) ([]byte, error) {
-	if err := validateEffectKey(key); err != nil {
-		return nil, err
-	}
-	if err := s.enter(context.Background()); err != nil {
-		return nil, err
-	}
-	defer s.gate.RUnlock()
-	v, closer, err := s.db.Get(dataKey(key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("baseline: read data: %w", err)
-	}
-	out := append([]byte(nil), v...)
-	closer.Close()
-	return out, nil
-}
-
 // Commits returns the number of synced batches committed since Open,
 // including the epoch write at Open.
 func (s *DB) Commits() int64 { return s.commits.Load() }
@@ -590,7 +567,7 @@ type effects struct {
 }
 
 func (w *effects) Set(key, value []byte) error {
-	if err := validateEffectKey(key); err != nil {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return err
 	}
 	w.note(key, true)
@@ -608,7 +585,7 @@ func (w *effects) Emit(idemkv.Event) error {
 }
 
 func (w *effects) Delete(key []byte) error {
-	if err := validateEffectKey(key); err != nil {
+	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return err
 	}
 	w.note(key, false)
@@ -632,12 +609,6 @@ func (w *effects) count() int {
 	return n
 }
 
-func validateEffectKey(key []byte) error {
-	if len(key) == 0 || len(key) > engine.MaxEffectKeyLen {
-		return fmt.Errorf("%w: effect key of %d bytes", idemkv.ErrInvalidArgument, len(key))
-	}
-	return nil
-}
 
 func (s *DB) validateResult(r *idemkv.Result) error {
 	if r.Status < 0 || r.Status > 65535 || len(r.Pointer) > idemkv.MaxPointerLen || len(r.Body) > s.o.MaxBodySize {

@@ -75,7 +75,7 @@ func TestSyncedWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 6, db.Commits(), "a local claim's renewal is held in memory")
 
-	v, err := db.GetData([]byte("e/k"))
+	v, err := db.GetData(ctx, []byte("e/k"))
 	require.NoError(t, err)
 	require.Equal(t, "v", string(v))
 	require.NoError(t, db.Close())
