@@ -47,7 +47,6 @@ type write struct {
 	deleted bool
 }
 
-
 func (fx *effects) fits(n int) error {
 	if fx.size+n > fx.s.opts.MaxEffectsSize {
 		return fmt.Errorf("%w: effects of one operation would be %d bytes, limit %d (Options.MaxEffectsSize)",

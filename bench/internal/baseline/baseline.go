@@ -609,7 +609,6 @@ func (w *effects) count() int {
 	return n
 }
 
-
 func (s *DB) validateResult(r *idemkv.Result) error {
 	if r.Status < 0 || r.Status > 65535 || len(r.Pointer) > idemkv.MaxPointerLen || len(r.Body) > s.o.MaxBodySize {
 		return fmt.Errorf("%w: status %d, pointer %d bytes, body %d bytes", idemkv.ErrInvalidResult,
