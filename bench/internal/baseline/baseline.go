@@ -609,13 +609,7 @@ func (w *effects) count() int {
 	return n
 }
 
-func (s *DB) validateResult(r *idemkv.Result) error {
-	if r.Status < 0 || r.Status > 65535 || len(r.Pointer) > idemkv.MaxPointerLen || len(r.Body) > s.o.MaxBodySize {
-		return fmt.Errorf("%w: status %d, pointer %d bytes, body %d bytes", idemkv.ErrInvalidResult,
-			r.Status, len(r.Pointer), len(r.Body))
-	}
-	return nil
-}
+func (s *DB) validateResult(r *idemkv.Result) error { return r.Validate(s.o.MaxBodySize) }
 
 // window is the retention window of class, the longest configured one if
 // the class is no longer configured (as the engine does).
