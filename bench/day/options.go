@@ -47,7 +47,11 @@ type Options struct {
 	SweepInterval time.Duration
 	// Store, if set, is where the large store is kept: a store a previous
 	// run left there (for the same Records) is used as it is, and a new
-	// one is left there. Default: the run's temporary directory.
+	// one is left there. A store used again goes on from the time its last
+	// run left it at (a store's clock does not go back), so the bucket
+	// that ended halfway through the first run's open-loop phase is gone,
+	// and the sweeper has nothing to drop: measure the sweeper on a store
+	// loaded afresh. Default: the run's temporary directory.
 	Store string
 	// ScanRestart also measures an Open without the saved claim filter,
 	// which rebuilds it by scanning (what a crash costs).

@@ -36,6 +36,8 @@ type marker struct {
 	// new keys come from streams of its own, or a later run's "new" keys
 	// would be an earlier run's, stored and replayed.
 	Runs int `json:"runs,omitempty"`
+	// Clock is the store's time when the last run ended.
+	Clock time.Time `json:"clock,omitzero"`
 }
 
 // Run measures a day: it builds (or reuses) the large store and builds
@@ -124,6 +126,9 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 			}
 		}
 	}
+	if err := large.endRun(); err != nil {
+		return nil, err
+	}
 	rep.Meta = run.Meta()
 	return rep, nil
 }
@@ -190,6 +195,13 @@ func (s *store) startRun() (uint64, error) {
 	return first, os.WriteFile(filepath.Join(s.dir, markerFile), b, 0o644)
 }
 
+// endRun keeps the store's time in its marker file, for the next run.
+func (s *store) endRun() error {
+	s.marker.Clock = s.clock.Now()
+	b, _ := json.Marshal(s.marker)
+	return os.WriteFile(filepath.Join(s.dir, markerFile), b, 0o644)
+}
+
 func (s *store) engineOptions(o *Options) *engine.Options {
 	var e engine.Options
 	if o.Engine != nil {
@@ -210,6 +222,9 @@ func (s *store) build(ctx context.Context, o *Options, logf func(string, ...any)
 		if err := json.Unmarshal(b, &m); err == nil && m.Records == s.records && m.Now.Equal(now) {
 			logf("using the %s store of %d records in %s (%d runs of traffic before)", s.name, s.records, s.dir, m.Runs)
 			s.marker = m
+			if m.Clock.After(now) {
+				s.clock.base = m.Clock
+			}
 			s.load = LoadFigures{Records: m.Records, Seconds: m.Seconds, PerSecond: float64(m.Records) / m.Seconds, Reused: true}
 			return nil
 		}

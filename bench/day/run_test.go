@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"testing"
 	"time"
@@ -82,6 +84,12 @@ func TestRunSmallDay(t *testing.T) {
 	require.Len(t, files, 1)
 
 	require.False(t, rep.Large.Memory.OwnProcess, "in the harness's process")
+	var m marker
+	b, err := os.ReadFile(filepath.Join(o.Store, markerFile))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Equal(t, 1, m.Runs)
+	require.True(t, m.Clock.After(dayStart(o.EnsureDefaults()).Add(o.Duration)), "the store's time went on with its traffic: %v", m.Clock)
 	require.NotContains(t, table.String(), "a process of its own")
 
 	// The kept store again, each phase in a process of its own: the new
