@@ -1,4 +1,4 @@
-// Package bench is idemkv's benchmark harness: what its four
+// Package bench is idemkv's benchmark harness: what its six
 // measurements share. Each measurement is a package on top of it, run by a
 // command of idemkv and explained in docs/benchmarks.md:
 //
@@ -11,6 +11,10 @@
 //   - bench/events (`idemkv bench events`): completions with an event
 //     against without, the outbox relay's lag and throughput to
 //     JetStream, and an inbox consumer against a bare one.
+//   - bench/fleet (`idemkv bench postgres`): the PostgreSQL store against
+//     naive SQL.
+//   - bench/day (`idemkv bench --profile day`): a day of the guide's
+//     records on one node, each measured phase in a process of its own.
 //
 // # Basics
 //

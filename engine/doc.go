@@ -110,9 +110,11 @@
 //     absent, and a late retry runs as new. Choose windows from the longest
 //     client retry, queue replay and provider windows (docs/operations.md).
 //   - GetData may observe effects whose Complete is still syncing.
-//   - Effects are blind writes, serialized per idempotency key, not per
-//     business key: guard a read-modify-write of shared business state
-//     (a balance) yourself, or record each movement under its own key.
+//   - Effects are serialized per idempotency key, not per business key. A
+//     read-modify-write of shared data (a balance) is safe when it reads
+//     through Effects.Get, whose reads are checked at commit; a value read
+//     any other way (GetData, a cache) and written back can lose an
+//     update. Only point reads are checked.
 //   - A failed synced write poisons the engine (ErrFailed): the write's fate
 //     is unknown, so the engine refuses to answer until it is reopened.
 package engine

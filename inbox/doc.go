@@ -22,7 +22,7 @@
 //     mark is retained (Options.Retention).
 //   - The position never runs ahead of the effects: it commits with them,
 //     so after a crash both are there or neither. A consumer that reads
-//     its stream in order resumes at Position()+1 and re-reads nothing it
+//     its stream in order resumes at Position(ctx)+1 and re-reads nothing it
 //     applied and skips nothing it did not. RunJetStream does so.
 //   - A handler that fails leaves nothing behind: its writes, the mark and
 //     the position are dropped together, and the next delivery applies
@@ -39,8 +39,9 @@
 //		return credit(fx, ev.Account, ev.Amount) // reads and writes through fx
 //	}, nil)
 //
-// The store is an engine (*engine.Engine), opened with the class the
-// marks use: engine.Options{RetentionClasses: ttl.Classes{"inbox": 7 * 24 * time.Hour}}.
+// The store is any idemkv.Store that reads its data (*engine.Engine,
+// *pgstore.Store), opened with the class the marks use, for the engine
+// engine.Options{RetentionClasses: ttl.Classes{"inbox": 7 * 24 * time.Hour}}.
 //
 // RunJetStream reads the stream with an ordered consumer from the
 // committed position, settles each message before reading the next, and
@@ -137,9 +138,9 @@
 //     the message, backing off, until it settles. Reject what can never
 //     succeed.
 //   - Two deliveries of one event processed at once in one process: the
-//     second fails with once.ErrInProgress and is redelivered. The marks
-//     are exclusive within one process only, as the engine's claims are;
-//     one store directory belongs to one process.
+//     second fails with once.ErrInProgress and is redelivered. On the
+//     engine the marks are exclusive within one process, as its claims
+//     are; on pgstore, across every process sharing the database.
 //   - A process that crashes inside Process leaves nothing of the
 //     message (its commit did not happen, or happened whole): the
 //     message is read again from the position and applied once.

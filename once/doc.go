@@ -104,7 +104,7 @@
 // same commit as that run's writes, its reads checked. The result stored
 // is always the result of the run that committed, and the function runs
 // once, or once more per conflict the store finds (Exec.Run counts the
-// runs). The engine's Effects implement ResultSetter.
+// runs). The engine's and pgstore's Effects implement ResultSetter.
 //
 // On a store whose Effects do not, Do falls back to offering a result to
 // each commit: the run inside it checks that the result it computed is

@@ -17,7 +17,8 @@
 //
 // A run sweeps each workload over Options.Concurrency, measuring each
 // point for Options.Duration on each target in turn (engine, then
-// baseline, at the same point). Every write workload gets a fresh store per
+// baseline, and pgstore with Options.Targets or `idemkv bench --postgres`,
+// at the same point). Every write workload gets a fresh store per
 // point; the read-only workloads share one preloaded store per target.
 // Each store is opened with a vfs.FS wrapper that counts syncs and the
 // records appended to the write-ahead log. Stores that hold records

@@ -1,18 +1,27 @@
 // Command idemkv is the command-line tool of the idemkv idempotency store.
 //
-//	idemkv bench [flags]       measure the engine against a raw-Pebble baseline
-//	idemkv bench ttl [flags]   measure retention: disk over time, sweeper cost
-//	idemkv bench http [flags]  measure the HTTP middleware's latency overhead
-//	idemkv check --data DIR    verify a closed store's invariants, read-only
-//	idemkv export --data DIR   write every record as JSON lines
-//	idemkv list --data DIR     list records by state, tenant and age
-//	idemkv evict --data DIR    remove a record by hand, audited
-//	idemkv demo [--data DIR]   play the guide's retry failures over HTTP against examples/payments
-//	idemkv fingerprint [FILE]  print a request's canonical form and fingerprint
-//	idemkv migrate --data DIR  bring a closed store to this version's layout, after a backup
-//	idemkv serve [flags]       run the payments service on loopback HTTP
-//	idemkv sweep --data DIR    delete a closed store's expired records
-//	idemkv help [COMMAND]      show usage
+//	idemkv backup DIR              copy a store consistently into a new directory
+//	idemkv bench [flags]           the engine against a raw-Pebble baseline; --profile day: a full day
+//	idemkv bench events [flags]    completions with events, the relay to JetStream, an inbox consumer
+//	idemkv bench http [flags]      the HTTP middleware's latency overhead
+//	idemkv bench postgres [flags]  the PostgreSQL store against naive SQL
+//	idemkv bench ttl [flags]       retention: disk over time, sweeper cost
+//	idemkv check --data DIR        verify a store's invariants, read-only
+//	idemkv demo [--data DIR]       play the guide's retry failures over HTTP against examples/payments
+//	idemkv evict --data DIR        remove a record by hand, audited
+//	idemkv export --data DIR       write every record as JSON lines
+//	idemkv fingerprint [FILE]      print a request's canonical form and fingerprint
+//	idemkv inspect                 show one record, in any state
+//	idemkv ledger [flags]          run the ledger consumer of examples/ledger
+//	idemkv list --data DIR         list records by state, tenant and age
+//	idemkv migrate --data DIR      bring a closed store to this version's layout, after a backup
+//	idemkv pending                 list the records awaiting reconciliation, or the escalated ones
+//	idemkv processor [flags]       run a simulated card processor over HTTP
+//	idemkv resolve                 settle an uncertain, abandoned or escalated record by hand
+//	idemkv restore DIR             put a backup in place as a new store, and check it
+//	idemkv serve [flags]           run the payments service on loopback HTTP
+//	idemkv sweep --data DIR        delete a closed store's expired records
+//	idemkv help [COMMAND]          show usage
 //
 // The operator's commands (inspect, list, pending, resolve, evict,
 // export, check, sweep, backup) take --server URL instead of --data DIR to

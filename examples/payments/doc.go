@@ -1,7 +1,8 @@
 // Package payments is an example of embedding idemkv in a service: a
 // small card-payments API whose POST /v1/payments is protected by the
-// Idempotency-Key middleware (package httpidem) on the Pebble engine
-// (package engine), in front of a simulated card processor. `idemkv
+// Idempotency-Key middleware (package httpidem) on any idemkv.DataStore
+// (the Pebble engine for one process, pgstore for a fleet), in front of a
+// simulated card processor. `idemkv
 // serve` runs it and `idemkv demo` plays the guide's failure modes
 // against it over HTTP. It is meant to be read, and copied from.
 //
@@ -32,8 +33,8 @@
 //     answers 504; its retries get 409 reconciling, never a second
 //     charge.
 //   - Metrics on the service's own registry: the middleware's reports
-//     through an httpidem.Observer, the engine's figures through package
-//     engine/engineprom.
+//     through an httpidem.Observer, and the engine's figures through
+//     package engine/engineprom when the store is an *engine.Engine.
 //
 // # Basics
 //

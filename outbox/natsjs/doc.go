@@ -6,7 +6,8 @@
 // a lost acknowledgement or a crash.
 //
 // The package also creates the stream (EnsureStream), reads a stream back
-// in order (Read, ReadAll: for tests, tools and a later inbox), and runs
+// in order (Read, ReadAll: for tests and tools; package inbox consumes with
+// RunJetStream), and runs
 // an embedded JetStream server for `idemkv serve --events embedded`
 // (StartEmbedded).
 //
