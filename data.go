@@ -13,6 +13,16 @@ import (
 // against these interfaces runs on either store (engine, one process;
 // pgstore, a fleet).
 
+// The defaults of the options every store shares (engine.Options,
+// pgstore.Options), the same on both.
+const (
+	DefaultLease          = 30 * time.Second // a claim's lease
+	DefaultRetention      = 24 * time.Hour   // the default retention class's window
+	DefaultMaxBodySize    = 64 << 10         // the longest Result.Body a store keeps, in bytes
+	DefaultMaxEffectsSize = 1 << 20          // the most bytes one commit writes through Effects
+	DefaultMaxEventSize   = 512 << 10        // the longest event, its payload and headers, in bytes
+)
+
 // MaxEffectKeyLen is the longest key written through Effects, and the
 // longest prefix a scan of the data takes, in bytes.
 const MaxEffectKeyLen = 1024

@@ -213,34 +213,27 @@ func (o *Options) EnsureDefaults() *Options {
 		c.Rand = rand.Reader
 	}
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = idemkv.DefaultLease
 	}
 	if c.Retention == 0 {
-		c.Retention = 24 * time.Hour
+		c.Retention = idemkv.DefaultRetention
 	}
 	if c.MinFreeDisk == 0 {
 		c.MinFreeDisk = 256 << 20
 	}
 	if c.MaxBodySize == 0 {
-		c.MaxBodySize = 64 << 10
+		c.MaxBodySize = idemkv.DefaultMaxBodySize
 	}
 	if c.MaxEffectsSize == 0 {
-		c.MaxEffectsSize = 1 << 20
+		c.MaxEffectsSize = idemkv.DefaultMaxEffectsSize
 	}
 	if c.MaxEventSize == 0 {
-		c.MaxEventSize = defaultMaxEventSize
+		c.MaxEventSize = idemkv.DefaultMaxEventSize
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = 64 << 20
 	}
-	classes := make(ttl.Classes, len(c.RetentionClasses)+1)
-	for n, w := range c.RetentionClasses {
-		classes[n] = w
-	}
-	if _, ok := classes[ttl.DefaultClass]; !ok {
-		classes[ttl.DefaultClass] = c.Retention
-	}
-	c.RetentionClasses = classes
+	c.RetentionClasses = c.RetentionClasses.WithDefault(c.Retention)
 	c.Sweep.Clock = c.Clock
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 8 << 20
@@ -344,8 +337,6 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// defaultMaxEventSize is Options.MaxEventSize's default.
-const defaultMaxEventSize = 512 << 10
 
 // PebbleOptions returns the Pebble options the engine opens its store
 // with, for o with defaults applied: the format version, memtable size,

@@ -101,7 +101,7 @@ func TestEventsCommitWithTheOutcomeInOrder(t *testing.T) {
 
 func TestBadEventsWriteNothing(t *testing.T) {
 	v := newEnv(t)
-	big := idemkv.Event{Topic: "t", Payload: make([]byte, defaultMaxEventSize)}
+	big := idemkv.Event{Topic: "t", Payload: make([]byte, idemkv.DefaultMaxEventSize)}
 	for name, ev := range map[string]idemkv.Event{
 		"empty topic":    {Key: "k"},
 		"space in topic": {Topic: "payments created"},

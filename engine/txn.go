@@ -190,7 +190,7 @@ func (c *committer) committedLocked(g *commitGroup) {
 // validateEvent checks an event against the contract's limits and the
 // engine's (e nil: the defaults).
 func validateEvent(ev *idemkv.Event, e *Engine) error {
-	limit := defaultMaxEventSize
+	limit := idemkv.DefaultMaxEventSize
 	if e != nil {
 		limit = e.opts.MaxEventSize
 	}

@@ -74,19 +74,19 @@ func (o *Options) withDefaults() *Options {
 		c.Clock = idemkv.SystemClock{}
 	}
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = idemkv.DefaultLease
 	}
 	if c.Retention == 0 {
-		c.Retention = 24 * time.Hour
+		c.Retention = idemkv.DefaultRetention
 	}
 	if c.MaxBodySize == 0 {
-		c.MaxBodySize = 64 << 10
+		c.MaxBodySize = idemkv.DefaultMaxBodySize
 	}
 	if c.MaxEffectsSize == 0 {
-		c.MaxEffectsSize = 1 << 20
+		c.MaxEffectsSize = idemkv.DefaultMaxEffectsSize
 	}
 	if c.MaxEventSize == 0 {
-		c.MaxEventSize = 512 << 10
+		c.MaxEventSize = idemkv.DefaultMaxEventSize
 	}
 	if c.OutboxPoll == 0 {
 		c.OutboxPoll = time.Second
@@ -95,14 +95,7 @@ func (o *Options) withDefaults() *Options {
 		c.RelayLease = 10 * time.Second
 	}
 	c.Sweep.Clock = c.Clock
-	classes := make(ttl.Classes, len(c.RetentionClasses)+1)
-	for n, w := range c.RetentionClasses {
-		classes[n] = w
-	}
-	if _, ok := classes[ttl.DefaultClass]; !ok {
-		classes[ttl.DefaultClass] = c.Retention
-	}
-	c.RetentionClasses = classes
+	c.RetentionClasses = c.RetentionClasses.WithDefault(c.Retention)
 	return &c
 }
 

@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -57,6 +58,18 @@ var ErrUnknownClass = errors.New("ttl: unknown retention class")
 // no classes; Lookup of "" or DefaultClass then fails unless the default
 // is set.
 type Classes map[string]time.Duration
+
+// WithDefault returns a copy of c that has DefaultClass, with window
+// unless c names it already: a store's classes, its default retention
+// among them.
+func (c Classes) WithDefault(window time.Duration) Classes {
+	out := make(Classes, len(c)+1)
+	maps.Copy(out, c)
+	if _, ok := out[DefaultClass]; !ok {
+		out[DefaultClass] = window
+	}
+	return out
+}
 
 // ValidateName reports whether name can name a class: 1 to idemkv.MaxClassLen
 // bytes of a-z, 0-9, '-' and '_'.
