@@ -337,7 +337,6 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-
 // PebbleOptions returns the Pebble options the engine opens its store
 // with, for o with defaults applied: the format version, memtable size,
 // bloom filters on every level, compression and compaction concurrency,
