@@ -55,6 +55,7 @@ func TestClockStepForwardThenCorrectedAtSweep(t *testing.T) {
 func TestTrustClockFollowsSteps(t *testing.T) {
 	v := newEnv(t)
 	v.opts.ClockTolerance = TrustClock
+	v.opts.NoBackgroundSweep = true // the pass below is the one that deletes
 	v.reopen()
 	v.complete(id("p1"))
 	v.clock.Step(48 * time.Hour)
