@@ -89,15 +89,19 @@
 //
 // # Time
 //
-// Leases and expiry are measured by each process's clock
-// (Options.Clock), and so is Record.Marked: the statement that marks a
+// Leases, expiry and retention are measured by one clock for the whole
+// fleet, the database's (Options.Clock's default): each process reads
+// clock_timestamp() at Open and every 10 s and carries it forward on its
+// monotonic clock, so a process whose own wall clock is minutes off, or
+// steps, decides as the others do. Record.Marked is read from it too: the statement that marks a
 // record uncertain (MarkUncertain, a claim that finds a remote lease run
 // out and cannot resume it, an Escalate of such an abandoned record)
 // stores its time, to the microsecond; an Escalate of an uncertain
 // record keeps it, and every way out of the uncertain state clears it.
-// Processes sharing a database must keep their clocks in step (NTP): a
-// clock ahead by S takes over an expired lease up to S early, and marks
-// a record up to S late. Keep leases much longer than the worst skew.
+// Its error is half a round trip to the database plus the monotonic
+// clock's drift over 10 s. A Clock set in Options replaces it (tests use a
+// manual one); with idemkv.SystemClock each process reads its own wall
+// clock, and one ahead by S takes over an expired lease up to S early.
 //
 // # Caveats
 //

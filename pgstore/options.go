@@ -12,11 +12,17 @@ import (
 // Options configure a Store. The zero value (or nil) gives the defaults.
 type Options struct {
 	// Clock supplies the time of leases, retention and record timestamps.
-	// Default: the machine's clock. Every process sharing a database reads
-	// its own clock, so their clocks must agree (NTP) to well within the
-	// lease: a process whose clock runs ahead by S takes over an expired
-	// lease up to S early.
+	// Default: the database's clock (clock_timestamp()), read at Open and
+	// every 10 s and carried forward between reads on the process's
+	// monotonic clock, so every process sharing the database decides by
+	// one clock, whatever its own wall clock says. A Clock set here is
+	// read instead: tests inject a manual one; idemkv.SystemClock{} makes
+	// each process read its own wall clock, which then must agree with
+	// the others' to well within the lease.
 	Clock idemkv.Clock
+	// local is the process's clock under the database's (time.Now when
+	// nil): a test skews it to stand for a process whose clock is wrong.
+	local func() time.Time
 	// Lease is the default lease of a claim. Default 30 s.
 	Lease time.Duration
 	// Retention is how long a record of the default retention class is
@@ -70,9 +76,6 @@ func (o *Options) withDefaults() *Options {
 	if o != nil {
 		c = *o
 	}
-	if c.Clock == nil {
-		c.Clock = idemkv.SystemClock{}
-	}
 	if c.Lease == 0 {
 		c.Lease = idemkv.DefaultLease
 	}
@@ -94,7 +97,6 @@ func (o *Options) withDefaults() *Options {
 	if c.RelayLease == 0 {
 		c.RelayLease = 10 * time.Second
 	}
-	c.Sweep.Clock = c.Clock
 	c.RetentionClasses = c.RetentionClasses.WithDefault(c.Retention)
 	return &c
 }

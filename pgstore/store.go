@@ -117,10 +117,22 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	var dbc *dbClock
+	if o.Clock == nil {
+		if dbc, err = newDBClock(ctx, pool, o.local); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		o.Clock = dbc
+	}
+	o.Sweep.Clock = o.Clock
 	bgctx, stop := context.WithCancel(context.Background())
 	s := &Store{pool: pool, opts: o, listenConfig: cfg.ConnConfig.Copy(), relayID: newEventID(), stop: stop,
 		outbox: make(chan struct{}, 1), sql: newStatements(o), secret: secret, opIDs: idemkv.NewOperationIDs(secret)}
 	s.startNotifier(bgctx)
+	if dbc != nil {
+		s.bg.Go(func() { dbc.run(bgctx) })
+	}
 	if !o.NoBackgroundSweep {
 		sw, err := ttl.New(s, &o.Sweep)
 		if err != nil {
