@@ -162,6 +162,21 @@ type SweepFigures struct {
 	FinalPassDeleted int `json:"final_pass_deleted"`
 }
 
+// lsm sums the phase's windows: the highest of the levels, the sum of
+// the counts and times.
+func (p *Phase) lsm() LSMPoint {
+	var s LSMPoint
+	for _, w := range p.Windows {
+		l := w.LSM
+		s.ReadAmp, s.L0Files, s.CompactionDebt = max(s.ReadAmp, l.ReadAmp), max(s.L0Files, l.L0Files), max(s.CompactionDebt, l.CompactionDebt)
+		s.Compactions += l.Compactions
+		s.Flushes += l.Flushes
+		s.StallSeconds += l.StallSeconds
+		s.SyncWait += l.SyncWait
+	}
+	return s
+}
+
 // ClosedPoint is one closed-loop measurement.
 type ClosedPoint struct {
 	Store   string  `json:"store"`   // "small" or "large"
@@ -242,6 +257,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if r.Small != nil && r.Large != nil && r.Small.Latency.P99 > 0 {
 		fmt.Fprintf(w, "p99, large by small: %.2f× (goal: at most 1.5×)\n", r.Large.Latency.P99/r.Small.Latency.P99)
+	}
+	for _, p := range []*Phase{r.Small, r.Large} {
+		if p != nil {
+			l := p.lsm()
+			fmt.Fprintf(w, "LSM tree, %s store: read amp up to %d, L0 files up to %d, compaction debt up to %s; %d flushes, %d compactions; writes stopped %.1f s; fsync waits %.0f s\n",
+				map[bool]string{true: "large", false: "small"}[p == r.Large], l.ReadAmp, l.L0Files, mb(l.CompactionDebt),
+				l.Flushes, l.Compactions, l.StallSeconds, l.SyncWait)
+		}
 	}
 	fmt.Fprintf(w, "\nclosed loop, geometric mean of %d rounds (multiples of the guide's 5,000/s):\n", r.Options.Rounds)
 	fmt.Fprintln(tw, "clients\tsmall\tlarge\tlarge by small\t")

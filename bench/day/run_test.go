@@ -68,6 +68,8 @@ func TestRunSmallDay(t *testing.T) {
 	require.Contains(t, table.String(), "open to full speed")
 	require.Contains(t, table.String(), "Go memory limit after the loads: 3072 MiB")
 	require.Contains(t, table.String(), "GC share")
+	require.Contains(t, table.String(), "LSM tree, large store: read amp up to")
+	require.Positive(t, rep.Large.lsm().ReadAmp, "the tree was read at each window's end")
 	require.NoError(t, rep.WriteJSON(&js))
 	var back map[string]any
 	require.NoError(t, json.Unmarshal(js.Bytes(), &back))

@@ -66,6 +66,38 @@ type WindowPoint struct {
 	Requests int64         `json:"requests"`  // the requests that ended in the window
 	Latency  bench.Latency `json:"latency"`   // theirs, from each one's scheduled time
 	RSS      uint64        `json:"rss_bytes"` // the process's resident memory at the window's end
+	LSM      LSMPoint      `json:"lsm"`       // the store's LSM tree in the window
+}
+
+// LSMPoint is the store's LSM tree in one window (engine.Stats): where
+// the tail's time goes when it is the tree's.
+type LSMPoint struct {
+	ReadAmp        int     `json:"read_amp"`              // sublevels a read may visit, at the window's end
+	L0Files        int64   `json:"l0_files"`              // files in level 0, at the window's end
+	CompactionDebt uint64  `json:"compaction_debt_bytes"` // bytes compaction still owes, at the window's end
+	Compactions    int64   `json:"compactions"`           // compactions that ended in the window
+	Flushes        int64   `json:"flushes"`               // memtable flushes in the window
+	StallSeconds   float64 `json:"stall_seconds"`         // time writes were stopped by Pebble in the window
+	SyncWait       float64 `json:"sync_wait_seconds"`     // commit time spent waiting for the WAL's fsync in the window
+}
+
+// lsmSampler reads an engine's Stats at each window's end.
+type lsmSampler struct {
+	e    *engine.Engine
+	last engine.Stats
+}
+
+func (l *lsmSampler) sample() LSMPoint {
+	st, err := l.e.Stats()
+	if err != nil {
+		return LSMPoint{}
+	}
+	p := LSMPoint{ReadAmp: st.ReadAmp, L0Files: st.L0Files, CompactionDebt: st.CompactionDebt,
+		Compactions: st.Compactions - l.last.Compactions, Flushes: st.Flushes - l.last.Flushes,
+		StallSeconds: (st.WriteStallTime - l.last.WriteStallTime).Seconds(),
+		SyncWait:     (st.CommitSyncWait - l.last.CommitSyncWait).Seconds()}
+	l.last = st
+	return p
 }
 
 // requester sends the run's requests: new keys (claim, then complete),
@@ -191,6 +223,8 @@ func (q *requester) openLoop(ctx context.Context, o *Options, d time.Duration) (
 		all.Record(lat)
 	}
 	windowEnd := start.Add(o.Window)
+	lsm := &lsmSampler{e: q.e}
+	lsm.sample()
 	r := rand.New(rand.NewPCG(q.stream, 1))
 	for n := int64(0); ; n++ {
 		at := start.Add(time.Duration(n) * interval)
@@ -198,8 +232,9 @@ func (q *requester) openLoop(ctx context.Context, o *Options, d time.Duration) (
 			break
 		}
 		if !at.Before(windowEnd) {
+			tree := lsm.sample()
 			mu.Lock()
-			points = append(points, WindowPoint{Second: windowEnd.Sub(start).Seconds(), Requests: cur.Count(), Latency: cur.Latency(), RSS: rss()})
+			points = append(points, WindowPoint{Second: windowEnd.Sub(start).Seconds(), Requests: cur.Count(), Latency: cur.Latency(), RSS: rss(), LSM: tree})
 			cur.Reset()
 			stop := firstErr != nil
 			mu.Unlock()
@@ -231,7 +266,7 @@ func (q *requester) openLoop(ctx context.Context, o *Options, d time.Duration) (
 	mu.Lock()
 	defer mu.Unlock()
 	if cur.Count() > 0 {
-		points = append(points, WindowPoint{Second: time.Since(start).Seconds(), Requests: cur.Count(), Latency: cur.Latency(), RSS: rss()})
+		points = append(points, WindowPoint{Second: time.Since(start).Seconds(), Requests: cur.Count(), Latency: cur.Latency(), RSS: rss(), LSM: lsm.sample()})
 	}
 	return points, all.Latency(), firstErr
 }
