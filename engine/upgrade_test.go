@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/record"
 	"github.com/idemkv/idemkv/internal/upgradetest"
@@ -94,12 +91,12 @@ func requireFixtureStore(t *testing.T, f *upgradetest.Fixture, e *Engine) {
 
 // TestLayout3StoreUpgrades opens the store the layout-3 code wrote through
 // httpidem over HTTP: a read-write Open migrates it (and only the first
-// does); the outcomes it stored replay through today's middleware, which
-// proves that the fingerprints computed today equal the ones stored then,
-// and a changed payload under a stored key is a 422; the uncertain and
+// does); the uncertain record answers Reconciling; the uncertain and
 // abandoned records are listed from the index the migration built; a
 // remote claim abandoned by the old process is resumed with its operation
-// id; retention classes keep the expiries they were written with.
+// id; retention classes keep the expiries they were written with. That
+// the outcomes replay through today's middleware is httpidem's
+// TestEarlierLayoutsReplay.
 func TestLayout3StoreUpgrades(t *testing.T) {
 	f := upgradetest.Load(t, layout3Fixture)
 	require.Equal(t, 3, f.Layout)
@@ -142,48 +139,16 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 	require.NoError(t, closer.Close())
 	require.Len(t, e.secret, 32, "the migration draws the store's secret")
 
-	// The middleware over the migrated store. A handler that runs records
-	// the operation it ran as: only the resumed refund may run.
-	var mu sync.Mutex
-	var ran []string
-	srv := f.Serve(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := httpidem.FromContext(r.Context())
-		mu.Lock()
-		ran = append(ran, op.Lease().ID.Key)
-		mu.Unlock()
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprint(w, op.Lease().OperationID)
-	}))
-	f.RequireReplays(t, srv.URL)
-
-	// A changed payload under a stored key: each route's fingerprint
-	// covers what it was configured to, then as now.
-	changed := map[string]func(q *upgradetest.Request){
-		"pay-1":        func(q *upgradetest.Request) { q.Headers = map[string]string{"X-Currency": "GBP"} },
-		"pay-declined": func(q *upgradetest.Request) { q.Body = strings.Replace(q.Body, "-5", "-6", 1) },
-		"cap-1":        func(q *upgradetest.Request) { q.Body = `{"amount": 99}` },
-		"ref-ok":       func(q *upgradetest.Request) { q.Body = strings.Replace(q.Body, `"ok"`, `"OK"`, 1) },
-		"note-1":       func(q *upgradetest.Request) { q.Body += " " },
-	}
-	for _, q := range f.Keys(upgradetest.Completed) {
-		change, ok := changed[q.Key]
-		require.True(t, ok, "no changed payload for %s", q.Key)
-		change(&q)
-		require.Equal(t, http.StatusUnprocessableEntity, upgradetest.Send(t, srv.URL, q).Status, "%s of %s", q.Key, q.Tenant)
-	}
-	// What a ModeFields route does not cover still replays.
-	for _, q := range f.Keys(upgradetest.Completed) {
-		if q.Key == "cap-1" {
-			q.Body = `{"memo": "other", "amount": 100}`
-			require.True(t, upgradetest.Send(t, srv.URL, q).Replayed)
-		}
-	}
-
+	// The outcomes replay through today's middleware (package httpidem's
+	// TestEarlierLayoutsReplay); here, through the engine alone.
 	// The uncertain refund awaits reconciliation; the abandoned one is
 	// listed once its lease (30 s from its claim) has run out.
 	unc, aband := f.Keys(upgradetest.Uncertain)[0], f.Keys(upgradetest.Abandoned)[0]
-	require.Equal(t, http.StatusConflict, upgradetest.Send(t, srv.URL, unc).Status)
+	urec, err := e.Get(ctx, f.ID(unc))
+	require.NoError(t, err)
+	c, err := e.Claim(ctx, f.Claim(unc, urec.Fingerprint))
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Reconciling, c.Outcome)
 	listed := func() []string {
 		page, err := e.List(ctx, idemkv.ListRequest{})
 		require.NoError(t, err)
@@ -201,10 +166,7 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 	// operation id the old process sent downstream.
 	old, err := e.Get(ctx, f.ID(aband))
 	require.NoError(t, err)
-	got := upgradetest.Send(t, srv.URL, aband)
-	require.Equal(t, http.StatusCreated, got.Status)
-	require.Equal(t, fmt.Sprint(old.OperationID), got.Body)
-	require.Equal(t, []string{aband.Key}, ran, "only the takeover ran a handler")
+	resumeAbandoned(t, e, f, aband, old)
 	require.Equal(t, []string{unc.Key}, listed())
 
 	// Retention: the note's class keeps it an hour from its completion,
@@ -225,9 +187,8 @@ func TestLayout3StoreUpgrades(t *testing.T) {
 // still in layout 4 and without a secret, so it cannot claim. The first
 // read-write Open migrates it, adding the marker and the store's secret
 // in one batch with the epoch, and only the first does; the secret is
-// drawn once. The outcomes replay through today's middleware, and the
-// abandoned refund, taken over, resumes the operation id the old process
-// drew for it, not the one the store would derive. Once the uncertain
+// drawn once. The abandoned refund, taken over, resumes the operation id
+// the old process drew for it, not the one the store would derive. Once the uncertain
 // refund is escalated (its mark stays unknown) and settled with no effect,
 // its retry gets the derived id.
 func TestLayout4StoreUpgrades(t *testing.T) {
@@ -278,23 +239,13 @@ func TestLayout4StoreUpgrades(t *testing.T) {
 	require.Equal(t, secret, e.secret, "the secret is drawn once")
 	requireFixtureStore(t, f, e)
 
-	srv := f.Serve(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := httpidem.FromContext(r.Context())
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprint(w, op.Lease().OperationID)
-	}))
-	f.RequireReplays(t, srv.URL)
-
 	// The abandoned refund, once its lease has run out, is resumed under
 	// the operation id the layout-4 process drew and sent downstream.
 	clock.Advance(f.Lease())
 	old, err := e.Get(ctx, f.ID(aband))
 	require.NoError(t, err)
 	require.NotEqual(t, idemkv.DeriveOperationID(e.secret, old.ID, old.Fingerprint, 0), old.OperationID)
-	got := upgradetest.Send(t, srv.URL, aband)
-	require.Equal(t, http.StatusCreated, got.Status)
-	require.Equal(t, fmt.Sprint(old.OperationID), got.Body)
+	resumeAbandoned(t, e, f, aband, old)
 
 	rec, err = e.Get(ctx, f.ID(unc))
 	require.NoError(t, err)
@@ -306,9 +257,11 @@ func TestLayout4StoreUpgrades(t *testing.T) {
 	require.True(t, rec.Escalated)
 	require.True(t, rec.Marked.IsZero(), "escalating keeps the mark, and this one was never kept")
 	require.NoError(t, e.Resolve(ctx, idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token, NoEffect: true}))
-	got = upgradetest.Send(t, srv.URL, unc)
-	require.Equal(t, http.StatusCreated, got.Status)
-	require.Equal(t, derived.String(), got.Body)
+	c, err := e.Claim(ctx, f.Claim(unc, rec.Fingerprint))
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Acquired, c.Outcome)
+	require.Equal(t, derived, c.Lease.OperationID, "a retry after no effect runs under the derived id")
+	require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
 	rep, err := e.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
@@ -317,8 +270,7 @@ func TestLayout4StoreUpgrades(t *testing.T) {
 // TestLayout5StoreUpgrades opens the store the layout-5 code wrote, whose
 // remote records all store their operation ids: a read-only Open reads it
 // as it is; the first read-write Open migrates it by writing the marker
-// alone, keeping the secret; the outcomes replay through today's
-// middleware; the abandoned refund, whose stored id is the derived one,
+// alone, keeping the secret; the abandoned refund, whose stored id is the derived one,
 // is resumed under it, and its completion, written in layout 6, stores
 // none.
 func TestLayout5StoreUpgrades(t *testing.T) {
@@ -365,23 +317,27 @@ func TestLayout5StoreUpgrades(t *testing.T) {
 	require.Equal(t, old.OperationID, stored.OperationID, "written in layout 5, with its id")
 	require.Equal(t, idemkv.DeriveOperationID(e.secret, old.ID, old.Fingerprint, 0), old.OperationID)
 
-	srv := f.Serve(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := httpidem.FromContext(r.Context())
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprint(w, op.Lease().OperationID)
-	}))
-	f.RequireReplays(t, srv.URL)
 	clock.Advance(f.Lease())
-	got := upgradetest.Send(t, srv.URL, aband)
-	require.Equal(t, http.StatusCreated, got.Status)
-	require.Equal(t, fmt.Sprint(old.OperationID), got.Body)
+	resumeAbandoned(t, e, f, aband, old)
 	stored, _ = storedRecord(t, e, old.ID)
 	require.Equal(t, idemkv.StateCompleted, stored.State)
 	require.Zero(t, stored.OperationID, "written in layout 6, without the derived id")
 	rep, err := e.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+}
+
+// resumeAbandoned takes over the abandoned remote claim q, whose record
+// was old, and requires the operation id the old process sent downstream,
+// then completes it.
+func resumeAbandoned(t *testing.T, e *Engine, f *upgradetest.Fixture, q upgradetest.Request, old idemkv.Record) {
+	t.Helper()
+	c, err := e.Claim(ctx, f.Claim(q, old.Fingerprint))
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Acquired, c.Outcome)
+	require.True(t, c.Lease.Takeover())
+	require.Equal(t, old.OperationID, c.Lease.OperationID, "resumed under the id sent downstream")
+	require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
 }
 
 // TestOpenRefusesAFutureLayout: the fixture's store marked with layout 99

@@ -19,6 +19,7 @@ import (
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/record"
 	"github.com/idemkv/idemkv/internal/upgradetest"
+	"github.com/idemkv/idemkv/internal/upgradetest/replay"
 )
 
 // layout3Fixture is the store the layout-3 code wrote (engine's test data).
@@ -107,11 +108,11 @@ func TestMigrateCommand(t *testing.T) {
 		Lease: f.Lease(), Retention: f.Retention(), RetentionClasses: f.Classes(), NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer e.Close()
-	srv := f.Serve(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := replay.Serve(t, f, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("handler ran for %s %s: a stored outcome was not replayed", r.Method, r.URL.Path)
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
-	f.RequireReplays(t, srv.URL)
+	replay.RequireReplays(t, f, srv.URL)
 }
 
 // TestRestoreChecksAnEarlierLayoutItReads: a copy of the layout-5
