@@ -185,4 +185,3 @@ func (f *Fixture) CopyStore(t testing.TB) string {
 	require.NoError(t, err)
 	return to
 }
-
