@@ -26,6 +26,14 @@ const clockSyncInterval = 10 * time.Second
 // shortest round trip, the least uncertain.
 const clockSamples = 3
 
+// clockSyncTimeout bounds one sync, connection included: a sync that
+// cannot finish keeps the last read.
+const clockSyncTimeout = 2 * time.Second
+
+// clockStale is how old the last read may grow before Health reports the
+// clock: the monotonic clock carries it on, but its drift is unbounded.
+const clockStale = time.Minute
+
 // dbClock is the database's clock, carried forward locally between reads.
 type dbClock struct {
 	pool  *pgxpool.Pool
@@ -35,6 +43,8 @@ type dbClock struct {
 	base time.Time // the database's time at the kept read
 	at   time.Time // the local reading that corresponds to base
 	last time.Time // the last time Now returned: it never goes back
+	// synced is the local reading of the last read that succeeded.
+	synced time.Time
 }
 
 func newDBClock(ctx context.Context, pool *pgxpool.Pool, local func() time.Time) (*dbClock, error) {
@@ -60,15 +70,24 @@ func (c *dbClock) Now() time.Time {
 	return now
 }
 
-// sync reads the database's clock clockSamples times and keeps the read
-// with the shortest round trip, placing it at the round trip's middle.
+// sync reads the database's clock clockSamples times on one connection
+// and keeps the read with the shortest round trip, placing it at the
+// round trip's middle. The connection is taken first, so that a wait for
+// a busy pool is not part of any round trip.
 func (c *dbClock) sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, clockSyncTimeout)
+	defer cancel()
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
 	var best time.Duration = -1
 	var base, at time.Time
 	for range clockSamples {
 		var db time.Time
 		t0 := c.local()
-		if err := c.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
 			return err
 		}
 		t1 := c.local()
@@ -77,8 +96,18 @@ func (c *dbClock) sync(ctx context.Context) error {
 		}
 	}
 	c.mu.Lock()
-	c.base, c.at = base, at
+	c.base, c.at, c.synced = base, at, c.local()
 	c.mu.Unlock()
+	return nil
+}
+
+// stale reports a clock not read for clockStale: nil, or why.
+func (c *dbClock) stale() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if age := c.local().Sub(c.synced); age > clockStale {
+		return fmt.Errorf("pgstore: the database's clock was last read %v ago", age.Round(time.Second))
+	}
 	return nil
 }
 

@@ -98,8 +98,11 @@
 // out and cannot resume it, an Escalate of such an abandoned record)
 // stores its time, to the microsecond; an Escalate of an uncertain
 // record keeps it, and every way out of the uncertain state clears it.
-// Its error is half a round trip to the database plus the monotonic
-// clock's drift over 10 s. A Clock set in Options replaces it (tests use a
+// Its error is half a round trip to the database (timed on a connection
+// already taken, so a busy pool adds nothing) plus the monotonic clock's
+// drift over 10 s; Health reports a clock not read for a minute. On
+// CockroachDB clock_timestamp() is the connected node's, which may differ
+// from the others' by the cluster's maximum offset. A Clock set in Options replaces it (tests use a
 // manual one); with idemkv.SystemClock each process reads its own wall
 // clock, and one ahead by S takes over an expired lease up to S early.
 //

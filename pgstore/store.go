@@ -45,6 +45,8 @@ type Store struct {
 	// operation id for a request under it.
 	secret []byte
 	opIDs  *idemkv.OperationIDs // derives under secret
+	// dbClock is Options.Clock when it is the database's (clock.go).
+	dbClock *dbClock
 }
 
 type statements struct {
@@ -117,7 +119,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	var dbc *dbClock
+	var dbc *dbClock // nil when Options.Clock is set
 	if o.Clock == nil {
 		if dbc, err = newDBClock(ctx, pool, o.local); err != nil {
 			pool.Close()
@@ -128,7 +130,8 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	o.Sweep.Clock = o.Clock
 	bgctx, stop := context.WithCancel(context.Background())
 	s := &Store{pool: pool, opts: o, listenConfig: cfg.ConnConfig.Copy(), relayID: newEventID(), stop: stop,
-		outbox: make(chan struct{}, 1), sql: newStatements(o), secret: secret, opIDs: idemkv.NewOperationIDs(secret)}
+		outbox: make(chan struct{}, 1), sql: newStatements(o), secret: secret, opIDs: idemkv.NewOperationIDs(secret),
+		dbClock: dbc}
 	s.startNotifier(bgctx)
 	if dbc != nil {
 		s.bg.Go(func() { dbc.run(bgctx) })
@@ -137,6 +140,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		sw, err := ttl.New(s, &o.Sweep)
 		if err != nil {
 			stop()
+			s.bg.Wait()
 			pool.Close()
 			return nil, fmt.Errorf("%w: pgstore: %w", idemkv.ErrInvalidArgument, err)
 		}
@@ -310,6 +314,9 @@ func (s *Store) Health(ctx context.Context) error {
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
 		return s.dbErr("ping", err)
+	}
+	if s.dbClock != nil {
+		return s.dbClock.stale()
 	}
 	return nil
 }
