@@ -33,8 +33,10 @@ type Options struct {
 	// read, doubled after each failure in a row, with jitter (a wait is
 	// between half of and the whole of its bound). Defaults 50 ms and 5 s.
 	MinBackoff, MaxBackoff time.Duration
-	// Clock tells the lag's age (Stats.LagSeconds). Default: the system
-	// clock. An *engine.Engine is one, reading the store's own time.
+	// Clock tells the lag's age (Stats.LagSeconds), compared with the
+	// events' times. Default: the store's own clock when it tells time
+	// (an idemkv.Clock: *engine.Engine, *pgstore.Store); else the system
+	// clock.
 	Clock idemkv.Clock
 	// After waits for a backoff; default time.After. Tests inject one.
 	After func(time.Duration) <-chan time.Time
@@ -124,6 +126,14 @@ type Relay struct {
 
 // New returns a relay from src to pub.
 func New(src idemkv.Outbox, pub Publisher, o *Options) (*Relay, error) {
+	if clock, ok := src.(idemkv.Clock); ok && (o == nil || o.Clock == nil) {
+		with := Options{}
+		if o != nil {
+			with = *o
+		}
+		with.Clock = clock
+		o = &with
+	}
 	c, err := o.withDefaults()
 	if err != nil {
 		return nil, err

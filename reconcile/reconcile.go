@@ -97,9 +97,11 @@ type Settler interface {
 // below.
 type Options struct {
 	// Clock tells the time of backoff, grace and age, compared with the
-	// records' times. Default: time.Now. It should be the store's own
-	// clock (an *engine.Engine is one), so that a step of the wall clock
-	// neither holds records back nor asks about them early.
+	// records' times. Default: the store's own clock when the store tells
+	// time (an idemkv.Clock: *engine.Engine, *pgstore.Store, whose clock is
+	// the database's), so that a step or skew of this process's wall clock
+	// neither holds records back nor asks about them early; else the
+	// system clock.
 	Clock idemkv.Clock
 	// Interval is how often Run starts a pass. Default: 1 s.
 	Interval time.Duration
@@ -260,6 +262,9 @@ func New(store idemkv.Store, r Reconciler, opts *Options) (*Worker, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
+	}
+	if c, ok := store.(idemkv.Clock); ok && o.Clock == nil {
+		o.Clock = c
 	}
 	for name, v := range map[string]int64{"Interval": int64(o.Interval), "Grace": int64(o.Grace),
 		"MinBackoff": int64(o.MinBackoff), "MaxBackoff": int64(o.MaxBackoff), "MaxAge": int64(o.MaxAge),

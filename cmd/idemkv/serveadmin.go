@@ -45,7 +45,7 @@ func adminToken(file string) (string, error) {
 // --verify asks its reconciler (nil: a resolve writes the record alone,
 // and --verify is refused).
 func adminHandler(st serveStore, svc *payments.Service, token string, audit *admin.AuditLog, log *slog.Logger) (http.Handler, error) {
-	o := &admin.Options{Token: token, Logger: log, Audit: audit}
+	o := &admin.Options{Token: token, Logger: log, Audit: audit, Now: st.Now}
 	if svc != nil {
 		through := settleThrough(svc)
 		o.Settler, o.Reconciler = through.Settler, through.Reconciler

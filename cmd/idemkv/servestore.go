@@ -139,7 +139,7 @@ func registerStoreMetrics(reg prometheus.Registerer, st serveStore) error {
 				if u.Oldest.IsZero() {
 					return 0
 				}
-				return time.Since(u.Oldest).Seconds()
+				return s.Now().Sub(u.Oldest).Seconds()
 			})),
 		counter("idemkv_pgstore_claims_total", "Claims this process made.", func(st idemkv.Counts) int64 { return st.Claims }),
 		counter("idemkv_pgstore_conflicts_total", "Transactions of this process that failed to serialize and ran again.", func(st idemkv.Counts) int64 { return st.Conflicts }),
