@@ -298,6 +298,9 @@ func (e *Engine) ScanDataAfter(ctx context.Context, prefix, after []byte, fn fun
 	if err := idemkv.ValidateDataScan(prefix, after); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := e.gate.enter(); err != nil {
 		return err
 	}

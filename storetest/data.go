@@ -94,6 +94,7 @@ func dataStore(t *testing.T, newHarness NewHarness) {
 	_, err = s.GetData(done, []byte("row/3"))
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, s.ScanData(done, []byte("row/"), func(_, _ []byte) bool { return true }), context.Canceled)
+	require.ErrorIs(t, s.ScanData(done, []byte("none/"), func(_, _ []byte) bool { return true }), context.Canceled, "nothing to scan")
 	require.ErrorIs(t, s.Update(done, func(fx idemkv.Effects) error { return fx.Set([]byte("late"), []byte("x")) }), context.Canceled)
 	require.ErrorIs(t, s.Health(done), context.Canceled)
 	_, err = s.GetData(ctx, []byte("late"))
