@@ -65,7 +65,13 @@ func (s *store) phase(ctx context.Context, o *Options, req phaseRequest, logf fu
 		return res, err
 	}
 	s.clock.base = res.Clock
-	return res, nil
+	switch {
+	case req.Kind == phaseRestart && res.Restart == nil, req.Kind == phaseOpen && res.Phase == nil:
+		return res, fmt.Errorf("bench day: the %s phase gave no figures", req.Kind)
+	}
+	// A kept store's time is saved after every phase, so that a run that
+	// stops later still leaves the next one its time.
+	return res, s.endRun()
 }
 
 // runPhase runs one phase on a store of its own, with the clock req gives.

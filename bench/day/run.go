@@ -126,9 +126,6 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 			}
 		}
 	}
-	if err := large.endRun(); err != nil {
-		return nil, err
-	}
 	rep.Meta = run.Meta()
 	return rep, nil
 }
@@ -195,8 +192,12 @@ func (s *store) startRun() (uint64, error) {
 	return first, os.WriteFile(filepath.Join(s.dir, markerFile), b, 0o644)
 }
 
-// endRun keeps the store's time in its marker file, for the next run.
+// endRun keeps the store's time in its marker file, for the next run (a
+// store without one, the small store, keeps nothing).
 func (s *store) endRun() error {
+	if s.marker.Records == 0 {
+		return nil
+	}
 	s.marker.Clock = s.clock.Now()
 	b, _ := json.Marshal(s.marker)
 	return os.WriteFile(filepath.Join(s.dir, markerFile), b, 0o644)

@@ -81,13 +81,29 @@ type LSMPoint struct {
 	SyncWait       float64 `json:"sync_wait_seconds"`     // commit time spent waiting for the WAL's fsync in the window
 }
 
-// lsmSampler reads an engine's Stats at each window's end.
+// lsmSampler reads an engine's Stats at each window's end, off the
+// goroutine that paces the requests, so that its cost delays none.
 type lsmSampler struct {
 	e    *engine.Engine
+	mu   sync.Mutex // held by a sample: one at a time, in order
 	last engine.Stats
+	wg   sync.WaitGroup
+}
+
+// sampleInto reads the tree in the background and stores it in *p under
+// mu, the lock of the points p is among.
+func (l *lsmSampler) sampleInto(mu *sync.Mutex, points *[]WindowPoint, i int) {
+	l.wg.Go(func() {
+		tree := l.sample()
+		mu.Lock()
+		(*points)[i].LSM = tree
+		mu.Unlock()
+	})
 }
 
 func (l *lsmSampler) sample() LSMPoint {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	st, err := l.e.Stats()
 	if err != nil {
 		return LSMPoint{}
@@ -232,9 +248,9 @@ func (q *requester) openLoop(ctx context.Context, o *Options, d time.Duration) (
 			break
 		}
 		if !at.Before(windowEnd) {
-			tree := lsm.sample()
 			mu.Lock()
-			points = append(points, WindowPoint{Second: windowEnd.Sub(start).Seconds(), Requests: cur.Count(), Latency: cur.Latency(), RSS: rss(), LSM: tree})
+			points = append(points, WindowPoint{Second: windowEnd.Sub(start).Seconds(), Requests: cur.Count(), Latency: cur.Latency(), RSS: rss()})
+			lsm.sampleInto(&mu, &points, len(points)-1)
 			cur.Reset()
 			stop := firstErr != nil
 			mu.Unlock()
@@ -263,6 +279,7 @@ func (q *requester) openLoop(ctx context.Context, o *Options, d time.Duration) (
 		}()
 	}
 	wg.Wait()
+	lsm.wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
 	if cur.Count() > 0 {
