@@ -129,6 +129,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--retry-fraction", "2"}, `bad fraction "2"`},
 		{[]string{"--remote-latency", "x"}, `bad duration "x"`},
 		{[]string{"--profile", "day", "--memory-limit", "1800"}, `bad size "1800" (want a number and a unit`},
+		{[]string{"--profile", "day", "--background-nice", "25"}, "--background-nice 25 outside 0..19"},
 		{[]string{"--memory-limit", "lots"}, `bad size "lots"`},
 		{[]string{"--memory-limit", "-1GiB"}, `bad size "-1GiB"`},
 		{[]string{"--memory-limit", "2XB"}, `bad size "2XB"`},

@@ -35,6 +35,14 @@ func runDay(ctx context.Context, f benchFlags, stdout io.Writer, stderr *os.File
 	if err := cfg.EnsureDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
+	if err := f.bg.validate(); err != nil {
+		return usageError{err}
+	}
+	if f.bg != (backgroundFlags{}) { // --gomaxprocs, --background-nice: as serve runs
+		if cfg.Engine, _, err = f.bg.apply(cfg.Engine); err != nil {
+			return err
+		}
+	}
 	if f.dayPhase {
 		cfg.Log = func(line string) { fmt.Fprintln(stderr, line) }
 		return day.ServePhase(ctx, cfg, os.Stdin, os.NewFile(3, "phase result"))
