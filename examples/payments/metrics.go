@@ -1,6 +1,8 @@
 package payments
 
 import (
+	"net/http"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -56,6 +58,11 @@ func (s *Service) metrics() (httpidem.Observer, error) {
 		latency.WithLabelValues(string(r.Disposition)).Observe(r.Duration.Seconds())
 		if r.Err != nil {
 			storeErrors.Inc()
+		}
+		// A payment is created when its outcome commits, which the
+		// middleware reports; the handler only stages it.
+		if r.Endpoint == paymentsEndpoint && r.Disposition == httpidem.Stored && r.Status == http.StatusCreated {
+			s.created.Inc()
 		}
 	}), nil
 }

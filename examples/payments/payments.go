@@ -355,7 +355,6 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, "internal", http.StatusInternalServerError, err.Error(), 0)
 		return
 	}
-	s.created.Inc()
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
 	writeJSON(w, http.StatusCreated, p.Payment)
 }

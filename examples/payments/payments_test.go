@@ -253,6 +253,19 @@ func TestHealthAndMetrics(t *testing.T) {
 	assert.Contains(t, string(f.send("GET", "/metrics", "", "", "").body), `idemkv_http_store_errors_total 1`)
 }
 
+// A payment charged but whose outcome cannot commit (the store closed
+// under it) is not counted as created: the counter follows the commit.
+func TestCreatedCountsCommittedPaymentsOnly(t *testing.T) {
+	var eng *engine.Engine
+	f := newService(t, ProviderOptions{Fault: func(context.Context, string) error { return eng.Close() }})
+	eng = f.eng
+	r := f.pay("acct_1", "order-1", order)
+	require.GreaterOrEqual(t, r.status, 500, "%s", r.body)
+	m := string(f.send("GET", "/metrics", "", "", "").body)
+	assert.Contains(t, m, `idemkv_provider_calls_total{result="charged"} 1`)
+	assert.Contains(t, m, "idemkv_payments_created_total 0")
+}
+
 // TestConcurrentDuplicatesCreateOnePayment sends 50 requests with one key
 // at once, with and without waiting: exactly one payment is created and
 // charged, and every answer is that payment (or a 409 to retry).
