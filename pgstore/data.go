@@ -121,6 +121,9 @@ func (s *Store) Update(ctx context.Context, apply func(idemkv.Effects) error) er
 	}
 	var events int64
 	err := s.transact(ctx, apply, func(fx *effects, q querier) error {
+		if fx.result != nil { // as the engine's Effects refuse it
+			return fmt.Errorf("%w: an Update completes no operation (SetResult in its apply function)", idemkv.ErrInvalidArgument)
+		}
 		a, err := fx.args()
 		if err != nil {
 			return err

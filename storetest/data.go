@@ -81,9 +81,20 @@ func dataStore(t *testing.T, newHarness NewHarness) {
 		s.ScanData(ctx, long, func(_, _ []byte) bool { return true }),
 		s.ScanDataAfter(ctx, []byte("row/"), []byte("other"), func(_, _ []byte) bool { return true }),
 		s.Update(ctx, func(fx idemkv.Effects) error { return fx.Set(long, nil) }),
+		s.Update(ctx, func(fx idemkv.Effects) error { // completes no operation
+			if rs, ok := fx.(idemkv.ResultSetter); ok {
+				if err := rs.SetResult(idemkv.Result{Status: 200}); err != nil {
+					return err
+				}
+				return fx.Set([]byte("written"), []byte("x"))
+			}
+			return idemkv.ErrInvalidArgument
+		}),
 	} {
 		require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
 	}
+	_, err = s.GetData(ctx, []byte("written"))
+	require.ErrorIs(t, err, idemkv.ErrNotFound, "a refused Update writes nothing")
 	_, err = s.Claim(ctx, idemkv.ClaimRequest{ID: idemkv.ID{Tenant: "t", Endpoint: "POST /rows", Key: "k2"}, Fingerprint: []byte("fp")})
 	require.NoError(t, err)
 
