@@ -71,8 +71,9 @@
 //
 // # Caveats
 //
-//   - Waiting (Route.Wait) works only for duplicates within one process;
-//     a key held by another process is answered 409 at once.
+//   - Waiting (Route.Wait) for a key held by another process needs a
+//     store that is an idemkv.Watcher (pgstore without NoListen); on any
+//     other, such a key is answered 409 at once.
 //   - Fingerprint diagnostics (the field names of a 422) are kept with
 //     completed outcomes only: a mismatch against a request still running
 //     names no fields.

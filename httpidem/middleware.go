@@ -352,6 +352,13 @@ func (p *protected) claim(w http.ResponseWriter, r *http.Request, q *request, re
 			p.problem(w, q, ProblemReconciling, http.StatusConflict,
 				"an earlier attempt's outcome is unknown and is being reconciled; it will not be run again", ReconcilingRetryAfter)
 		default: // InProgress: held by another process, or past our wait
+			if p.awaitSettled(ctx, q, c) {
+				continue
+			}
+			if ctx.Err() != nil {
+				q.report.Disposition = Conflict // the client left while waiting
+				return
+			}
 			q.report.Disposition = Conflict
 			p.logEvent(ctx, q, slog.LevelDebug, msgInProgress, disposition(q))
 			p.problem(w, q, ProblemInProgress, http.StatusConflict,
@@ -400,6 +407,40 @@ func (p *protected) await(ctx context.Context, done chan struct{}, deadline time
 	case <-ctx.Done():
 	}
 	return false
+}
+
+// awaitSettled waits, on a store that can watch records (idemkv.Watcher),
+// for the attempt of another process that holds the key (c answered
+// InProgress) to settle: up to the route's Wait, and no longer than the
+// holder's lease, after which a claim may take over. True means claim
+// again.
+func (p *protected) awaitSettled(ctx context.Context, q *request, c idemkv.Claim) bool {
+	w, ok := p.m.store.(idemkv.Watcher)
+	if !ok || p.route.Wait <= 0 {
+		return false
+	}
+	wait := min(time.Until(q.start.Add(p.route.Wait)), c.RetryAfter)
+	if wait <= 0 {
+		return false
+	}
+	settled, stop, err := w.Watch(ctx, q.id, c.Record.Token)
+	if err != nil {
+		p.logEvent(ctx, q, slog.LevelDebug, "httpidem: cannot wait for another process's attempt", slog.Any("err", err))
+		return false
+	}
+	defer stop()
+	if testHookWaiting != nil {
+		testHookWaiting()
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-settled:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 // execute runs the handler under lease l and stores its outcome.

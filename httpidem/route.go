@@ -99,11 +99,13 @@ type Route struct {
 	// outcome is stored.
 	PointerOnly bool
 
-	// Wait, if positive, makes a request whose key is held by a request
-	// of this process wait for it, up to Wait, and then answer with its
-	// outcome (or run, if it released the key). Waiting is in-process and
-	// does not poll. A key held by another process, or still held after
-	// Wait, is answered 409 with Retry-After.
+	// Wait, if positive, makes a request whose key is held by another
+	// request wait for it, up to Wait, and then answer with its outcome
+	// (or run, if it released the key). Neither kind of wait polls: a
+	// request of this process is waited for in memory, one of another
+	// process through the store's notifications, if the store has them
+	// (idemkv.Watcher: pgstore does) and otherwise not at all. A key
+	// still held after Wait is answered 409 with Retry-After.
 	Wait time.Duration
 
 	// FailOpen runs the handler unprotected when the store fails, instead

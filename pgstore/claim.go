@@ -57,7 +57,8 @@ WITH w AS (
 		lease_expires = excluded.lease_expires,
 		expires = CASE WHEN r.state = 3 THEN excluded.expires ELSE r.expires END,
 		class = CASE WHEN r.state = 3 THEN excluded.class ELSE r.class END,
-		status = 0, pointer = '', body = NULL, effects = 0, note = '', escalated = false, marked = NULL
+		status = 0, pointer = '', body = NULL, effects = 0, note = '', escalated = false, marked = NULL,
+		waiters = 0
 	WHERE (r.state = 3 AND r.expires <= $7)
 		OR (r.state = 1 AND r.lease_expires <= $7 AND r.fingerprint = excluded.fingerprint
 			AND (r.mode = 0 OR ($5 = 1 AND $6)))
@@ -74,7 +75,8 @@ WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM w
 // snapshot keeps the record in progress.
 const abandonedSQL = `
 UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = $5, note = $6, marked = $7
-WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1 AND lease_expires <= $7`
+WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1 AND lease_expires <= $7
+RETURNING waiters, token`
 
 // maxClaimRuns bounds the runs of claimSQL that find a row changing under
 // them; each run that writes nothing and reads nothing saw a commit.
@@ -190,11 +192,12 @@ func (s *Store) decide(ctx context.Context, q querier, req *idemkv.ClaimRequest,
 	unc.Expires = now.Add(s.window(cur.Class))
 	unc.Note = fmt.Sprintf("lease of attempt %d expired before its remote outcome was recorded", cur.Attempt)
 	id := cur.ID
-	tag, err := q.Exec(ctx, abandonedSQL, id.Tenant, id.Endpoint, id.Key, int64(cur.Token), unc.Expires, unc.Note, now)
+	var n int64
+	err := q.QueryRow(ctx, s.sql.abandoned, id.Tenant, id.Endpoint, id.Key, int64(cur.Token), unc.Expires, unc.Note, now).Scan(&n, new(int64))
 	if err != nil {
 		return idemkv.Claim{}, false, s.dbErr("claim: mark uncertain", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return idemkv.Claim{}, true, nil
 	}
 	return idemkv.Claim{Outcome: idemkv.Reconciling, Record: unc}, false, nil

@@ -44,6 +44,12 @@
 // unpublished events of some entities with FOR UPDATE SKIP LOCKED, so no
 // event is published by two at once and each entity keeps its order.
 //
+// A duplicate sent to one process while another holds its key can wait
+// for the holder's outcome (idemkv.Watcher, which httpidem's Route.Wait
+// uses): Watch counts the waiter on the record, and the statement that
+// completes, releases or marks the record uncertain sends a NOTIFY on
+// idemkv_settled, which every store listens on, only when someone waits.
+//
 // # Statements and isolation
 //
 // A claim is one statement: an insert, or a takeover of an expired lease,
@@ -122,7 +128,8 @@
 //     history of three operations, one of which read a key as absent, can
 //     be non-serializable); and a transaction that read may fail to
 //     serialize (and, after 16 runs, fail with ErrConflict) over rows it
-//     only writes, such as an event entity's counter.
+//     only writes, such as an event entity's counter, or its own record
+//     counted by a Watch or renewed by a heartbeat.
 //   - The secret is in the database: whoever can read idemkv_secret can
 //     compute the operation ids of requests they can name. A copy of the
 //     records moved to another database must take idemkv_secret with it,
@@ -131,6 +138,9 @@
 //     earlier build that are still running draw random operation ids
 //     and mark no record (Marked stays zero); a process of an earlier
 //     build refuses to open the migrated database.
+//   - During a rolling upgrade to schema version 4, processes of an
+//     earlier build that are still running notify no waiter: a
+//     duplicate waiting for their attempts waits out the lease.
 //   - The relays of one database either all claim (outbox.Options.Shared)
 //     or all read: a reading relay does not see what claiming ones hold.
 //   - Tested against PostgreSQL 15. The statements keep to what

@@ -22,7 +22,7 @@ const completeRecSQL = `
 	UPDATE idemkv_records SET state = 3, lease_expires = NULL, expires = %s,
 		status = $9, pointer = $10, body = $11, effects = $12
 	WHERE tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3 AND state = 1
-	RETURNING 1`
+	RETURNING waiters, token`
 
 // expiresSQL returns the SQL expression of a record's expiry when it
 // settles at the time parameter at ("$5"): its class's window from then.
@@ -110,13 +110,19 @@ const absentSQL = `state = 3, escalated = false, lease_expires = NULL, expires =
 
 // releaseRecSQL makes the holder's record absent (absentSQL) if it is
 // still in progress under the holder's token ($3; $6-$8 the id). It
-// returns the commit's time ($5) where the others return 1: nothing else
-// in a release without events names $5, and PostgreSQL refuses a
-// statement with a parameter whose type it cannot tell.
+// returns the commit's time ($5) too: nothing else in a release without
+// events names $5, and PostgreSQL refuses a statement with a parameter
+// whose type it cannot tell.
 const releaseRecSQL = `
 	UPDATE idemkv_records SET ` + absentSQL + `
 	WHERE tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3 AND state = 1
-	RETURNING $5::timestamptz`
+	RETURNING $5::timestamptz AS at, waiters, token`
+
+// releaseBareSQL is a release without compensations: $1-$3 the id, $4
+// the token.
+const releaseBareSQL = `UPDATE idemkv_records SET ` + absentSQL + `
+	WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1
+	RETURNING waiters, token`
 
 // Release implements idemkv.Store: the record becomes absent (absentSQL)
 // if the lease still holds it, and its compensations (apply) commit in
@@ -131,13 +137,12 @@ func (s *Store) Release(ctx context.Context, l idemkv.Lease, apply func(idemkv.E
 	if apply != nil {
 		return s.releaseWith(ctx, l, apply)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE idemkv_records SET `+absentSQL+`
-		WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1`,
-		l.ID.Tenant, l.ID.Endpoint, l.ID.Key, int64(l.Token))
+	var n int64
+	err := s.pool.QueryRow(ctx, s.sql.releaseBare, l.ID.Tenant, l.ID.Endpoint, l.ID.Key, int64(l.Token)).Scan(&n, new(int64))
 	if err != nil {
 		return s.dbErr("release", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return s.fenced(l)
 	}
 	return nil
@@ -182,11 +187,12 @@ func (s *Store) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) 
 	if err := s.open(); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.uncertain, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key, int64(l.Token), note)
+	var n int64
+	err := s.pool.QueryRow(ctx, s.sql.uncertain, s.now(), l.ID.Tenant, l.ID.Endpoint, l.ID.Key, int64(l.Token), note).Scan(&n, new(int64))
 	if err != nil {
 		return s.dbErr("mark uncertain", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return s.fenced(l)
 	}
 	return nil
@@ -196,7 +202,8 @@ func (s *Store) MarkUncertain(ctx context.Context, l idemkv.Lease, note string) 
 // marked now (Record.Marked): its holder sends nothing downstream after
 // it.
 const markUncertainSQL = `UPDATE idemkv_records SET state = 2, lease_expires = NULL, expires = %s, note = $6, marked = $1
-	WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 1`
+	WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 1
+	RETURNING waiters, token`
 
 // Renew implements idemkv.Store. The renewed lease is stored: every
 // process sharing the database sees it.

@@ -41,7 +41,7 @@ const localRecSQL = `
 		expires = CASE WHEN r.state = 3 THEN excluded.expires ELSE %s END,
 		class = CASE WHEN r.state = 3 THEN excluded.class ELSE r.class END,
 		status = excluded.status, pointer = excluded.pointer, body = excluded.body,
-		effects = excluded.effects, note = '', escalated = false, marked = NULL
+		effects = excluded.effects, note = '', escalated = false, marked = NULL, waiters = 0
 	WHERE (r.state = 3 AND r.expires <= $5)
 		OR (r.state = 1 AND r.mode = 0 AND r.lease_expires <= $5 AND r.fingerprint = excluded.fingerprint)
 	RETURNING ` + recordColumns

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -219,15 +220,18 @@ func (s *Store) kickOutbox() {
 	}
 }
 
-// startNotifier starts the goroutines behind OutboxNotify: a poll, and
-// unless Options.NoListen, a connection listening on idemkv_outbox.
-func (s *Store) startNotifier(ctx context.Context) {
+// startNotifier starts the goroutines behind OutboxNotify and Watch: a
+// poll, and unless Options.NoListen, a connection listening on
+// idemkv_outbox and idemkv_settled, on bgctx. It returns once the listener
+// listens, or its first attempt failed, or openCtx is done, so that an
+// open store can watch records (its listener retries in the background).
+func (s *Store) startNotifier(openCtx, bgctx context.Context) {
 	s.bg.Go(func() {
 		t := time.NewTicker(s.opts.OutboxPoll)
 		defer t.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-bgctx.Done():
 				return
 			case <-t.C:
 				s.kickOutbox()
@@ -237,38 +241,57 @@ func (s *Store) startNotifier(ctx context.Context) {
 	if s.opts.NoListen {
 		return
 	}
+	ready := make(chan struct{})
+	var once sync.Once
 	s.bg.Go(func() {
-		for ctx.Err() == nil {
-			if err := s.listen(ctx); err != nil && ctx.Err() == nil {
+		for bgctx.Err() == nil {
+			err := s.listen(bgctx, func() { once.Do(func() { close(ready) }) })
+			once.Do(func() { close(ready) })
+			if err != nil && bgctx.Err() == nil {
 				select { // the database is away: the poll covers, try again later
-				case <-ctx.Done():
+				case <-bgctx.Done():
 				case <-time.After(s.opts.OutboxPoll):
 				}
 			}
 		}
 	})
+	select {
+	case <-ready:
+	case <-openCtx.Done():
+	}
 }
 
 // listen waits for notifications on a connection of its own: a listener
 // holds its connection for as long as the store is open, and taking it
 // from the pool would leave a pool of one (Options.MaxConns) none for
-// statements.
-func (s *Store) listen(ctx context.Context) error {
+// statements. It listens for the outbox's events and for settled records
+// (watch.go); listening is called once it listens.
+func (s *Store) listen(ctx context.Context, listening func()) error {
 	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, `LISTEN idemkv_outbox`); err != nil {
-		return err
+	for _, ch := range []string{"idemkv_outbox", "idemkv_settled"} {
+		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+			return err
+		}
 	}
+	s.watches.setListening(true)
+	defer s.watches.setListening(false)
+	listening()
 	s.kickOutbox() // events committed before the LISTEN
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
 			return err
+		}
+		if n.Channel == "idemkv_settled" {
+			s.watches.wakePayload(n.Payload)
+			continue
 		}
 		s.kickOutbox()
 	}

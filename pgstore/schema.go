@@ -13,7 +13,7 @@ import (
 
 // SchemaVersion is the version of the schema this code reads and writes.
 // Open migrates an older schema to it and refuses a newer one.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // A migration takes the schema from one version to the next: its
 // statements, then fill, if set, which writes what the statements cannot
@@ -125,6 +125,12 @@ var migrations = []migration{
 		// Nullable without a default, so adding it rewrites nothing.
 		`ALTER TABLE idemkv_records ADD COLUMN marked TIMESTAMPTZ`,
 	}, fill: createSecret},
+	{stmts: []string{
+		// How many duplicates in other processes wait for the record's
+		// attempt to settle (watch.go); a new attempt starts at none. A
+		// constant default, so adding it rewrites nothing.
+		`ALTER TABLE idemkv_records ADD COLUMN waiters INT NOT NULL DEFAULT 0`,
+	}},
 }
 
 // secretLen is the length of the store's secret, in bytes.

@@ -23,9 +23,13 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	opts *Options
-	// listenConfig connects the outbox's listener, which keeps a
-	// connection of its own, outside the pool (outbox.go).
+	// listenConfig connects the listener of the outbox and of settled
+	// records, which keeps a connection of its own, outside the pool
+	// (outbox.go).
 	listenConfig *pgx.ConnConfig
+	// watches are the watches of records held by other processes
+	// (watch.go).
+	watches watchers
 
 	closed  atomic.Bool
 	stop    context.CancelFunc
@@ -51,23 +55,28 @@ type Store struct {
 
 type statements struct {
 	complete, release, resolve, resolveNoEffect, update, local writeSQL
-	uncertain, escalate                                        string
+	releaseBare, uncertain, abandoned, escalate                string
 }
 
+// newStatements builds the statements for o. Those that settle a record
+// held by an attempt (complete, release, mark uncertain) wake its
+// watchers (watch.go); the others settle records nobody can watch.
 func newStatements(o *Options) statements {
-	notify := notifySQL
+	notify, woke := notifySQL, settledSQL
 	if o.NoListen {
-		notify = noNotifySQL
+		notify, woke = noNotifySQL, noNotifySQL
 	}
 	at5, at1 := expiresSQL(o, "$5"), expiresSQL(o, "$1")
 	return statements{
-		complete:        newWriteSQL(fmt.Sprintf(completeRecSQL, at5), 7, notify),
-		release:         newWriteSQL(releaseRecSQL, 3, notify),
-		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 8, notify),
-		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 3, notify),
-		update:          newWriteSQL("SELECT $5::timestamptz AS at", 0, notify), // a row for the writes; $5 is the commit's time
+		complete:        newWriteSQL(fmt.Sprintf(completeRecSQL, at5), 7, notify, woke),
+		release:         newWriteSQL(releaseRecSQL, 3, notify, woke),
+		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 8, notify, noNotifySQL),
+		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 3, notify, noNotifySQL),
+		update:          newWriteSQL("SELECT $5::timestamptz AS at", 0, notify, noNotifySQL), // a row for the writes; $5 is the commit's time
 		local:           newLocalSQL(o, notify),
-		uncertain:       fmt.Sprintf(markUncertainSQL, at1),
+		releaseBare:     wakeSQL(releaseBareSQL, woke),
+		uncertain:       wakeSQL(fmt.Sprintf(markUncertainSQL, at1), woke),
+		abandoned:       wakeSQL(abandonedSQL, woke),
 		escalate:        fmt.Sprintf(escalateSQL, at1),
 	}
 }
@@ -132,7 +141,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	s := &Store{pool: pool, opts: o, listenConfig: cfg.ConnConfig.Copy(), relayID: newEventID(), stop: stop,
 		outbox: make(chan struct{}, 1), sql: newStatements(o), secret: secret, opIDs: idemkv.NewOperationIDs(secret),
 		dbClock: dbc}
-	s.startNotifier(bgctx)
+	s.startNotifier(ctx, bgctx)
 	if dbc != nil {
 		s.bg.Go(func() { dbc.run(bgctx) })
 	}

@@ -87,9 +87,9 @@ notify AS (%s)`,
 // the variant without events, with the same columns.
 const (
 	countsSQL = `
-SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM notify)`
+SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM notify) + (SELECT count(*) FROM woke)`
 	leanCountsSQL = `
-SELECT (SELECT count(*) FROM rec), 0::bigint, 0::bigint`
+SELECT (SELECT count(*) FROM rec), 0::bigint, (SELECT count(*) FROM woke)`
 )
 
 // notifySQL wakes the relays of every process when a commit adds events
@@ -105,9 +105,11 @@ const (
 type writeSQL [2][2]string
 
 // newWriteSQL builds the variants of a statement whose "rec" CTE is rec
-// and takes record parameters $6 to $(5+recParams).
-func newWriteSQL(rec string, recParams int, notify string) writeSQL {
-	return buildWriteSQL("WITH rec AS ("+rec+"),", "$3::bigint", func(events bool) string {
+// and takes record parameters $6 to $(5+recParams); woke is its "woke"
+// CTE, settledSQL if rec settles a record that can be watched (and then
+// returns its waiters and token), or else noNotifySQL.
+func newWriteSQL(rec string, recParams int, notify, woke string) writeSQL {
+	return buildWriteSQL("WITH rec AS ("+rec+"),\nwoke AS ("+woke+"),", "$3::bigint", func(events bool) string {
 		if events {
 			return eventsSQL(6+recParams, notify) + countsSQL
 		}

@@ -116,16 +116,23 @@ func TestHTTPLinearizability(t *testing.T) {
 // "idemkv serve --store" processes sharing one PostgreSQL database and
 // one idemkv processor (serve requires one with --store), each request
 // sent to one of them at random: one key's history across both processes
-// must be one linearizable history.
+// must be one linearizable history. The last round serves with --wait:
+// a duplicate waits for the first attempt's outcome whichever process
+// runs it, so no request is answered 409.
 func TestHTTPLinearizabilityFleet(t *testing.T) {
 	tier.Require(t, "runs for a few seconds")
 	for round := range 3 {
+		waits := round == 2
 		dsn := pgtest.Shared(t).CreateDatabase(t)
 		purl := startTestProcessor(t, processor.Options{Latency: 2 * time.Millisecond})
+		args := []string{"--store", dsn, "--processor", purl}
+		if waits {
+			args = append(args, "--wait", "30s")
+		}
 		var srvs []served
 		var urls []string
 		for range 2 {
-			srv := startServe(t, t.TempDir(), "--store", dsn, "--processor", purl)
+			srv := startServe(t, t.TempDir(), args...)
 			srvs, urls = append(srvs, srv), append(urls, srv.url)
 		}
 		ops := httpLinHistory(round, urls, func(format string, args ...any) { t.Errorf(format, args...) })
@@ -134,7 +141,10 @@ func TestHTTPLinearizabilityFleet(t *testing.T) {
 			require.NoError(t, srv.cmd.Wait())
 		}
 		requireStoreCheckClean(t, dsn, fmt.Sprintf("after round %d", round))
-		httpLinCheck(t, round, ops)
+		counts := httpLinCheck(t, round, ops)
+		if waits {
+			require.Zero(t, counts[http.StatusConflict], "round %d: duplicates answered 409 despite --wait", round)
+		}
 	}
 }
 
@@ -175,8 +185,9 @@ func httpLinHistory(round int, urls []string, errorf func(format string, args ..
 	return ops
 }
 
-// httpLinCheck checks a round's history against httpModel.
-func httpLinCheck(t *testing.T, round int, ops []porcupine.Operation) {
+// httpLinCheck checks a round's history against httpModel and returns
+// the count of each status.
+func httpLinCheck(t *testing.T, round int, ops []porcupine.Operation) map[int]int {
 	res := porcupine.CheckOperationsTimeout(httpModel, ops, 30*time.Second)
 	require.Equal(t, porcupine.Ok, res, "round %d: %d operations are not linearizable", round, len(ops))
 	counts := map[int]int{}
@@ -184,6 +195,7 @@ func httpLinCheck(t *testing.T, round int, ops []porcupine.Operation) {
 		counts[op.Output.(httpOut).Status]++
 	}
 	t.Logf("round %d: %d operations linearizable; by status %v (0: gave up)", round, len(ops), counts)
+	return counts
 }
 
 func httpPay(ctx context.Context, url, key string) httpOut {

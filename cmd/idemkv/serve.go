@@ -88,7 +88,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.BoolVar(&c.adminRemote, "admin-allow-remote", false, "let --admin-addr be other than loopback (the token then crosses the network in the clear)")
 	fs.StringVar(&c.dir, "data", "idemkv-data", "keep the store in `DIR` (Pebble, this process's alone), and the simulated card processor's charges in DIR/processor")
 	fs.StringVar(&c.store, "store", "", "keep the store in the PostgreSQL database at `URL` (postgres://USER@HOST:PORT/DB?...), which several serve processes may share, instead of under --data; requires --processor")
-	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running waits for its outcome before a 409 (0: answer 409 at once)")
+	fs.DurationVar(&c.wait, "wait", 0, "how long a duplicate of a payment still running, in this process or (with --store) in any sharing the database, waits for its outcome before a 409 (0: answer 409 at once)")
 	fs.DurationVar(&c.lease, "lease", 0, "how long a payment may run before a retry may take it over and resume the same charge (default: the store's, 30s)")
 	fs.DurationVar(&c.provider.Latency, "provider-latency", 0, "time each call to the simulated card processor (the one in this process, without --processor) takes")
 	fs.Float64Var(&c.provider.FailRate, "provider-fail-rate", 0, "fraction of processor calls refused before charging (the client gets 503 and may retry)")

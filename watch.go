@@ -1,0 +1,31 @@
+package idemkv
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrCannotWatch is returned by a Watcher that cannot watch a record now:
+// its store was opened without notifications, or it has lost them for a
+// while. The caller answers as if it could not wait.
+var ErrCannotWatch = errors.New("idemkv: the store cannot watch records now")
+
+// A Watcher is a Store shared by several processes that can tell one of
+// them when an attempt held by another settles, so that a duplicate
+// request waits for the first attempt's outcome instead of being answered
+// at once that it is in progress. The layers above a store use it when the
+// store has it (httpidem, Route.Wait); a store used by one process needs
+// none, because its callers can wait for each other in memory.
+type Watcher interface {
+	// Watch returns a channel that is closed once the attempt holding id
+	// under token (a Claim's Record.Token, when it answered InProgress)
+	// has settled: completed, released or marked uncertain. It is closed
+	// at once if the record is no longer held under token. A closed
+	// channel means only that claiming again is worth it: the caller
+	// claims again, and may find the record held by a new attempt.
+	//
+	// The caller must call stop once it stops waiting. A watch does not
+	// end when the lease does: a caller waits no longer than the
+	// InProgress claim's RetryAfter, and then claims again.
+	Watch(ctx context.Context, id ID, token uint64) (settled <-chan struct{}, stop func(), err error)
+}
