@@ -20,6 +20,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/reconcile"
+	"github.com/idemkv/idemkv/saga"
 )
 
 // MinTokenLen is the shortest bearer token New accepts, in bytes.
@@ -71,6 +72,27 @@ type Options struct {
 	// 500 or 503): the answer says only that it failed. Keys are not
 	// logged.
 	Logger *slog.Logger
+
+	// NoConsole turns the console (/console/, console.go) off: the
+	// handler then serves the API alone.
+	NoConsole bool
+	// Steps names the downstream steps of the service's remote
+	// operations ("charge"): a remote record's page in the console shows
+	// each one's downstream idempotency key (idemkv.OperationID.StepKey).
+	Steps []string
+	// Positions, if set, returns the positions the service's inbox
+	// consumers have committed, for the console's outbox page.
+	Positions func(ctx context.Context) ([]ConsumerPosition, error)
+	// Sagas are the service's saga runners, whose sagas the console shows
+	// step by step.
+	Sagas []*saga.Runner
+}
+
+// ConsumerPosition is an inbox consumer's committed position
+// (inbox.Consumer.Position).
+type ConsumerPosition struct {
+	Name     string
+	Position uint64
 }
 
 // New returns the admin API on store, to be served on a listener of its
@@ -100,7 +122,17 @@ func New(store idemkv.Store, o *Options) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, ProblemNotFound, "no such admin endpoint")
 	})
-	return a.authenticate(mux), nil
+	if o.NoConsole {
+		return a.authenticate(mux), nil
+	}
+	c, err := newConsole(a)
+	if err != nil {
+		return nil, err
+	}
+	top := http.NewServeMux()
+	top.Handle(consolePath, c) // its own sign-in (console_auth.go)
+	top.Handle("/", a.authenticate(mux))
+	return top, nil
 }
 
 // only answers other methods than method with a problem+json 405.

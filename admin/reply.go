@@ -28,26 +28,58 @@ const (
 	ProblemServiceRefused      = "admin-service-refused"      // 409: the service's Settler refused the resolution, or its writes failed
 )
 
-// writeError answers a store's error: the contract's errors by what they
-// mean, anything else as a 500 whose detail is generic (the log has it).
+// writeError answers a store's error, or an operator's write's, as
+// problemFor says.
 func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	if p.log {
+		a.o.Logger.Error("admin call failed", "path", r.URL.Path, "err", err)
+	}
+	writeProblem(w, p.status, p.kind, p.detail)
+}
+
+// problem is what the API answers to an error (and the console shows).
+type problem struct {
+	status       int
+	kind, detail string
+	log          bool // the error is the service's or the store's: log it
+}
+
+// problemFor maps an error to its answer: the contract's errors and an
+// operator's write's by what they mean, anything else as a 500 whose
+// detail is generic (the log has it). A change made without its audit
+// entry is a 500 that says it was made, so that the operator does not
+// retry it.
+func problemFor(err error) problem {
 	switch {
+	case errors.Is(err, ErrAudit):
+		return problem{http.StatusInternalServerError, ProblemInternal, ErrAudit.Error(), true}
+	case errors.Is(err, ErrAuditUnavailable):
+		return problem{http.StatusServiceUnavailable, ProblemUnavailable, ErrAuditUnavailable.Error(), true}
+	case errors.Is(err, ErrNoReconciler):
+		return problem{http.StatusNotFound, ProblemNotFound, err.Error() + ": resolve without verify, on your own word", false}
+	case errors.As(err, new(*PanicError)): // a bug in the application, logged by resolve
+		return problem{http.StatusInternalServerError, ProblemInternal,
+			"the service panicked settling the record; nothing was changed (its log has the panic)", false}
+	case errors.Is(err, ErrDownstreamDisagrees):
+		return problem{http.StatusConflict, ProblemDownstreamDisagrees, err.Error(), false}
+	case errors.Is(err, ErrDownstreamUnknown):
+		return problem{http.StatusBadGateway, ProblemDownstreamUnknown, err.Error(), false}
+	case errors.Is(err, ErrServiceRefused):
+		return problem{http.StatusConflict, ProblemServiceRefused, err.Error(), false}
 	case errors.Is(err, idemkv.ErrNotFound):
-		writeProblem(w, http.StatusNotFound, ProblemNotFound, "no such record")
+		return problem{http.StatusNotFound, ProblemNotFound, "no such record", false}
 	case errors.Is(err, idemkv.ErrInvalidKey), errors.Is(err, idemkv.ErrInvalidScope),
 		errors.Is(err, idemkv.ErrInvalidArgument), errors.Is(err, idemkv.ErrInvalidResult):
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, err.Error())
+		return problem{http.StatusBadRequest, ProblemInvalidRequest, err.Error(), false}
 	case errors.Is(err, os.ErrExist):
-		writeProblem(w, http.StatusConflict, ProblemConflict, "the backup's directory exists")
-	case errors.Is(err, idemkv.ErrWrongState), errors.Is(err, idemkv.ErrFenced):
-		writeProblem(w, http.StatusConflict, ProblemConflict, err.Error())
+		return problem{http.StatusConflict, ProblemConflict, "the backup's directory exists", false}
+	case errors.Is(err, idemkv.ErrWrongState), errors.Is(err, idemkv.ErrFenced), errors.Is(err, idemkv.ErrConflict):
+		return problem{http.StatusConflict, ProblemConflict, err.Error(), false}
 	case errors.Is(err, idemkv.ErrClosed), errors.Is(err, idemkv.ErrFailed):
-		a.o.Logger.Error("admin call failed", "path", r.URL.Path, "err", err)
-		writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "the store is not serving")
-	default:
-		a.o.Logger.Error("admin call failed", "path", r.URL.Path, "err", err)
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "the store failed the call")
+		return problem{http.StatusServiceUnavailable, ProblemUnavailable, "the store is not serving", true}
 	}
+	return problem{http.StatusInternalServerError, ProblemInternal, "the store failed the call", true}
 }
 
 func writeProblem(w http.ResponseWriter, status int, kind, detail string) {

@@ -263,37 +263,26 @@ func (a *api) evict(w http.ResponseWriter, r *http.Request) {
 	a.answerWrite(w, r, entry, err)
 }
 
-// answerWrite answers an operator's write: its audit entry, or why not.
-// A change made without its audit entry is a 500 that says it was made,
-// so that the operator does not retry it.
+// answerWrite answers an operator's write: its audit entry, or why not
+// (problemFor).
 func (a *api) answerWrite(w http.ResponseWriter, r *http.Request, entry AuditEntry, err error) {
-	switch {
-	case errors.Is(err, ErrAudit):
-		a.o.Logger.Error("admin: audit log failed", "path", r.URL.Path, "err", err)
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, ErrAudit.Error())
-	case errors.Is(err, ErrAuditUnavailable):
-		a.o.Logger.Error("admin: audit log failed", "path", r.URL.Path, "err", err)
-		writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, ErrAuditUnavailable.Error())
-	case errors.Is(err, idemkv.ErrConflict):
-		writeProblem(w, http.StatusConflict, ProblemConflict, err.Error())
-	case errors.Is(err, ErrNoReconciler):
-		writeProblem(w, http.StatusNotFound, ProblemNotFound, err.Error()+": resolve without verify, on your own word")
-	case errors.Is(err, idemkv.ErrClosed), errors.Is(err, idemkv.ErrFailed):
-		a.writeError(w, r, err) // the store, not the application, failed
-	case errors.As(err, new(*PanicError)): // a bug in the application, logged by resolve
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "the service panicked settling the record; nothing was changed (its log has the panic)")
-	case errors.Is(err, ErrDownstreamDisagrees):
-		writeProblem(w, http.StatusConflict, ProblemDownstreamDisagrees, err.Error())
-	case errors.Is(err, ErrDownstreamUnknown):
-		writeProblem(w, http.StatusBadGateway, ProblemDownstreamUnknown, err.Error())
-	case errors.Is(err, ErrServiceRefused):
-		writeProblem(w, http.StatusConflict, ProblemServiceRefused, err.Error())
-	case err != nil:
+	if err != nil {
+		if errors.Is(err, ErrAudit) || errors.Is(err, ErrAuditUnavailable) {
+			a.o.Logger.Error("admin: audit log failed", "path", r.URL.Path, "err", err)
+			p := problemFor(err)
+			writeProblem(w, p.status, p.kind, p.detail)
+			return
+		}
 		a.writeError(w, r, err)
-	default:
-		id := idemkv.ID{Tenant: entry.Tenant, Endpoint: entry.Endpoint, Key: entry.Key}
-		a.o.Logger.Info("admin: "+entry.Action, "tenant", entry.Tenant, "endpoint", entry.Endpoint, "key_hash", id.Hash(),
-			"was", entry.Was, "token", entry.Token)
-		writeJSON(w, http.StatusOK, entry)
+		return
 	}
+	a.logWrite(entry)
+	writeJSON(w, http.StatusOK, entry)
+}
+
+// logWrite logs an operator's write that was made.
+func (a *api) logWrite(entry AuditEntry) {
+	id := idemkv.ID{Tenant: entry.Tenant, Endpoint: entry.Endpoint, Key: entry.Key}
+	a.o.Logger.Info("admin: "+entry.Action, "tenant", entry.Tenant, "endpoint", entry.Endpoint, "key_hash", id.Hash(),
+		"was", entry.Was, "token", entry.Token)
 }

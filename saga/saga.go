@@ -193,6 +193,18 @@ type Stats struct {
 	Woken int64
 }
 
+// Name is the name of the runner's sagas (Definition.Name).
+func (r *Runner) Name() string { return r.def.Name }
+
+// Steps returns the names of the runner's steps, in order, and whether
+// each has an Undo.
+func (r *Runner) Steps() (names []string, undoable []bool) {
+	for _, s := range r.def.Steps {
+		names, undoable = append(names, s.Name), append(undoable, s.Undo != nil)
+	}
+	return names, undoable
+}
+
 // Stats returns the runner's counts.
 func (r *Runner) Stats() Stats {
 	r.mu.Lock()
