@@ -60,7 +60,7 @@ var checks = []struct{ what, query string }{
 		FROM idemkv_outbox WHERE seq IS NOT NULL) x WHERE prev IS NOT NULL AND entity_seq <> prev + 1`},
 	{"events past their entity's last sequence", `SELECT count(*) FROM idemkv_outbox o
 		LEFT JOIN idemkv_entities n ON n.topic = o.topic AND n.entity = o.entity
-		WHERE n.seq IS NULL OR o.entity_seq > n.seq`},
+		WHERE o.seq IS NOT NULL AND (n.seq IS NULL OR o.entity_seq IS NULL OR o.entity_seq > n.seq)`},
 }
 
 // Check reads the whole store and verifies its invariants: the records'

@@ -70,13 +70,26 @@
 // unless the connection string names it): the statements are point reads and writes
 // by key, and planning each execution again was a fifth of their cost.
 //
-// An apply function that reads (Effects.Get) runs in a SERIALIZABLE
+// Every operation that writes business data is SERIALIZABLE, so that
+// PostgreSQL's serializable check (SSI) sees every write a read depends
+// on. An apply function that reads (Effects.Get) runs in a SERIALIZABLE
 // transaction, begun at its first read, which also carries the outcome:
 // PostgreSQL refuses to commit it (SQLSTATE 40001) if what it read was
 // changed by a transaction that committed since, and the store runs the
-// apply function again, up to 16 times, then fails with
-// idemkv.ErrConflict. One that only writes needs no such check: its
-// writes, its events and the outcome go out in one statement.
+// apply function again after a short random pause (so that transactions
+// that met do not meet again at once), up to 16 times, then fails with
+// idemkv.ErrConflict. One that only writes goes out in one statement, its
+// writes, events and outcome together, in a SERIALIZABLE transaction of
+// its own (BEGIN, the statement and COMMIT in one round trip): a write
+// made at READ COMMITTED would be invisible to the check, and three
+// operations, one of which read a key as absent, could commit in no
+// serial order. Statements that write no data key (claims, outcomes
+// without effects, the relay's) stay at READ COMMITTED.
+//
+// A commit writes no row that another operation's commit writes unless
+// both write the same data key or the same record: an event's Seq and
+// its entity's EntitySeq are given later, by the sequencer, so two
+// operations emitting events of one entity do not conflict.
 //
 // Fencing tokens come from a sequence, drawn under the record's row lock,
 // so they increase in the order a record is acquired.
@@ -123,13 +136,13 @@
 //     note or event key that is not UTF-8 without NUL, are refused up
 //     front (ErrInvalidScope, ErrInvalidResult, ErrInvalidArgument),
 //     where the engine accepts them.
-//   - Known gaps: a write that reads nothing commits at READ COMMITTED,
-//     outside the serializable check of another operation's reads (a
-//     history of three operations, one of which read a key as absent, can
-//     be non-serializable); and a transaction that read may fail to
-//     serialize (and, after 16 runs, fail with ErrConflict) over rows it
-//     only writes, such as an event entity's counter, or its own record
-//     counted by a Watch or renewed by a heartbeat.
+//   - A transaction that read can still be run again over a row it only
+//     writes: its own record, renewed by its heartbeat or counted by a
+//     Watch since the transaction began, or a data key another operation
+//     wrote meanwhile (PostgreSQL's first updater wins). It runs again;
+//     it fails with ErrConflict only after 16 such runs in a row.
+//     PostgreSQL's check also works on index pages, not only rows, so
+//     operations on neighbouring keys can be run again too.
 //   - The secret is in the database: whoever can read idemkv_secret can
 //     compute the operation ids of requests they can name. A copy of the
 //     records moved to another database must take idemkv_secret with it,
@@ -138,9 +151,12 @@
 //     earlier build that are still running draw random operation ids
 //     and mark no record (Marked stays zero); a process of an earlier
 //     build refuses to open the migrated database.
-//   - During a rolling upgrade to schema version 4, processes of an
-//     earlier build that are still running notify no waiter: a
-//     duplicate waiting for their attempts waits out the lease.
+//   - During a rolling upgrade to schema version 5, processes of an
+//     earlier build that are still running notify no waiter (a duplicate
+//     waiting for their attempts waits out the lease), write data at
+//     READ COMMITTED, and number their events' EntitySeq in their
+//     commits: until they stop, an entity's events from old and new
+//     processes may be numbered out of their Seq order.
 //   - The relays of one database either all claim (outbox.Options.Shared)
 //     or all read: a reading relay does not see what claiming ones hold.
 //   - Tested against PostgreSQL 15. The statements keep to what

@@ -209,8 +209,8 @@ func newEventID() string {
 // transact runs one write that may carry an apply function's effects: it
 // runs apply, then write with the effects (in the transaction apply's
 // reads began, if any), and commits. A transaction that fails to
-// serialize with another runs again from apply, up to maxConflictRuns
-// times, then fails with idemkv.ErrConflict.
+// serialize with another runs again from apply after a short random
+// pause, up to maxConflictRuns times, then fails with idemkv.ErrConflict.
 func (s *Store) transact(ctx context.Context, apply func(idemkv.Effects) error, write func(fx *effects, q querier) error) error {
 	for run := 1; ; run++ {
 		err := s.transactOnce(ctx, apply, write)
@@ -220,6 +220,9 @@ func (s *Store) transact(ctx context.Context, apply func(idemkv.Effects) error, 
 		s.counter.conflicts.Add(1)
 		if run == maxConflictRuns {
 			return fmt.Errorf("%w: its transaction failed to serialize %d times in a row: %w", idemkv.ErrConflict, run, err)
+		}
+		if perr := pauseAfterConflict(ctx, run); perr != nil {
+			return perr
 		}
 	}
 }
@@ -237,7 +240,7 @@ func (s *Store) transactOnce(ctx context.Context, apply func(idemkv.Effects) err
 		}
 	}
 	if fx.tx == nil {
-		return write(fx, s.pool) // one statement, its own transaction
+		return write(fx, s.blind(len(fx.keys) > 0)) // one statement, its own transaction
 	}
 	if err := write(fx, fx.tx); err != nil {
 		return err
@@ -247,6 +250,16 @@ func (s *Store) transactOnce(ctx context.Context, apply func(idemkv.Effects) err
 	}
 	fx.tx = nil
 	return nil
+}
+
+// blind is where a statement without a transaction of its own runs: in
+// a SERIALIZABLE transaction of its own if it writes data keys
+// (serial.go), else as it is.
+func (s *Store) blind(writesData bool) querier {
+	if writesData && !s.opts.readCommittedData {
+		return serialPool{s.pool}
+	}
+	return s.pool
 }
 
 // querier is a pool or a transaction.

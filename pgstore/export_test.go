@@ -17,3 +17,11 @@ func WithLocalSkew(o *Options, skew time.Duration) *Options {
 	c.local = func() time.Time { return time.Now().Add(skew) }
 	return &c
 }
+
+// WithReadCommittedData makes o's store write data keys that read nothing
+// at READ COMMITTED, outside the serializable check (the gap
+// serial.go closes).
+func WithReadCommittedData(o *Options) *Options {
+	o.readCommittedData = true
+	return o
+}

@@ -118,7 +118,7 @@ func (s *Store) RunLocal(ctx context.Context, req idemkv.ClaimRequest, r idemkv.
 	}
 	s.counter.claims.Add(1)
 	for run := 0; run < maxClaimRuns; run++ {
-		c, again, err := s.runLocalOnce(ctx, &req, class, r, &a)
+		c, again, err := s.runLocalOnce(ctx, run, &req, class, r, &a)
 		if err != nil || !again {
 			return c, err
 		}
@@ -126,9 +126,10 @@ func (s *Store) RunLocal(ctx context.Context, req idemkv.ClaimRequest, r idemkv.
 	return idemkv.Claim{}, fmt.Errorf("pgstore: claim of key_hash %s: the record kept changing", req.ID.Hash())
 }
 
-// runLocalOnce runs RunLocal's statement once; again says that the record
-// changed meanwhile and the statement must run again.
-func (s *Store) runLocalOnce(ctx context.Context, req *idemkv.ClaimRequest, class string, r idemkv.Result, a *writeArgs) (c idemkv.Claim, again bool, err error) {
+// runLocalOnce runs RunLocal's statement once (run counts the runs
+// before); again says that the record changed meanwhile, or the
+// statement failed to serialize, and it must run again.
+func (s *Store) runLocalOnce(ctx context.Context, run int, req *idemkv.ClaimRequest, class string, r idemkv.Result, a *writeArgs) (c idemkv.Claim, again bool, err error) {
 	now := s.now()
 	id := req.ID
 	args := []any{a.setKeys, a.setVals, req.Fingerprint, a.delKeys, now, id.Tenant, id.Endpoint, id.Key,
@@ -140,10 +141,16 @@ func (s *Store) runLocalOnce(ctx context.Context, req *idemkv.ClaimRequest, clas
 		written bool
 		events  int64
 	)
-	cur, err := scanRecord(s.pool.QueryRow(ctx, s.sql.local.pick(a), args...), id, &written, &events, new(int64))
+	q := s.blind(len(a.setKeys)+len(a.delKeys) > 0)
+	cur, err := scanRecord(q.QueryRow(ctx, s.sql.local.pick(a), args...), id, &written, &events, new(int64))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return idemkv.Claim{}, true, nil
+	case serialization(err):
+		// SERIALIZABLE (it writes data): another claim of the key, or a
+		// write of its data, committed since the statement's snapshot.
+		s.counter.conflicts.Add(1)
+		return idemkv.Claim{}, true, pauseAfterConflict(ctx, run+1)
 	case err != nil:
 		return idemkv.Claim{}, false, s.dbErr("run local", err)
 	case written:

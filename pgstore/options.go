@@ -65,6 +65,11 @@ type Options struct {
 	// NoListen turns LISTEN off (CockroachDB has no LISTEN/NOTIFY); the
 	// relay then finds other processes' events by OutboxPoll alone.
 	NoListen bool
+
+	// readCommittedData runs writes of data keys that read nothing at
+	// READ COMMITTED, as the store once did (tests: the serializability
+	// model must find the anomaly it allowed).
+	readCommittedData bool
 }
 
 // maxConflictRuns bounds the runs of an apply function whose transaction

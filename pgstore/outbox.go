@@ -12,15 +12,18 @@ import (
 )
 
 // The outbox on PostgreSQL. A commit's events are inserted with their
-// operation, under one batch id drawn after their entities' rows are
-// locked (dataWritesSQL). Ids drawn from a sequence are not in commit
-// order, and a transaction that drew a lower id may commit later, so the
-// relay does not read by id: the sequencer gives each event, once it is
-// visible, its Seq, the next number after the last one given, in batch
-// order. Seq is then gapless and in the order events became visible, and
-// keeps each entity's order: a later event of an entity was inserted
-// after the earlier one's commit (its entity row was locked till then), so
-// it has the higher batch id, and is visible no earlier.
+// operation, under one batch id (eventsSQL). Ids drawn from a sequence
+// are not in commit order, and a transaction that drew a lower id may
+// commit later, so the relay does not read by id: the sequencer gives
+// each event, once it is visible, its Seq, the next number after the
+// last one given, in batch order, and its EntitySeq, the next of its
+// entity's. Seq is then gapless and in the order events became visible,
+// and an entity's events are numbered in that order too: an event that
+// depends on another (its operation read what the other's wrote) was
+// committed after the other was, so it drew the higher batch id and is
+// visible no earlier. Numbering entities in the sequencer, one at a time,
+// rather than in the commits keeps commits of one entity's events from
+// writing one row, where they would conflict.
 
 // The relays of several processes may read one outbox. So that no two
 // publish the same events at once, the outbox is held by one store at a
@@ -70,6 +73,43 @@ func (s *Store) releaseRelay() {
 // sequenceBatch bounds the events one sequencing numbers.
 const sequenceBatch = 10000
 
+// sequenceSQL numbers the first $2 visible events without a Seq (head,
+// read off the partial index in batch order), after $1, the cursor's
+// last: each gets its Seq and, unless a build before schema version 5
+// gave it one in its commit, its entity's next EntitySeq (en counts the
+// events of an entity that need one, in order), and the entities'
+// counters move past them.
+const sequenceSQL = `
+WITH head AS (
+	SELECT batch, ord, topic, entity, entity_seq
+	FROM idemkv_outbox WHERE seq IS NULL ORDER BY batch, ord LIMIT $2
+),
+todo AS (
+	SELECT batch, ord, topic, entity, entity_seq,
+		row_number() OVER (ORDER BY batch, ord) AS n,
+		row_number() OVER (PARTITION BY topic, entity, entity_seq IS NULL ORDER BY batch, ord) AS en
+	FROM head
+),
+cnt AS (
+	SELECT topic, entity, count(*) AS c FROM todo WHERE entity_seq IS NULL GROUP BY topic, entity
+),
+ents AS (
+	INSERT INTO idemkv_entities AS e (topic, entity, seq)
+	SELECT topic, entity, c FROM cnt
+	ON CONFLICT (topic, entity) DO UPDATE SET seq = e.seq + excluded.seq
+	RETURNING topic, entity, seq
+),
+upd AS (
+	UPDATE idemkv_outbox o SET seq = $1 + t.n,
+		entity_seq = COALESCE(o.entity_seq, ents.seq - cnt.c + t.en)
+	FROM todo t
+		LEFT JOIN cnt ON cnt.topic = t.topic AND cnt.entity = t.entity
+		LEFT JOIN ents ON ents.topic = t.topic AND ents.entity = t.entity
+	WHERE o.batch = t.batch AND o.ord = t.ord
+	RETURNING 1
+)
+SELECT count(*) FROM upd`
+
 // sequence numbers the visible events that have no Seq yet. One
 // sequencer runs at a time across every process (the cursor row is
 // locked); its second statement reads a snapshot taken after that lock
@@ -88,17 +128,7 @@ func (s *Store) sequence(ctx context.Context) error {
 			return err
 		}
 		var n int64
-		err := tx.QueryRow(ctx, `
-WITH todo AS (
-	SELECT batch, ord, row_number() OVER (ORDER BY batch, ord) AS n
-	FROM idemkv_outbox WHERE seq IS NULL ORDER BY batch, ord LIMIT $2
-),
-upd AS (
-	UPDATE idemkv_outbox o SET seq = $1 + todo.n FROM todo
-	WHERE o.batch = todo.batch AND o.ord = todo.ord
-	RETURNING 1
-)
-SELECT count(*) FROM upd`, last, sequenceBatch).Scan(&n)
+		err := tx.QueryRow(ctx, sequenceSQL, last, sequenceBatch).Scan(&n)
 		if err != nil || n == 0 {
 			return err
 		}
@@ -134,6 +164,30 @@ func (s *Store) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idem
 	evs, err := scanEvents(rows)
 	if err != nil {
 		return nil, s.dbErr("outbox: read", err)
+	}
+	return evs, nil
+}
+
+// PeekOutbox returns up to limit events numbered after after, in Seq
+// order, as ReadOutbox does, but without holding the outbox for this
+// store's relay or numbering new events: a look for an operator (the
+// admin console, an export) that keeps the relays of the fleet
+// publishing. Events committed but not yet numbered are not among them.
+func (s *Store) PeekOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: outbox read limit %d", idemkv.ErrInvalidArgument, limit)
+	}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM idemkv_outbox WHERE seq > $1 ORDER BY seq LIMIT $2`,
+		int64(after), limit)
+	if err != nil {
+		return nil, s.dbErr("outbox: peek", err)
+	}
+	evs, err := scanEvents(rows)
+	if err != nil {
+		return nil, s.dbErr("outbox: peek", err)
 	}
 	return evs, nil
 }

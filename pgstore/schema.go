@@ -13,7 +13,7 @@ import (
 
 // SchemaVersion is the version of the schema this code reads and writes.
 // Open migrates an older schema to it and refuses a newer one.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // A migration takes the schema from one version to the next: its
 // statements, then fill, if set, which writes what the statements cannot
@@ -67,10 +67,10 @@ var migrations = []migration{
 			v     BYTEA NOT NULL,
 			token BIGINT NOT NULL
 		)`,
-		// The outbox. A commit's events share a batch id, drawn after
-		// their entities' rows are locked; seq, the order a relay reads
-		// them in, is given by the sequencer (outbox.go) as they become
-		// visible.
+		// The outbox. A commit's events share a batch id; seq, the
+		// order a relay reads them in, is given by the sequencer
+		// (outbox.go) as they become visible, and (from version 5) so
+		// is entity_seq.
 		`CREATE SEQUENCE idemkv_event_ids`,
 		`CREATE TABLE idemkv_outbox (
 			batch      BIGINT NOT NULL,
@@ -86,7 +86,8 @@ var migrations = []migration{
 			PRIMARY KEY (batch, ord)
 		)`,
 		`CREATE INDEX idemkv_outbox_unsequenced ON idemkv_outbox (batch, ord) WHERE seq IS NULL`,
-		// Each entity's last event sequence.
+		// Each entity's last event sequence (the sequencer's, from
+		// version 5).
 		`CREATE TABLE idemkv_entities (
 			topic  TEXT NOT NULL,
 			entity TEXT NOT NULL,
@@ -130,6 +131,11 @@ var migrations = []migration{
 		// attempt to settle (watch.go); a new attempt starts at none. A
 		// constant default, so adding it rewrites nothing.
 		`ALTER TABLE idemkv_records ADD COLUMN waiters INT NOT NULL DEFAULT 0`,
+	}},
+	{stmts: []string{
+		// An event's EntitySeq is given by the sequencer, with its Seq,
+		// not by the commit that stores it (outbox.go).
+		`ALTER TABLE idemkv_outbox ALTER COLUMN entity_seq DROP NOT NULL`,
 	}},
 }
 

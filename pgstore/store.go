@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,6 +203,23 @@ func (s *Store) dbErr(what string, err error) error {
 func serialization(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// pauseAfterConflict waits before a transaction that failed to serialize
+// runs again: a random pause that grows with the runs so far (up to
+// about 30 ms), so that transactions that conflicted do not meet again
+// at once. PostgreSQL locks what a transaction read by index page, so
+// writers of different keys on one page conflict too; spreading their
+// retries is what lets them all commit.
+func pauseAfterConflict(ctx context.Context, runs int) error {
+	t := time.NewTimer(rand.N(250 * time.Microsecond << min(runs, 7)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // window is the retention window of class ("" is the default class); a

@@ -46,11 +46,10 @@ sets AS (
 // notifySQL or noNotifySQL. It ends in a CTE: the statement's own SELECT
 // follows (countsSQL, for most), which must read "notify" for it to run.
 //
-// The entities' rows are locked (upserted) before the commit's outbox
-// batch id is drawn (the batch CTE waits on a count of "ents"), so that
-// of two commits with events of one entity, the later has the higher id:
-// the sequencer, which numbers events by batch id, keeps each entity's
-// order (outbox.go).
+// The events go in under one batch id, without their Seq and EntitySeq:
+// the sequencer gives both once they are visible (outbox.go), so that a
+// commit writes no row another commit writes too (an entity's counter),
+// and two operations emitting events of one entity never conflict.
 func eventsSQL(first int, notify string) string {
 	return fmt.Sprintf(`,
 ev AS (
@@ -59,22 +58,13 @@ ev AS (
 		WITH ORDINALITY AS e(topic, entity, payload, headers, event_id, ord)
 	WHERE EXISTS (SELECT 1 FROM rec)
 ),
-ents AS (
-	INSERT INTO idemkv_entities AS n (topic, entity, seq)
-	SELECT topic, entity, count(*) FROM ev GROUP BY topic, entity
-	ON CONFLICT (topic, entity) DO UPDATE SET seq = n.seq + excluded.seq
-	RETURNING topic, entity, seq
-),
 batch AS (
-	SELECT nextval('idemkv_event_ids') AS id WHERE (SELECT count(*) FROM ents) > 0
+	SELECT nextval('idemkv_event_ids') AS id WHERE EXISTS (SELECT 1 FROM ev)
 ),
 evs AS (
-	INSERT INTO idemkv_outbox (batch, ord, event_id, topic, entity, entity_seq, payload, headers, created)
-	SELECT batch.id, ev.ord, ev.event_id, ev.topic, ev.entity,
-		ents.seq - count(*) OVER (PARTITION BY ev.topic, ev.entity)
-			+ row_number() OVER (PARTITION BY ev.topic, ev.entity ORDER BY ev.ord),
-		ev.payload, ev.headers, $5::timestamptz
-	FROM ev JOIN ents ON ents.topic = ev.topic AND ents.entity = ev.entity, batch
+	INSERT INTO idemkv_outbox (batch, ord, event_id, topic, entity, payload, headers, created)
+	SELECT batch.id, ev.ord, ev.event_id, ev.topic, ev.entity, ev.payload, ev.headers, $5::timestamptz
+	FROM ev, batch
 	RETURNING 1
 ),
 notify AS (%s)`,
