@@ -29,3 +29,17 @@ type Watcher interface {
 	// InProgress claim's RetryAfter, and then claims again.
 	Watch(ctx context.Context, id ID, token uint64) (settled <-chan struct{}, stop func(), err error)
 }
+
+// A LocalRunner is a Store that can run a local operation in one step:
+// it runs apply first, collecting its writes, then claims req and, if it
+// acquires the key, commits the outcome r (or the result apply set
+// through ResultSetter) with those writes, in one commit. It answers as
+// Claim would; a claim that does not acquire writes nothing of apply's.
+// apply runs before the claim is known, even for a duplicate, so it must
+// act only through Effects; one that reads (Effects.Get) makes the store
+// run it as Claim and Complete instead. pgstore has it (one round trip
+// and one commit where Claim and Complete take two of each); once.Do
+// uses it for a Call with WritesOnly.
+type LocalRunner interface {
+	RunLocal(ctx context.Context, req ClaimRequest, r Result, apply func(Effects) error) (Claim, error)
+}

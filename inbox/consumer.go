@@ -115,6 +115,15 @@ type Options struct {
 	// record, as "key", and keeps the id in errors. Only for logs guarded
 	// like the data itself. Default: off.
 	LogRawKeys bool
+	// WritesOnly declares that the handlers only write through Effects
+	// (no Get). A message without a position (Message.Position 0) is then
+	// settled in one step on a store that can (idemkv.LocalRunner:
+	// pgstore; once.Call.WritesOnly): its mark, its writes and its
+	// outcome in one round trip and one commit. A message with a position
+	// reads the consumer's position, and is settled by a claim and a
+	// commit. A handler that reads after all still gets checked reads.
+	// Default: off.
+	WritesOnly bool
 }
 
 // A Consumer applies each event exactly once to its store: Process
@@ -275,6 +284,7 @@ func (c *Consumer) Process(ctx context.Context, msg Message, h Handler) (Outcome
 		return Outcome{}, err
 	}
 	call := c.call(ev.key, ev.fp)
+	call.WritesOnly = c.opts.WritesOnly && msg.Position == 0
 	var hErr error // h's own error, told apart from the store's
 	out, err := c.settle(ctx, call, msg.Position, func(ctx context.Context, x *once.Exec) (idemkv.Result, error) {
 		if hErr = h(ctx, x.Effects, msg); hErr != nil {

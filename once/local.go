@@ -58,6 +58,9 @@ var (
 	// errPanicked: the run panicked; the panic is raised again by Do,
 	// outside the store.
 	errPanicked = errors.New("once: the function panicked")
+	// errFuncFailed: a writes-only function run before its claim failed or
+	// panicked; Do claims first instead (runOneStep).
+	errFuncFailed = errors.New("once: the function failed before its claim")
 )
 
 // localRun is what one run of a local Func did.
@@ -171,4 +174,44 @@ func (x *Exec) runInCommit(ctx context.Context, fx idemkv.Effects, offer idemkv.
 
 func sameResult(a, b *idemkv.Result) bool {
 	return a.Status == b.Status && a.Pointer == b.Pointer && bytes.Equal(a.Body, b.Body)
+}
+
+// runOneStep runs a local Func that only writes (Call.WritesOnly) through
+// the store's RunLocal: fn runs first, with no lease, on Effects that
+// collect its writes and take its result (idemkv.ResultSetter); then the
+// key is claimed and, if acquired, the result and the writes commit with
+// the claim. It returns the claim, and the outcome if it acquired. An
+// error or a panic of fn comes back as it is: nothing was claimed, or
+// (a function that read, which the store ran as a claim and a commit)
+// the store gave the key up.
+func runOneStep(ctx context.Context, lr idemkv.LocalRunner, req idemkv.ClaimRequest, fn Func, log *callLog) (Outcome, idemkv.Claim, error) {
+	x := &Exec{log: log}
+	var last localRun
+	cl, err := lr.RunLocal(ctx, req, idemkv.Result{}, func(fx idemkv.Effects) error {
+		last = x.runInCommit(ctx, fx, idemkv.Result{}, fn)
+		switch {
+		case last.panicked:
+			return errPanicked
+		case last.err != nil:
+			return last.err
+		}
+		rs, ok := fx.(idemkv.ResultSetter)
+		if !ok {
+			return fmt.Errorf("%w: once: the store's RunLocal takes no result (idemkv.ResultSetter)", idemkv.ErrInvalidArgument)
+		}
+		return rs.SetResult(last.result)
+	})
+	x.Effects, x.ended = nil, true
+	switch {
+	case last.panicked, last.err != nil:
+		return Outcome{}, idemkv.Claim{}, errFuncFailed
+	case err != nil:
+		err = fmt.Errorf("once: %s: %w", name(req.ID), err)
+		log.log(ctx, slog.LevelError, msgClaimFailed, errAttr(err))
+		return Outcome{}, idemkv.Claim{}, err
+	case cl.Outcome == idemkv.Acquired:
+		log.log(ctx, slog.LevelInfo, msgStored, token(cl.Lease), slog.Int("status", last.result.Status), slog.Int("runs", x.Run))
+		return Outcome{Result: last.result}, cl, nil
+	}
+	return Outcome{}, cl, nil
 }

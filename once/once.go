@@ -91,11 +91,23 @@ type Call struct {
 	// Retention names the store's retention class of the outcome: how
 	// long it is replayed. Default (""): the store's default class.
 	Retention string
+	// WritesOnly declares, in local mode, that the function only writes
+	// through Exec.Effects (no Get) and reads nothing of Exec but
+	// Effects. On a store that runs a local operation in one step
+	// (idemkv.LocalRunner: pgstore), Do then runs the function first and
+	// sends its writes with the claim: one round trip and one commit
+	// where a claim and a commit take two of each. Exec.Lease is then
+	// zero, and a duplicate's run is discarded. A function that reads
+	// after all still gets a checked read: the store runs it as a claim
+	// and a commit, once more. Default: off.
+	WritesOnly bool
 
 	// NoWait answers a key held by another attempt with ErrInProgress at
 	// once. Default: Do waits, claiming again every Poll (or sooner, when
-	// the store says the holder's lease ends sooner), until the holder
-	// finishes or ctx ends.
+	// the store says the holder's lease ends sooner, or that the holder's
+	// attempt has settled: an idemkv.Watcher, such as pgstore, whose
+	// holder may be another process), until the holder finishes or ctx
+	// ends.
 	NoWait bool
 	// Poll is the longest wait between two claims while another attempt
 	// holds the key. Default: DefaultPoll (1 s). Each wait costs one
@@ -176,7 +188,28 @@ func Do(ctx context.Context, st idemkv.Store, c Call, fn Func) (Outcome, error) 
 	req := idemkv.ClaimRequest{ID: c.ID, Fingerprint: c.Fingerprint, Mode: c.Mode, Lease: c.Lease,
 		Resumable: c.Resumable, Retention: c.Retention}
 	log := newCallLog(&c)
+	lr, oneStep := st.(idemkv.LocalRunner)
+	oneStep = oneStep && c.WritesOnly && c.Mode == idemkv.ModeLocal
+	var w watching
+	defer w.stop()
 	for {
+		if oneStep {
+			out, cl, err := runOneStep(ctx, lr, req, fn, log)
+			switch {
+			case errors.Is(err, errFuncFailed):
+				// fn failed before the key was known: claim it first,
+				// as without WritesOnly, so that a completed key replays
+				// and a reused one is a mismatch whatever fn does.
+				oneStep = false
+				continue
+			case err != nil || cl.Outcome == idemkv.Acquired:
+				return out, err
+			}
+			if done, out, err := c.answer(ctx, st, cl, &w, log); done {
+				return out, err
+			}
+			continue
+		}
 		cl, err := st.Claim(ctx, req)
 		if err != nil {
 			err = fmt.Errorf("once: %s: claim: %w", name(c.ID), err)
@@ -191,33 +224,47 @@ func Do(ctx context.Context, st idemkv.Store, c Call, fn Func) (Outcome, error) 
 				return x.runRemote(ctx, fn)
 			}
 			return x.runLocal(ctx, fn)
-		case idemkv.Replay:
-			log.log(ctx, slog.LevelDebug, msgReplayed, slog.Int("status", cl.Record.Result.Status))
-			return Outcome{Result: cl.Record.Result, Replayed: true, OperationID: cl.Record.OperationID}, nil
-		case idemkv.Mismatch:
-			log.log(ctx, slog.LevelInfo, msgMismatch)
-			return Outcome{}, fmt.Errorf("%w: %s", ErrMismatch, name(c.ID))
-		case idemkv.Reconciling:
-			log.log(ctx, slog.LevelDebug, msgReconciling, slog.Bool("escalated", cl.Record.Escalated))
-			return Outcome{}, reconciling(c.ID, &cl.Record)
-		case idemkv.InProgress:
-			log.log(ctx, slog.LevelDebug, msgInProgress, slog.Bool("wait", !c.NoWait))
-			if c.NoWait {
-				return Outcome{}, fmt.Errorf("%w: %s", ErrInProgress, name(c.ID))
-			}
-			if err := c.wait(ctx, cl.RetryAfter); err != nil {
-				return Outcome{}, fmt.Errorf("%w: %s: stopped waiting: %w", ErrInProgress, name(c.ID), err)
-			}
-		default:
-			return Outcome{}, fmt.Errorf("once: %s: the store answered %v", name(c.ID), cl.Outcome)
+		}
+		if done, out, err := c.answer(ctx, st, cl, &w, log); done {
+			return out, err
 		}
 	}
 }
 
+// answer answers a claim that did not acquire the key: done, with the
+// outcome or the error Do returns, or not done (the key is held by
+// another attempt and Do waited: claim again).
+func (c *Call) answer(ctx context.Context, st idemkv.Store, cl idemkv.Claim, w *watching, log *callLog) (done bool, out Outcome, err error) {
+	switch cl.Outcome {
+	case idemkv.Replay:
+		log.log(ctx, slog.LevelDebug, msgReplayed, slog.Int("status", cl.Record.Result.Status))
+		return true, Outcome{Result: cl.Record.Result, Replayed: true, OperationID: cl.Record.OperationID}, nil
+	case idemkv.Mismatch:
+		log.log(ctx, slog.LevelInfo, msgMismatch)
+		return true, Outcome{}, fmt.Errorf("%w: %s", ErrMismatch, name(c.ID))
+	case idemkv.Reconciling:
+		log.log(ctx, slog.LevelDebug, msgReconciling, slog.Bool("escalated", cl.Record.Escalated))
+		return true, Outcome{}, reconciling(c.ID, &cl.Record)
+	case idemkv.InProgress:
+		log.log(ctx, slog.LevelDebug, msgInProgress, slog.Bool("wait", !c.NoWait))
+		if c.NoWait {
+			return true, Outcome{}, fmt.Errorf("%w: %s", ErrInProgress, name(c.ID))
+		}
+		if err := c.wait(ctx, st, w, cl.Record.Token, cl.RetryAfter); err != nil {
+			return true, Outcome{}, fmt.Errorf("%w: %s: stopped waiting: %w", ErrInProgress, name(c.ID), err)
+		}
+		return false, Outcome{}, nil
+	}
+	return true, Outcome{}, fmt.Errorf("once: %s: the store answered %v", name(c.ID), cl.Outcome)
+}
+
 // wait waits before the next claim of a key held by another attempt:
 // Poll, or retryAfter (the store's estimate of when the holder's lease
-// ends) if that is sooner; or until ctx ends, whose error it returns.
-func (c *Call) wait(ctx context.Context, retryAfter time.Duration) error {
+// ends) if that is sooner, or until the store says the holder's attempt
+// has settled (an idemkv.Watcher: pgstore, whose holder may be another
+// process; token names the attempt); or until ctx ends, whose error it
+// returns.
+func (c *Call) wait(ctx context.Context, st idemkv.Store, w *watching, token uint64, retryAfter time.Duration) error {
 	d := c.Poll
 	if d == 0 {
 		d = DefaultPoll
@@ -232,8 +279,46 @@ func (c *Call) wait(ctx context.Context, retryAfter time.Duration) error {
 	select {
 	case <-after(d):
 		return nil
+	case <-w.watch(ctx, st, c.ID, token):
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// watching is a Do's watch of the attempt holding its key, kept across
+// its polls while the same attempt holds it: a watch counts itself on the
+// holder's record, a write, so it is made once per attempt, not per poll.
+type watching struct {
+	token   uint64
+	settled <-chan struct{} // nil: none (a store that cannot watch)
+	end     func()
+}
+
+// watch returns the channel of a watch of the attempt holding id under
+// token, made if there is none for it yet; nil if the store cannot watch.
+func (w *watching) watch(ctx context.Context, st idemkv.Store, id idemkv.ID, token uint64) <-chan struct{} {
+	if w.end != nil && w.token == token {
+		return w.settled
+	}
+	w.stop()
+	ws, ok := st.(idemkv.Watcher)
+	if !ok {
+		return nil
+	}
+	settled, end, err := ws.Watch(ctx, id, token)
+	if err != nil {
+		return nil
+	}
+	w.token, w.settled, w.end = token, settled, end
+	return settled
+}
+
+// stop ends the watch, if any.
+func (w *watching) stop() {
+	if w.end != nil {
+		w.end()
+		w.token, w.settled, w.end = 0, nil, nil
 	}
 }
 
