@@ -22,12 +22,19 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Points, 1)
 	p := rep.Points[0]
-	for _, name := range []string{Postgres, Naive, Engine} {
+	for _, name := range []string{Postgres, Naive, Engine, NaiveTwo} {
 		require.Positive(t, p.Sides[name].Requests, name)
 		require.Positive(t, rep.BytesPerKey[name], name)
 	}
+	for _, name := range []string{PostgresTwo, PostgresBare, PostgresBareTwo} {
+		require.Positive(t, p.Sides[name].Requests, name)
+	}
+	require.Positive(t, rep.BytesPerKey[RecordOnly(Postgres)])
 	require.Positive(t, p.Ratio)
+	require.Positive(t, p.RatioBare)
+	require.Positive(t, p.RatioBareTwo)
 	var b strings.Builder
 	require.NoError(t, rep.Print(&b))
 	require.Contains(t, b.String(), "bytes per completed key")
+	require.Contains(t, b.String(), "without an effect")
 }

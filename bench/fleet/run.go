@@ -74,12 +74,26 @@ func (o *Options) withDefaults() *Options {
 }
 
 // The stores measured: pgstore by RunLocal (one statement a request),
-// pgstore by Claim and Complete (two), the naive baseline, and the engine.
+// pgstore by Claim and Complete (two), the naive baseline (three
+// statements), and the engine, each request writing one effect; and the
+// same request without an effect, by pgstore both ways and by a naive
+// baseline of two statements (a claim's INSERT ... ON CONFLICT and a
+// completion's UPDATE), the least a hand-written service does.
 const (
-	Postgres    = "pgstore"
-	PostgresTwo = "pgstore-claim-complete"
-	Naive       = "naive"
-	Engine      = "engine"
+	Postgres        = "pgstore"
+	PostgresTwo     = "pgstore-claim-complete"
+	Naive           = "naive"
+	Engine          = "engine"
+	PostgresBare    = "pgstore-no-effect"
+	PostgresBareTwo = "pgstore-claim-complete-no-effect"
+	NaiveTwo        = "naive-2"
+)
+
+// pgSides are the PostgreSQL sides, and baseline the naive side each is
+// compared with.
+var (
+	pgSides  = []string{Postgres, PostgresTwo, Naive, PostgresBare, PostgresBareTwo, NaiveTwo}
+	baseline = map[string]string{Postgres: Naive, PostgresTwo: Naive, PostgresBare: NaiveTwo, PostgresBareTwo: NaiveTwo}
 )
 
 // Side is one store's figures at one point.
@@ -105,6 +119,11 @@ type Point struct {
 	Ratio float64 `json:"ratio"`
 	// RatioTwo is the same for pgstore by Claim and Complete.
 	RatioTwo float64 `json:"ratio_claim_complete"`
+	// RatioBare is RunLocal over the two-statement baseline, neither
+	// writing an effect.
+	RatioBare float64 `json:"ratio_no_effect"`
+	// RatioBareTwo is the same for Claim and Complete.
+	RatioBareTwo float64 `json:"ratio_claim_complete_no_effect"`
 }
 
 // Report is a run's figures.
@@ -140,10 +159,13 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	defer e.Close()
 
 	do := map[string]func(ctx context.Context, stream, i uint64) error{
-		Postgres:    func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants) },
-		PostgresTwo: func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants) },
-		Naive:       func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants) },
-		Engine:      func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, e, s, i, o.Tenants) },
+		Postgres:        func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants, true) },
+		PostgresTwo:     func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants, true) },
+		Naive:           func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants) },
+		Engine:          func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, e, s, i, o.Tenants, true) },
+		PostgresBare:    func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants, false) },
+		PostgresBareTwo: func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants, false) },
+		NaiveTwo:        func(ctx context.Context, s, i uint64) error { return nv.request2(ctx, s, i, o.Tenants) },
 	}
 	rep := &Report{Keys: map[string]int64{}}
 	var stream uint64
@@ -156,7 +178,7 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 		rep.Keys[name] += done
 		return float64(done) / o.Duration.Seconds(), nil
 	}
-	for _, name := range []string{Postgres, PostgresTwo, Naive} {
+	for _, name := range pgSides {
 		stream += uint64(o.Concurrency[0]) + 1
 		if _, err := drive(ctx, o.Concurrency[0], o.Warmup, stream, bench.NewHistogram(), do[name]); err != nil {
 			return nil, fmt.Errorf("%s, warming up: %w", name, err)
@@ -167,10 +189,13 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	// take the CPU from a PostgreSQL side.
 	for _, n := range o.Concurrency {
 		pt := Point{Clients: n, Sides: map[string]Side{}}
-		hists := map[string]*bench.Histogram{Postgres: bench.NewHistogram(), PostgresTwo: bench.NewHistogram(), Naive: bench.NewHistogram()}
-		logRatio, logRatioTwo := 0.0, 0.0
+		hists := map[string]*bench.Histogram{}
+		for _, name := range pgSides {
+			hists[name] = bench.NewHistogram()
+		}
+		logRatio := map[string]float64{}
 		for round := range o.Rounds {
-			order := []string{Postgres, PostgresTwo, Naive}
+			order := slices.Clone(pgSides)
 			if round%2 == 1 {
 				slices.Reverse(order)
 			}
@@ -186,16 +211,18 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 				pt.Sides[name] = sd
 				o.Logf("%d clients, round %d: %s %.0f/s", n, round+1, name, ps)
 			}
-			logRatio += math.Log(perSec[Postgres] / perSec[Naive])
-			logRatioTwo += math.Log(perSec[PostgresTwo] / perSec[Naive])
+			for side, base := range baseline {
+				logRatio[side] += math.Log(perSec[side] / perSec[base])
+			}
 		}
 		for name, h := range hists {
 			sd := pt.Sides[name]
 			sd.Requests, sd.Latency = h.Count(), h.Latency()
 			pt.Sides[name] = sd
 		}
-		pt.Ratio = math.Exp(logRatio / float64(o.Rounds))
-		pt.RatioTwo = math.Exp(logRatioTwo / float64(o.Rounds))
+		ratio := func(side string) float64 { return math.Exp(logRatio[side] / float64(o.Rounds)) }
+		pt.Ratio, pt.RatioTwo = ratio(Postgres), ratio(PostgresTwo)
+		pt.RatioBare, pt.RatioBareTwo = ratio(PostgresBare), ratio(PostgresBareTwo)
 		rep.Points = append(rep.Points, pt)
 	}
 	for i, n := range o.Concurrency {
@@ -264,11 +291,20 @@ func bytesPerKey(ctx context.Context, pg *pgstore.Store, nv *naive, e *engine.En
 	if err != nil {
 		return nil, err
 	}
-	out[Postgres] = b / float64(keys[Postgres]+keys[PostgresTwo]) // both sides' keys, in the same tables
+	pgKeys := keys[Postgres] + keys[PostgresTwo] + keys[PostgresBare] + keys[PostgresBareTwo] // all in the same tables
+	out[Postgres] = b / float64(pgKeys)
+	if b, err = size("idemkv_records"); err != nil {
+		return nil, err
+	}
+	out[RecordOnly(Postgres)] = b / float64(pgKeys)
 	if b, err = size("naive_records", "naive_data"); err != nil {
 		return nil, err
 	}
 	out[Naive] = b / float64(keys[Naive])
+	if b, err = size("naive2_records"); err != nil {
+		return nil, err
+	}
+	out[NaiveTwo] = b / float64(keys[NaiveTwo])
 	if err := e.Flush(); err != nil {
 		return nil, err
 	}
@@ -283,6 +319,10 @@ func bytesPerKey(ctx context.Context, pg *pgstore.Store, nv *naive, e *engine.En
 	return out, nil
 }
 
+// RecordOnly names a side's bytes per key of its records' table alone
+// (in Report.BytesPerKey).
+func RecordOnly(side string) string { return side + "-records" }
+
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -296,8 +336,17 @@ func (r *Report) Print(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "bytes per completed key at rest: pgstore %.0f, naive SQL %.0f, engine %.0f\n",
-		r.BytesPerKey[Postgres], r.BytesPerKey[Naive], r.BytesPerKey[Engine])
+	fmt.Fprintln(w, "without an effect:")
+	fmt.Fprintln(tw, "clients\tRunLocal/s\tratio\tclaim+complete/s\tratio\tnaive 2-statement SQL/s\t")
+	for _, p := range r.Points {
+		pg, two, nv := p.Sides[PostgresBare], p.Sides[PostgresBareTwo], p.Sides[NaiveTwo]
+		fmt.Fprintf(tw, "%d\t%.0f\t%.2f×\t%.0f\t%.2f×\t%.0f\t\n", p.Clients, pg.PerSec, p.RatioBare, two.PerSec, p.RatioBareTwo, nv.PerSec)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "bytes per completed key at rest: pgstore %.0f, naive SQL %.0f, engine %.0f; records alone: pgstore %.0f, naive 2-statement %.0f\n",
+		r.BytesPerKey[Postgres], r.BytesPerKey[Naive], r.BytesPerKey[Engine], r.BytesPerKey[RecordOnly(Postgres)], r.BytesPerKey[NaiveTwo])
 	return err
 }
 
