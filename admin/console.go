@@ -5,11 +5,11 @@ import (
 	"embed"
 	"html/template"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -34,6 +34,11 @@ type console struct {
 	sessions sessions
 	pages    map[string]*template.Template
 	static   http.Handler
+
+	// The overview's figures, and when they were read (overviewData).
+	ovMu sync.Mutex
+	ov   overviewData
+	ovAt time.Time
 }
 
 // consolePages are the pages, each a template file under console/ that
@@ -43,8 +48,8 @@ var consolePages = []string{"login", "overview", "records", "record", "unsettled
 func newConsole(a *api) (*console, error) {
 	c := &console{a: a, pages: make(map[string]*template.Template)}
 	funcs := template.FuncMap{
-		"ago":   func(t time.Time) string { return ago(a.o.Now(), t) },
-		"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+		"ago":   func(t any) string { return ago(a.o.Now(), timeOf(t)) },
+		"stamp": func(t any) string { return timeOf(t).UTC().Format("2006-01-02 15:04:05 UTC") },
 		"q":     queryOf,
 	}
 	for _, p := range consolePages {
@@ -215,6 +220,20 @@ func queryOf(pairs ...any) template.URL {
 	return template.URL(v.Encode()) // encoded: safe in an attribute
 }
 
+// timeOf is a template's time argument: a time.Time, or a pointer to one
+// (RecordView.LeaseExpires).
+func timeOf(v any) time.Time {
+	switch t := v.(type) {
+	case time.Time:
+		return t
+	case *time.Time:
+		if t != nil {
+			return *t
+		}
+	}
+	return time.Time{}
+}
+
 // ago says how long before now t was, coarsely.
 func ago(now, t time.Time) string {
 	if t.IsZero() {
@@ -235,9 +254,4 @@ func ago(now, t time.Time) string {
 // recordID reads a record's identity from a page's query or form.
 func recordID(v url.Values) idemkv.ID {
 	return idemkv.ID{Tenant: v.Get("tenant"), Endpoint: v.Get("endpoint"), Key: v.Get("key")}
-}
-
-// logAttrs names a record in the log without its key.
-func logAttrs(id idemkv.ID) []any {
-	return []any{slog.String("tenant", id.Tenant), slog.String("endpoint", id.Endpoint), slog.String("key_hash", id.Hash())}
 }

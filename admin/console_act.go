@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/redact"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/idemkv/idemkv/saga"
 )
@@ -36,7 +37,7 @@ var actionHelp = map[string]string{
 		"(a payment is rebuilt from its intent), and retries get that outcome.",
 	"no-effect": "You say the operation provably did not happen. What it held is given back and the record goes: " +
 		"a retry runs it anew.",
-	"evict": "The record goes, whatever its state, and the next request with its key runs anew. " +
+	"evict": "The record goes, in any state but in progress under a live lease, and the next request with its key runs anew. " +
 		"Use it for a record that must not be replayed.",
 }
 
@@ -97,6 +98,7 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess session) {
 			c.message(w, r, sess, http.StatusOK, "Nothing changed", err.Error())
 			return
 		}
+		c.a.logPanic(id, err)
 		c.fail(w, r, sess, err)
 		return
 	}
@@ -137,8 +139,10 @@ func (c *console) verify(ctx context.Context, id idemkv.ID, token uint64, note s
 	ans, err := (&ResolveOptions{Reconciler: c.a.o.Reconciler, Timeout: c.a.o.ResolveTimeout}).orDefault().
 		call(ctx, "the reconciler", func(ctx context.Context) (reconcile.Answer, error) { return c.a.o.Reconciler.Reconcile(ctx, rec) })
 	switch {
+	case errors.As(err, new(*PanicError)):
+		return AuditEntry{}, err
 	case err != nil:
-		return AuditEntry{}, fmt.Errorf("%w: %v", errUnknownAnswer, err)
+		return AuditEntry{}, fmt.Errorf("%w (%v)", errUnknownAnswer, redact.Key(err.Error(), id.Key, id.Hash()))
 	case ans.Verdict == reconcile.Applied, ans.Verdict == reconcile.NotApplied:
 	default:
 		return AuditEntry{}, fmt.Errorf("%w (%s)", errUnknownAnswer, ans.Reason)

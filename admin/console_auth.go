@@ -150,12 +150,14 @@ func (a *api) validToken(tok string) bool {
 
 // consoleHeaders are on every console answer: nothing but the console's
 // own scripts, styles and images, no framing, no sniffing, no caching,
-// no referrer (a page's address holds keys).
+// no referrer to another site (a page's address holds keys; within the
+// console it is kept, as a browser sends "Origin: null" on a form's POST
+// from a page with no referrer at all, and sameOrigin refuses that).
 func consoleHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
 		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 }

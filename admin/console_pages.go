@@ -51,7 +51,28 @@ type outboxSummary struct {
 
 type statRow struct{ Name, Value string }
 
+// overviewFresh is how long the overview's figures are served again
+// before they are read anew: every open overview polls every 2 s, and
+// counting what awaits settling reads up to 20,000 records.
+const overviewFresh = 2 * time.Second
+
+// overviewData returns the overview's figures, read at most once every
+// overviewFresh.
 func (c *console) overviewData(ctx context.Context) (overviewData, error) {
+	c.ovMu.Lock()
+	defer c.ovMu.Unlock()
+	if !c.ovAt.IsZero() && time.Since(c.ovAt) < overviewFresh {
+		return c.ov, nil
+	}
+	d, err := c.readOverview(ctx)
+	if err != nil {
+		return d, err
+	}
+	c.ov, c.ovAt = d, time.Now()
+	return d, nil
+}
+
+func (c *console) readOverview(ctx context.Context) (overviewData, error) {
 	a := c.a
 	d := overviewData{Now: a.o.Now(), Health: "ok"}
 	if h, ok := a.store.(interface{ Health(context.Context) error }); ok {
@@ -122,7 +143,7 @@ func outboxNow(ctx context.Context, ob idemkv.Outbox, now time.Time) (outboxSumm
 	s := outboxSummary{Acked: acked, Last: last}
 	if last > acked {
 		s.LagEvents = last - acked
-		evs, err := ob.ReadOutbox(ctx, acked, 1)
+		evs, err := peekOutbox(ctx, ob, acked, 1)
 		if err != nil {
 			return outboxSummary{}, err
 		}
@@ -132,6 +153,21 @@ func outboxNow(ctx context.Context, ob idemkv.Outbox, now time.Time) (outboxSumm
 		}
 	}
 	return s, nil
+}
+
+// outboxPeeker is an Outbox whose ReadOutbox does more than read
+// (pgstore's holds the outbox for its relay, which stops the relays of
+// other processes), and which can also just read.
+type outboxPeeker interface {
+	PeekOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error)
+}
+
+// peekOutbox reads events without side effects on the relays.
+func peekOutbox(ctx context.Context, ob idemkv.Outbox, after uint64, limit int) ([]idemkv.StoredEvent, error) {
+	if p, ok := ob.(outboxPeeker); ok {
+		return p.PeekOutbox(ctx, after, limit)
+	}
+	return ob.ReadOutbox(ctx, after, limit)
 }
 
 // flatten turns the store's figures (Options.Stats, any JSON) into rows.
@@ -261,7 +297,7 @@ var doneText = map[string]string{
 }
 
 // maxHashScan bounds the records a search by key hash reads.
-const maxHashScan = 200000
+const maxHashScan = 100000
 
 func (c *console) record(w http.ResponseWriter, r *http.Request, sess session) {
 	q := r.URL.Query()
@@ -314,7 +350,7 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess session) {
 	}
 	d.Unsettled = rec.State == idemkv.StateUncertain ||
 		rec.State == idemkv.StateInProgress && rec.Mode == idemkv.ModeRemote && !c.a.o.Now().Before(rec.LeaseExpires)
-	d.Actions = c.actions(&rec, d.Unsettled)
+	d.Actions = c.actions(&rec, d.Unsettled, c.a.o.Now())
 	c.render(w, http.StatusOK, "record", view{Title: "Record", Nav: "records", CSRF: sess.csrf, Body: d})
 }
 
@@ -347,7 +383,7 @@ func (c *console) findByHash(ctx context.Context, tenant, hash string) (*idemkv.
 
 // actions are the settling actions the record page offers: those the API
 // would take, given what the service configured.
-func (c *console) actions(rec *idemkv.Record, unsettled bool) []string {
+func (c *console) actions(rec *idemkv.Record, unsettled bool, now time.Time) []string {
 	if c.a.o.Audit == nil {
 		return nil
 	}
@@ -358,7 +394,8 @@ func (c *console) actions(rec *idemkv.Record, unsettled bool) []string {
 		}
 		acts = append(acts, "applied", "no-effect")
 	}
-	if _, ok := c.a.store.(idemkv.Evicter); ok {
+	live := rec.State == idemkv.StateInProgress && now.Before(rec.LeaseExpires)
+	if _, ok := c.a.store.(idemkv.Evicter); ok && !live { // a live attempt is not evicted
 		acts = append(acts, "evict")
 	}
 	return acts
@@ -413,7 +450,7 @@ func (c *console) outbox(w http.ResponseWriter, r *http.Request, sess session) {
 	d := outboxData{Summary: s}
 	topics := map[string]int{}
 	for after := s.Acked; d.Read < outboxRead; {
-		evs, err := ob.ReadOutbox(r.Context(), after, 1000)
+		evs, err := peekOutbox(r.Context(), ob, after, 1000)
 		if err != nil {
 			c.fail(w, r, sess, err)
 			return

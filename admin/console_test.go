@@ -74,7 +74,9 @@ func (b *browser) signIn() {
 // cookie that scripts cannot read, that no other site's request carries,
 // and that ends; every answer forbids framing and foreign scripts.
 func TestConsoleSignIn(t *testing.T) {
-	_, srv, _ := serveAudited(t)
+	e, srv, _ := serveAudited(t)
+	_, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("running"), Fingerprint: []byte{1}}) // a live lease on its page
+	require.NoError(t, err)
 	b := newBrowser(t, srv)
 	status, h, _ := b.do("GET", "/console/records", nil, nil)
 	require.Equal(t, http.StatusSeeOther, status)
@@ -95,7 +97,8 @@ func TestConsoleSignIn(t *testing.T) {
 	}
 	require.NotContains(t, cookie, "Secure", "plain HTTP: a Secure cookie would never come back")
 	for _, page := range []string{"/console/", "/console/records", "/console/records?list=1&state=uncertain",
-		"/console/unsettled", "/console/unsettled?escalated=true", "/console/outbox", "/console/sagas", "/console/overview.json"} {
+		"/console/unsettled", "/console/unsettled?escalated=true", "/console/outbox", "/console/sagas", "/console/overview.json",
+		"/console/record?" + url.Values{"tenant": {"acct_1"}, "endpoint": {"POST /v1/payments"}, "key": {"running"}}.Encode()} {
 		status, _, body := b.do("GET", page, nil, nil)
 		require.Equal(t, http.StatusOK, status, "%s: %s", page, body)
 	}

@@ -26,6 +26,16 @@
 //	POST /admin/v1/sweep                             one sweeper pass
 //	POST /admin/v1/backup  {"dir": "/abs/path"}      a consistent copy, while the service runs
 //
+// The same handler serves the operator's console, the API as web pages,
+// at /console/ (Options.NoConsole turns it off): sign-in with the token
+// and a session cookie, an overview that refreshes itself, records found
+// and listed, the unsettled queue, confirmed actions (ask the reconciler,
+// resolve, evict) that call Resolve and Evict, sagas as timelines, and
+// the outbox's lag. Its pages are rendered on the server (html/template)
+// from assets embedded in the binary; every POST carries a CSRF token and
+// every page a Content-Security-Policy that forbids framing and foreign
+// scripts.
+//
 // A resolve goes through the application whose record it settles
 // (Options.Settler, Options.Reconciler; see ResolveOptions): an applied
 // one writes what the service writes with a payment it made, a no-effect
@@ -43,7 +53,10 @@
 //
 //   - Serve it on a listener of its own, on loopback unless the network
 //     in between is trusted: the token is a bearer secret, sent in the
-//     clear over plain HTTP.
+//     clear over plain HTTP, and so is the console's session cookie.
+//   - The console's sessions live in the process: a restart signs its
+//     operators out. Its sign-in is not rate limited; the token's length
+//     (MinTokenLen) is what stands against guessing.
 //   - A record's answer holds its key and result pointer (the operator
 //     asked for them); its response body only as a size.
 //   - A backup's directory is a path on the service's machine.

@@ -118,7 +118,7 @@ func exportOutbox(ctx context.Context, ob idemkv.Outbox, enc *json.Encoder, n *E
 		return err
 	}
 	for after := acked; after < last; {
-		evs, err := ob.ReadOutbox(ctx, after, 1000)
+		evs, err := peekOutbox(ctx, ob, after, 1000) // not ReadOutbox: no hold on the relays
 		if err != nil {
 			return err
 		}

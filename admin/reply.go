@@ -56,9 +56,14 @@ func problemFor(err error) problem {
 		return problem{http.StatusInternalServerError, ProblemInternal, ErrAudit.Error(), true}
 	case errors.Is(err, ErrAuditUnavailable):
 		return problem{http.StatusServiceUnavailable, ProblemUnavailable, ErrAuditUnavailable.Error(), true}
+	case errors.Is(err, idemkv.ErrConflict):
+		return problem{http.StatusConflict, ProblemConflict, err.Error(), false}
 	case errors.Is(err, ErrNoReconciler):
 		return problem{http.StatusNotFound, ProblemNotFound, err.Error() + ": resolve without verify, on your own word", false}
-	case errors.As(err, new(*PanicError)): // a bug in the application, logged by resolve
+	case errors.Is(err, idemkv.ErrClosed), errors.Is(err, idemkv.ErrFailed):
+		// The store, not the application, failed, whatever wraps it.
+		return problem{http.StatusServiceUnavailable, ProblemUnavailable, "the store is not serving", true}
+	case errors.As(err, new(*PanicError)): // a bug in the application, logged where it was caught
 		return problem{http.StatusInternalServerError, ProblemInternal,
 			"the service panicked settling the record; nothing was changed (its log has the panic)", false}
 	case errors.Is(err, ErrDownstreamDisagrees):
@@ -74,10 +79,8 @@ func problemFor(err error) problem {
 		return problem{http.StatusBadRequest, ProblemInvalidRequest, err.Error(), false}
 	case errors.Is(err, os.ErrExist):
 		return problem{http.StatusConflict, ProblemConflict, "the backup's directory exists", false}
-	case errors.Is(err, idemkv.ErrWrongState), errors.Is(err, idemkv.ErrFenced), errors.Is(err, idemkv.ErrConflict):
+	case errors.Is(err, idemkv.ErrWrongState), errors.Is(err, idemkv.ErrFenced):
 		return problem{http.StatusConflict, ProblemConflict, err.Error(), false}
-	case errors.Is(err, idemkv.ErrClosed), errors.Is(err, idemkv.ErrFailed):
-		return problem{http.StatusServiceUnavailable, ProblemUnavailable, "the store is not serving", true}
 	}
 	return problem{http.StatusInternalServerError, ProblemInternal, "the store failed the call", true}
 }

@@ -237,12 +237,17 @@ func (a *api) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	entry, err := Resolve(r.Context(), a.store, a.o.Audit, req,
 		&ResolveOptions{Settler: a.o.Settler, Reconciler: a.o.Reconciler, Timeout: a.o.ResolveTimeout})
+	a.logPanic(req.ID(), err)
+	a.answerWrite(w, r, entry, err)
+}
+
+// logPanic logs err if it is a panic of the service's caught settling
+// id (PanicError), without the key.
+func (a *api) logPanic(id idemkv.ID, err error) {
 	if pe := (*PanicError)(nil); errors.As(err, &pe) {
-		id := req.ID()
 		a.o.Logger.Error("admin: the service panicked settling a record; nothing was changed", "tenant", id.Tenant,
 			"endpoint", id.Endpoint, "key_hash", id.Hash(), "in", pe.In, "panic", redact.Key(fmt.Sprint(pe.Value), id.Key, id.Hash()))
 	}
-	a.answerWrite(w, r, entry, err)
 }
 
 // evict answers POST /admin/v1/evict with the audit entry.

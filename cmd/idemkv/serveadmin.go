@@ -17,6 +17,7 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/saga"
 )
 
 // adminTokenEnv holds the admin API's bearer token when no
@@ -49,6 +50,10 @@ func adminHandler(st serveStore, svc *payments.Service, token string, audit *adm
 	if svc != nil {
 		through := settleThrough(svc)
 		o.Settler, o.Reconciler = through.Settler, through.Reconciler
+		o.Steps = []string{"charge"} // a payment's one downstream call
+		if orders := svc.Orders(); orders != nil {
+			o.Sagas = []*saga.Runner{orders}
+		}
 	}
 	switch s := st.(type) {
 	case *engine.Engine:
