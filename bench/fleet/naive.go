@@ -49,11 +49,17 @@ func openNaive(ctx context.Context, dsn string, conns int32) (*naive, error) {
 
 var errTaken = errors.New("naive baseline: a new key was already taken")
 
-// request runs request i of stream: insert the key if absent (with a
-// lease), write the effect, complete the record.
-func (n *naive) request(ctx context.Context, stream, i uint64, tenants int) error {
+// request runs request i of stream as a service writes it by hand,
+// autocommit statements on tables of the store's shape: insert the key if
+// absent (with a lease), write the effect if effect (naive_ tables; else
+// naive2_), complete the record.
+func (n *naive) request(ctx context.Context, stream, i uint64, tenants int, effect bool) error {
+	records := "naive2_records"
+	if effect {
+		records = "naive_records"
+	}
 	id := bench.Key(stream, i, tenants)
-	tag, err := n.pool.Exec(ctx, `INSERT INTO naive_records (tenant, endpoint, key, state, fingerprint, lease_expires)
+	tag, err := n.pool.Exec(ctx, `INSERT INTO `+records+` (tenant, endpoint, key, state, fingerprint, lease_expires)
 		VALUES ($1, $2, $3, 1, $4, now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
 		id.Tenant, id.Endpoint, id.Key, bench.Fingerprint(stream, i, false))
 	if err != nil {
@@ -62,34 +68,15 @@ func (n *naive) request(ctx context.Context, stream, i uint64, tenants int) erro
 	if tag.RowsAffected() == 0 {
 		return errTaken
 	}
-	k, v := bench.Effect(id, stream, i)
-	if _, err := n.pool.Exec(ctx, `INSERT INTO naive_data (k, v) VALUES ($1, $2)
-		ON CONFLICT (k) DO UPDATE SET v = excluded.v`, k, v); err != nil {
-		return err
+	if effect {
+		k, v := bench.Effect(id, stream, i)
+		if _, err := n.pool.Exec(ctx, `INSERT INTO naive_data (k, v) VALUES ($1, $2)
+			ON CONFLICT (k) DO UPDATE SET v = excluded.v`, k, v); err != nil {
+			return err
+		}
 	}
 	r := bench.Result(stream, i, nil)
-	_, err = n.pool.Exec(ctx, `UPDATE naive_records SET state = 3, status = $4, pointer = $5, body = $6,
-		lease_expires = NULL, expires = now() + interval '24 hours'
-		WHERE tenant = $1 AND endpoint = $2 AND key = $3`, id.Tenant, id.Endpoint, id.Key, r.Status, r.Pointer, r.Body)
-	return err
-}
-
-// request2 runs request i of stream without an effect, as a service
-// writes it by hand: insert the key if absent (with a lease), then
-// complete it; two autocommit statements.
-func (n *naive) request2(ctx context.Context, stream, i uint64, tenants int) error {
-	id := bench.Key(stream, i, tenants)
-	tag, err := n.pool.Exec(ctx, `INSERT INTO naive2_records (tenant, endpoint, key, state, fingerprint, lease_expires)
-		VALUES ($1, $2, $3, 1, $4, now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
-		id.Tenant, id.Endpoint, id.Key, bench.Fingerprint(stream, i, false))
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return errTaken
-	}
-	r := bench.Result(stream, i, nil)
-	_, err = n.pool.Exec(ctx, `UPDATE naive2_records SET state = 3, status = $4, pointer = $5, body = $6,
+	_, err = n.pool.Exec(ctx, `UPDATE `+records+` SET state = 3, status = $4, pointer = $5, body = $6,
 		lease_expires = NULL, expires = now() + interval '24 hours'
 		WHERE tenant = $1 AND endpoint = $2 AND key = $3`, id.Tenant, id.Endpoint, id.Key, r.Status, r.Pointer, r.Body)
 	return err

@@ -161,11 +161,11 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	do := map[string]func(ctx context.Context, stream, i uint64) error{
 		Postgres:        func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants, true) },
 		PostgresTwo:     func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants, true) },
-		Naive:           func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants) },
+		Naive:           func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants, true) },
 		Engine:          func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, e, s, i, o.Tenants, true) },
 		PostgresBare:    func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants, false) },
 		PostgresBareTwo: func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants, false) },
-		NaiveTwo:        func(ctx context.Context, s, i uint64) error { return nv.request2(ctx, s, i, o.Tenants) },
+		NaiveTwo:        func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants, false) },
 	}
 	rep := &Report{Keys: map[string]int64{}}
 	var stream uint64
