@@ -27,9 +27,14 @@ import (
 	"github.com/idemkv/idemkv/internal/tier"
 )
 
-// failoverKeysEnv sets TestServeSurvivesFailover's keys (default 200);
-// IDEMKV_KILL_SEED its seed, as for TestServeKillLoop.
-const failoverKeysEnv = "IDEMKV_FAILOVER_KEYS"
+// failoverKeysEnv sets TestServeSurvivesFailover's keys (default 200 a
+// failover); failoverRoundsEnv its failovers (default 1; the long form,
+// docs/reliability.md, runs 5); IDEMKV_KILL_SEED its seed, as for
+// TestServeKillLoop.
+const (
+	failoverKeysEnv   = "IDEMKV_FAILOVER_KEYS"
+	failoverRoundsEnv = "IDEMKV_FAILOVER_ROUNDS"
+)
 
 // TestServeSurvivesFailover loses the database under a running fleet: two
 // "idemkv serve" child processes share a PostgreSQL primary that has a
@@ -41,19 +46,22 @@ const failoverKeysEnv = "IDEMKV_FAILOVER_KEYS"
 // When a random share of the keys is acknowledged, the primary is crashed
 // (SIGKILL to all its processes) and, after a random outage, the standby
 // is promoted, as a failover manager would; the processes are not told,
-// and find the new primary through the URL.
+// and find the new primary through the URL. With more than one round
+// (IDEMKV_FAILOVER_ROUNDS), the lost primary is then rebuilt, on its own
+// address, as the synchronous standby of the new one, which is crashed in
+// its turn once more keys are acknowledged, and so on.
 //
-// During the outage the service must answer 503 store-unavailable (a
+// During each outage the service must answer 503 store-unavailable (a
 // problem+json, with Retry-After) to what it cannot claim or settle, or
 // 409/504 as at any time, and nothing else. At the end every key has
 // been answered 201, every payment acknowledged before, during or after
-// the failover is on the promoted standby (lost 0: a 201 follows a
-// commit the standby confirmed), no key made two payments or two charges
+// the failovers is on the last primary (lost 0: a 201 follows a commit
+// the standby confirmed), no key made two payments or two charges
 // (doubled 0), nothing is left to settle, and idemkv check --store finds
-// the new primary sound.
+// the last primary sound.
 func TestServeSurvivesFailover(t *testing.T) {
 	tier.Require(t, "starts a primary, a standby and two serve processes, and fails over")
-	keys, seed := failoverKnobs(t)
+	keys, rounds, seed := failoverKnobs(t)
 	rng := rand.New(rand.NewPCG(seed, 0x6661696c))
 
 	primary := pgtest.Start(t)
@@ -79,69 +87,85 @@ func TestServeSurvivesFailover(t *testing.T) {
 	ans := &answerLog{}
 	hc := client.New(ans, &client.Options{MaxAttempts: 4, MaxInterval: 200 * time.Millisecond})
 	hc.Timeout = 10 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rounds)*2*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() { q.driveTo(ctx, t, hc, pick, nil) })
 	}
 
-	// Crash the primary once a random share of the keys is acknowledged,
-	// with the clients at full speed.
-	killAfter := keys/5 + rng.IntN(keys*2/5)
-	waitAcked(t, ctx, q, killAfter)
-	ackedAtKill := q.ackedCount()
-	ans.phase.Store(phaseOutage)
-	killed := time.Now()
-	primary.Kill()
-	// The outage: as long as a failover manager would take to decide,
-	// shortened.
-	<-time.NewTimer(time.Duration(300+rng.IntN(700)) * time.Millisecond).C
-	// And at least until the service has told a client the store is away.
-	ans.waitFor(t, ctx, phaseOutage, "503 store-unavailable")
-	ackedAtPromote := q.ackedCount()
-	promoting := time.Now()
-	standby.Promote(t)
-	promoted := time.Now()
-	ans.phase.Store(phaseAfter)
+	servers := [2]*pgtest.Server{primary, standby} // servers[cur] is the primary
+	cur := 0
+	for round := range rounds {
+		// Crash the primary once a random share of this round's keys is
+		// acknowledged, with the clients at full speed.
+		share := keys / (rounds + 1)
+		killAfter := round*share + share/2 + rng.IntN(share)
+		waitAcked(t, ctx, q, killAfter)
+		ackedAtKill := q.ackedCount()
+		seen := ans.count(phaseOutage, "503 store-unavailable")
+		ans.phase.Store(phaseOutage)
+		killed := time.Now()
+		servers[cur].Kill()
+		// The outage: as long as a failover manager would take to decide,
+		// shortened.
+		<-time.NewTimer(time.Duration(300+rng.IntN(700)) * time.Millisecond).C
+		// And at least until the service has told a client the store is away.
+		ans.waitFor(t, ctx, phaseOutage, "503 store-unavailable", seen)
+		ackedAtPromote := q.ackedCount()
+		promoting := time.Now()
+		servers[1-cur].Promote(t)
+		promoted := time.Now()
+		ans.phase.Store(phaseAfter)
+		t.Logf("failover %d: acknowledged %d at the kill, %d at the promotion; outage %v, promotion %v",
+			round+1, ackedAtKill, ackedAtPromote, promoting.Sub(killed).Round(time.Millisecond), promoted.Sub(promoting).Round(time.Millisecond))
+		if round < rounds-1 {
+			rebuilding := time.Now()
+			servers[cur].Rebuild(t, servers[1-cur], true)
+			t.Logf("failover %d: the lost primary rebuilt as the new standby in %v", round+1, time.Since(rebuilding).Round(time.Millisecond))
+		}
+		cur = 1 - cur
+	}
 
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "keys never answered after the failover")
 	require.Empty(t, q.todo, "keys never answered after the failover")
-	newPrimary := standby.DSN(db)
+	newPrimary := servers[cur].DSN(db)
 	lost, doubled := countPayments(t, hc, pick(), q, keys)
 	charges := requireOneChargePerKey(t, purl, keys)
 	for _, srv := range srvs {
 		require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, srv.cmd.Wait(), "graceful shutdown")
 	}
-	requireStoreCheckClean(t, newPrimary, "on the promoted standby")
+	requireStoreCheckClean(t, newPrimary, "on the last promoted standby")
 	requireNothingToSettle(t, newPrimary)
 
 	ans.requireOnlyRetryable(t)
-	firstOK := ans.firstAfterPromotion()
-	require.False(t, firstOK.IsZero(), "no 201 after the promotion")
-	t.Logf("%d keys, %d requests (%d attempts), lost %d, doubled %d; processor: %d charges",
-		keys, q.sent.Load(), ans.attempts.Load(), lost, doubled, charges)
-	t.Logf("acknowledged: %d when the primary was killed, %d when the standby was promoted, %d at the end",
-		ackedAtKill, ackedAtPromote, q.ackedCount())
-	t.Logf("outage %v (kill to promotion), promotion took %v, first 201 after the promotion %v after the kill (%v after the promotion; clients wait out a 503's Retry-After of 1 s)",
-		promoting.Sub(killed).Round(time.Millisecond), promoted.Sub(promoting).Round(time.Millisecond),
-		firstOK.Sub(killed).Round(time.Millisecond), firstOK.Sub(promoted).Round(time.Millisecond))
+	require.False(t, ans.firstAfterPromotion().IsZero(), "no 201 after a promotion")
+	t.Logf("%d keys, %d failovers, %d requests (%d attempts), lost %d, doubled %d; processor: %d charges",
+		keys, rounds, q.sent.Load(), ans.attempts.Load(), lost, doubled, charges)
 	for p, name := range phaseNames {
 		t.Logf("answers %s: %s", name, ans.summary(p))
 	}
 }
 
-// failoverKnobs reads TestServeSurvivesFailover's keys from
-// IDEMKV_FAILOVER_KEYS (default 200) and its seed from IDEMKV_KILL_SEED
-// (default: the clock), and logs the seed.
-func failoverKnobs(t *testing.T) (keys int, seed uint64) {
-	keys = 200
+// failoverKnobs reads TestServeSurvivesFailover's failovers from
+// IDEMKV_FAILOVER_ROUNDS (default 1), its keys from IDEMKV_FAILOVER_KEYS
+// (default 200 a failover) and its seed from IDEMKV_KILL_SEED (default:
+// the clock), and logs the seed.
+func failoverKnobs(t *testing.T) (keys, rounds int, seed uint64) {
+	rounds = 1
+	if s := os.Getenv(failoverRoundsEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, n, 1, failoverRoundsEnv)
+		rounds = n
+	}
+	keys = 200 * rounds
 	if s := os.Getenv(failoverKeysEnv); s != "" {
 		n, err := strconv.Atoi(s)
 		require.NoError(t, err)
-		require.GreaterOrEqual(t, n, 10, failoverKeysEnv)
+		require.GreaterOrEqual(t, n, 10*rounds, failoverKeysEnv)
 		keys = n
 	}
 	seed = uint64(time.Now().UnixNano())
@@ -151,7 +175,7 @@ func failoverKnobs(t *testing.T) (keys int, seed uint64) {
 		seed = n
 	}
 	t.Logf("seed %d (rerun with %s=%d)", seed, killSeedEnv, seed)
-	return keys, seed
+	return keys, rounds, seed
 }
 
 func (q *keyQueue) ackedCount() int {
@@ -177,11 +201,11 @@ func waitAcked(t *testing.T, ctx context.Context, q *keyQueue, n int) {
 // The phases of a failover, as answerLog records them.
 const (
 	phaseBefore = iota // the primary is up
-	phaseOutage        // from the primary's crash to the standby's promotion
-	phaseAfter         // the standby is the primary
+	phaseOutage        // from a primary's crash to its standby's promotion
+	phaseAfter         // the standby is the primary (until the next crash)
 )
 
-var phaseNames = [...]string{"before the kill", "during the outage", "after the promotion"}
+var phaseNames = [...]string{"before the first kill", "during an outage", "after a promotion"}
 
 // answerLog is the clients' base transport, under their retrying one: it
 // records the answer to every attempt, by the phase of the failover in
@@ -265,18 +289,20 @@ func (a *answerLog) flag(s string) {
 	a.mu.Unlock()
 }
 
-// waitFor waits until an attempt has been answered answer in phase.
-func (a *answerLog) waitFor(t *testing.T, ctx context.Context, phase int, answer string) {
+// count is how many attempts were answered answer in phase so far.
+func (a *answerLog) count(phase int, answer string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.mu.counts[phase][answer]
+}
+
+// waitFor waits until more than seen attempts have been answered answer
+// in phase.
+func (a *answerLog) waitFor(t *testing.T, ctx context.Context, phase int, answer string, seen int) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		a.mu.Lock()
-		n := a.mu.counts[phase][answer]
-		a.mu.Unlock()
-		if n > 0 {
-			return
-		}
+	for a.count(phase, answer) <= seen {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("no answer %q %s: %v", answer, phaseNames[phase], ctx.Err())

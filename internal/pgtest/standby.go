@@ -127,13 +127,54 @@ func (s *Server) startStandby(sync bool) (_ *Server, err error) {
 	if err := sb.startOnFreePort(); err != nil {
 		return nil, err
 	}
+	return sb, s.awaitStandby(name, sync)
+}
+
+// Rebuild makes s, a server that is not running (after Kill or Stop), a
+// standby of primary, as an operator rebuilds a lost primary as the
+// standby of the one promoted in its place: s's data directory is
+// replaced by a base backup of primary, and s starts on its own port
+// again, so that a client's multi-host URL naming both servers still
+// names them. With sync, primary waits for s at every commit, as with
+// StartStandby. It returns once primary reports s streaming (and, with
+// sync, synchronous); it fails the test if s is running, or the backup
+// or the start fails, or s does not stream within 60 s.
+func (s *Server) Rebuild(t testing.TB, primary *Server, sync bool) {
+	t.Helper()
+	s.mu.Lock()
+	running := s.mu.proc != nil
+	s.mu.Unlock()
+	if running {
+		t.Fatalf("pgtest: Rebuild of the running server on port %d", s.port)
+	}
+	name := fmt.Sprintf("standby%d", standbys.Add(1))
+	err := os.RemoveAll(s.DataDir())
+	if err == nil {
+		err = s.baseBackup(primary, name)
+	}
+	if err == nil {
+		s.mu.Lock()
+		err = s.startLocked()
+		s.mu.Unlock()
+	}
+	if err == nil {
+		err = primary.awaitStandby(name, sync)
+	}
+	if err != nil {
+		t.Fatalf("pgtest: rebuild the server on port %d as a standby of port %d: %v", s.port, primary.port, err)
+	}
+}
+
+// awaitStandby waits until s streams to the standby name and, with sync,
+// makes s wait for it at every commit (see StartStandby).
+func (s *Server) awaitStandby(name string, sync bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	if err := s.waitReplica(ctx, name, "async", "potential", "sync", "quorum"); err != nil {
-		return nil, err
+		return err
 	}
 	if !sync {
-		return sb, nil
+		return nil
 	}
 	for _, set := range []string{
 		"ALTER SYSTEM SET synchronous_standby_names = '" + name + "'",
@@ -141,11 +182,11 @@ func (s *Server) startStandby(sync bool) (_ *Server, err error) {
 		"SELECT pg_reload_conf()",
 	} {
 		if err := s.admin(set); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := s.waitReplica(ctx, name, "sync"); err != nil {
-		return nil, err
+		return err
 	}
 	// pg_stat_replication's sync_state is computed with the settings of
 	// the session asking and of the standby's WAL sender, which both
@@ -154,7 +195,7 @@ func (s *Server) startStandby(sync bool) (_ *Server, err error) {
 	// that a synchronous standby is named. A CHECKPOINT, which the
 	// checkpointer takes only after handling the reload it was signalled,
 	// makes sure it has.
-	return sb, s.admin("CHECKPOINT")
+	return s.admin("CHECKPOINT")
 }
 
 // baseBackup copies primary's cluster into sb's data directory, as a
