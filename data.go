@@ -117,7 +117,12 @@ type Counts struct {
 	Claims    int64 // Claims that passed validation
 	Acquired  int64 // claims that acquired, takeovers included
 	Replays   int64 // claims answered with a stored outcome
-	Completed int64 // Completes that committed
+	// Mismatches counts claims answered Mismatch (the key reused with
+	// another payload), InProgress those answered InProgress (a duplicate
+	// while another attempt holds the key).
+	Mismatches int64
+	InProgress int64
+	Completed  int64 // Completes that committed
 	// Conflicts counts transactions that read something another changed
 	// before they committed, each run again or refused with ErrConflict.
 	Conflicts int64

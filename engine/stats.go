@@ -47,8 +47,6 @@ type Stats struct {
 	// Operations since Open: what every store counts (Counts), and more.
 	idemkv.Counts
 	Takeovers   int64 // acquisitions that took over an expired lease
-	InProgress  int64
-	Mismatches  int64
 	Reconciling int64 // claims answered Reconciling
 	Released    int64
 	Uncertain   int64 // MarkUncertain calls that succeeded
@@ -168,6 +166,7 @@ type Stats struct {
 func (e *Engine) Counts() idemkv.Counts {
 	c := &e.counters
 	return idemkv.Counts{Claims: c.claims.Load(), Acquired: c.acquired.Load(), Replays: c.replays.Load(),
+		Mismatches: c.mismatches.Load(), InProgress: c.inProgress.Load(),
 		Completed: c.completed.Load(), Conflicts: c.conflicts.Load(), Fenced: c.fenced.Load()}
 }
 
@@ -191,7 +190,7 @@ func (e *Engine) Stats() (Stats, error) {
 	st.ReplayCached = e.table.replay.len()
 	st.Counts = e.Counts()
 	c := &e.counters
-	st.Takeovers, st.InProgress, st.Mismatches = c.takeovers.Load(), c.inProgress.Load(), c.mismatches.Load()
+	st.Takeovers = c.takeovers.Load()
 	st.Reconciling, st.Released = c.reconciling.Load(), c.released.Load()
 	st.Uncertain, st.Renewed, st.Resolved = c.uncertain.Load(), c.renewed.Load(), c.resolved.Load()
 	st.ReplayCacheHits = c.cacheHits.Load()

@@ -171,6 +171,7 @@ func (s *Store) decide(ctx context.Context, q querier, req *idemkv.ClaimRequest,
 		return idemkv.Claim{}, true, nil
 	case !bytes.Equal(cur.Fingerprint, req.Fingerprint):
 		cur.Result = idemkv.Result{}
+		s.counter.mismatches.Add(1)
 		return idemkv.Claim{Outcome: idemkv.Mismatch, Record: *cur}, false, nil
 	case cur.State == idemkv.StateCompleted:
 		s.counter.replays.Add(1)
@@ -178,6 +179,7 @@ func (s *Store) decide(ctx context.Context, q querier, req *idemkv.ClaimRequest,
 	case cur.State == idemkv.StateUncertain:
 		return idemkv.Claim{Outcome: idemkv.Reconciling, Record: *cur}, false, nil
 	case now.Before(cur.LeaseExpires):
+		s.counter.inProgress.Add(1)
 		return idemkv.Claim{Outcome: idemkv.InProgress, Record: *cur, RetryAfter: cur.LeaseExpires.Sub(now)}, false, nil
 	case cur.Mode == idemkv.ModeLocal || req.Mode == idemkv.ModeRemote && req.Resumable:
 		return idemkv.Claim{}, true, nil // a takeover the statement did not see to make

@@ -321,7 +321,7 @@ func leaseOf(r *idemkv.Record) idemkv.Lease {
 
 // counters are the store's event counts, for Counts.
 type counters struct {
-	claims, acquired, replays, completed, conflicts, fenced atomic.Int64
+	claims, acquired, replays, mismatches, inProgress, completed, conflicts, fenced atomic.Int64
 }
 
 // Counts implements idemkv.DataStore: what this process's Store did
@@ -329,6 +329,7 @@ type counters struct {
 func (s *Store) Counts() idemkv.Counts {
 	c := &s.counter
 	return idemkv.Counts{Claims: c.claims.Load(), Acquired: c.acquired.Load(), Replays: c.replays.Load(),
+		Mismatches: c.mismatches.Load(), InProgress: c.inProgress.Load(),
 		Completed: c.completed.Load(), Conflicts: c.conflicts.Load(), Fenced: c.fenced.Load()}
 }
 

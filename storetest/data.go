@@ -43,10 +43,21 @@ func dataStore(t *testing.T, newHarness NewHarness) {
 	c, err = s.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte("fp")})
 	require.NoError(t, err)
 	require.Equal(t, idemkv.Replay, c.Outcome)
+	c, err = s.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte("another payload")})
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Mismatch, c.Outcome)
+	held := idemkv.ID{Tenant: "t", Endpoint: "POST /rows", Key: "held"}
+	for _, want := range []idemkv.Outcome{idemkv.Acquired, idemkv.InProgress} {
+		c, err = s.Claim(ctx, idemkv.ClaimRequest{ID: held, Fingerprint: []byte("fp")})
+		require.NoError(t, err)
+		require.Equal(t, want, c.Outcome)
+	}
 	now := s.Counts()
-	require.Equal(t, before.Claims+2, now.Claims)
-	require.Equal(t, before.Acquired+1, now.Acquired)
+	require.Equal(t, before.Claims+5, now.Claims)
+	require.Equal(t, before.Acquired+2, now.Acquired)
 	require.Equal(t, before.Replays+1, now.Replays)
+	require.Equal(t, before.Mismatches+1, now.Mismatches)
+	require.Equal(t, before.InProgress+1, now.InProgress)
 	require.Equal(t, before.Completed+1, now.Completed)
 
 	v, err := s.GetData(ctx, []byte("row/3"))

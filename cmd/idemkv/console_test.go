@@ -115,9 +115,23 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("token"), tok),
 		chromedp.Submit(chromedp.ID("token")),
 		chromedp.WaitVisible(chromedp.ID("health")),
-		chromedp.WaitReady(chromedp.CSS("svg#s-claims polyline")), // the script drew a chart
+		chromedp.WaitReady(chromedp.CSS(`svg#s-claims polyline[points*=" "]`)), // the script drew a chart of two polls
 		into(chromedp.Text(chromedp.ID("p-uncertain")), &text)))
 	require.Equal(t, "2", text)
+	// Keys reused with another amount: the page counts and charts them
+	// on its own.
+	for range 3 {
+		req, err := http.NewRequest("POST", url0+"/v1/payments", strings.NewReader(`{"amount":7500,"currency":"USD","card":"tok_123"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer acct_1")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
+	}
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("c-mismatches").textContent === "3"`))
+	require.NoError(t, err)
 	shoot(t, ctx, "overview")
 
 	// The unsettled queue shows both, the hostile key as text.

@@ -6,7 +6,7 @@
   var root = document.getElementById("overview");
   if (!root) { return; }
   var url = root.getAttribute("data-poll");
-  var names = ["claims", "acquired", "replays", "completed", "conflicts", "fenced"];
+  var names = ["claims", "acquired", "replays", "mismatches", "inProgress", "completed", "conflicts", "fenced"];
   var keep = 60;
   var last = null, lastAt = 0;
   var series = {};
