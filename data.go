@@ -114,9 +114,9 @@ type DataStore interface {
 // Counts are what every store counts the same way, by this process since
 // the store was opened. A store's own Stats say more.
 type Counts struct {
-	Claims    int64 // Claims that passed validation
-	Acquired  int64 // claims that acquired, takeovers included
-	Replays   int64 // claims answered with a stored outcome
+	Claims   int64 // Claims that passed validation
+	Acquired int64 // claims that acquired, takeovers included
+	Replays  int64 // claims answered with a stored outcome
 	// Mismatches counts claims answered Mismatch (the key reused with
 	// another payload), InProgress those answered InProgress (a duplicate
 	// while another attempt holds the key).
