@@ -405,8 +405,18 @@ func (c *console) actions(rec *idemkv.Record, unsettled bool, now time.Time) []s
 type unsettledData struct {
 	Escalated bool
 	Tenant    string
-	Records   []RecordView
+	Records   []unsettledRow
 	Next      string
+	// Asks: the service said when its reconciler asks (NextQuestion).
+	Asks bool
+}
+
+// unsettledRow is a record of the queue, with when the reconciler next
+// asks about it.
+type unsettledRow struct {
+	RecordView
+	Due      *time.Time // nil: at its next pass, or not (escalated)
+	Unknowns int
 }
 
 func (c *console) unsettled(w http.ResponseWriter, r *http.Request, sess session) {
@@ -418,7 +428,18 @@ func (c *console) unsettled(w http.ResponseWriter, r *http.Request, sess session
 		return
 	}
 	d := unsettledData{Escalated: req.Escalated, Tenant: req.Tenant, Next: page.Next,
-		Records: listViewOf(page.Records, "").Records}
+		Asks: c.a.o.NextQuestion != nil && !req.Escalated}
+	for i := range page.Records {
+		row := unsettledRow{RecordView: ViewOf(&page.Records[i])}
+		if d.Asks {
+			at, n := c.a.o.NextQuestion(page.Records[i])
+			if !at.IsZero() {
+				row.Due = &at
+			}
+			row.Unknowns = n
+		}
+		d.Records = append(d.Records, row)
+	}
 	c.render(w, http.StatusOK, "unsettled", view{Title: "Unsettled", Nav: "unsettled", CSRF: sess.csrf, Body: d})
 }
 

@@ -131,6 +131,33 @@ func (w *Worker) isDue(rec *idemkv.Record, now time.Time) bool {
 	return b.attempts == 0 || !now.Before(b.next)
 }
 
+// Due reports when rec is next due for this worker's question to the
+// reconciler (it is asked at the first pass from then on), and the
+// Unknown answers it got in a row. For an uncertain record whose store
+// keeps no Marked and that no pass has listed yet, it reports the zero
+// time: its grace starts when a pass first lists it. What it reports
+// holds until the record changes or a pass asks.
+func (w *Worker) Due(rec idemkv.Record) (at time.Time, attempts int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b, ok := w.backoff[rec.ID]
+	if ok && b.token != rec.Token {
+		b = retry{}
+	}
+	switch {
+	case rec.State == idemkv.StateInProgress:
+		at = rec.LeaseExpires.Add(w.o.Grace)
+	case !rec.Marked.IsZero():
+		at = rec.Marked.Add(w.o.Grace)
+	case !b.seen.IsZero():
+		at = b.seen.Add(w.o.Grace)
+	}
+	if b.attempts > 0 && b.next.After(at) {
+		at = b.next
+	}
+	return at, b.attempts
+}
+
 func (w *Worker) forgetAllBut(seen map[idemkv.ID]bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -223,6 +223,29 @@ func TestUnknownBacksOffThenEscalates(t *testing.T) {
 	v.requireSound()
 }
 
+// TestDueTellsWhenTheNextQuestionIs: Due names the moment from which a
+// pass asks about a record, after its grace and after each Unknown
+// answer's backoff: a pass just before it does not ask, a pass at it does.
+func TestDueTellsWhenTheNextQuestionIs(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	v.uncertain("k")
+	w := v.worker(d, reconcile.Options{Grace: 5 * time.Second, MinBackoff: 2 * time.Second, MaxBackoff: 8 * time.Second, MaxAttempts: 5})
+	for asked := 1; asked <= 3; asked++ {
+		rec, ok := v.state("k")
+		require.True(t, ok)
+		at, attempts := w.Due(rec)
+		require.Equal(t, asked-1, attempts)
+		require.True(t, at.After(v.clock.Now()), "due %v, now %v", at, v.clock.Now())
+		v.clock.Advance(at.Sub(v.clock.Now()) - time.Millisecond)
+		require.NoError(t, w.Pass(ctx))
+		require.Equal(t, asked-1, d.timesAsked("k"), "a pass before the record is due")
+		v.clock.Advance(time.Millisecond)
+		require.NoError(t, w.Pass(ctx))
+		require.Equal(t, asked, d.timesAsked("k"), "a pass when the record is due")
+	}
+}
+
 // TestMaxAgeEscalates: a record older than MaxAge is escalated without
 // asking.
 func TestMaxAgeEscalates(t *testing.T) {

@@ -143,6 +143,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		into(chromedp.Evaluate[string](`typeof window.pwned`), &pwned)))
 	require.Contains(t, text, key)
 	require.Contains(t, text, hostile)
+	require.Contains(t, text, "Next question") // serve's reconciler says when it asks
+	require.Regexp(t, `\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC`, text)
 	require.Equal(t, "undefined", pwned, "a key's script ran")
 	shoot(t, ctx, "unsettled")
 

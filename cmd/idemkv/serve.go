@@ -21,6 +21,7 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/reconcile"
+	"github.com/idemkv/idemkv/saga"
 )
 
 func init() {
@@ -245,8 +246,13 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		servers = append(servers, msrv)
 		go func() { errc <- msrv.Serve(mln) }()
 	}
+	rw, err := newReconciler(e, svc, c.reconcile, log, svc.Registry())
+	if err != nil {
+		closeAll()
+		return err
+	}
 	if c.adminLn != nil {
-		asrv, aln, closeAudit, err := c.adminServerFor(e, svc, log, errLog)
+		asrv, aln, closeAudit, err := c.adminServerFor(e, svc, rw, log, errLog)
 		if err != nil {
 			closeAll()
 			return err
@@ -256,11 +262,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}
-	stopReconciler, err := startReconciler(e, svc, c.reconcile, log, svc.Registry())
-	if err != nil {
-		closeAll()
-		return err
-	}
+	stopReconciler := startReconciler(rw, svc.Orders(), log)
 	defer stopReconciler()
 	stopEvents := func() {}
 	if c.events != "" {
@@ -343,11 +345,10 @@ func (c *serveConfig) banner(stdout io.Writer, addr net.Addr, st servedStore, de
 		c.reconcile.Interval, c.reconcile.MaxAttempts, c.reconcile.MaxAge)
 }
 
-// startReconciler runs a reconcile.Worker that settles the service's
+// newReconciler is the reconcile.Worker that settles the service's
 // uncertain and abandoned payments and order steps by asking its
-// processor, and resumes the orders a crash left, at the worker's
-// interval; the function it returns stops both and waits for them.
-func startReconciler(e payments.Store, svc *payments.Service, o reconcile.Options, log *slog.Logger, reg prometheus.Registerer) (func(), error) {
+// processor (startReconciler runs it).
+func newReconciler(e payments.Store, svc *payments.Service, o reconcile.Options, log *slog.Logger, reg prometheus.Registerer) (*reconcile.Worker, error) {
 	o.Clock = e    // engine time, which the records' times are in
 	o.Logger = log // an escalation is an Error record: settle it with idemkv resolve
 	orders := svc.Orders()
@@ -362,6 +363,12 @@ func startReconciler(e payments.Store, svc *payments.Service, o reconcile.Option
 	if err := registerReconcileMetrics(reg, w); err != nil {
 		return nil, err
 	}
+	return w, nil
+}
+
+// startReconciler runs w, and resumes the orders a crash left at w's
+// interval; the function it returns stops both and waits for them.
+func startReconciler(w *reconcile.Worker, orders *saga.Runner, log *slog.Logger) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = w.Run(ctx) })
@@ -384,7 +391,7 @@ func startReconciler(e payments.Store, svc *payments.Service, o reconcile.Option
 	return sync.OnceFunc(func() {
 		cancel()
 		wg.Wait()
-	}), nil
+	})
 }
 
 // metricsConns caps the connections of the metrics address: scrapers are

@@ -17,6 +17,7 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/reconcile"
 	"github.com/idemkv/idemkv/saga"
 )
 
@@ -45,8 +46,11 @@ func adminToken(file string) (string, error) {
 // service whose records it settles: a resolve goes through it, and
 // --verify asks its reconciler (nil: a resolve writes the record alone,
 // and --verify is refused).
-func adminHandler(st serveStore, svc *payments.Service, token string, audit *admin.AuditLog, log *slog.Logger) (http.Handler, error) {
+func adminHandler(st serveStore, svc *payments.Service, rw *reconcile.Worker, token string, audit *admin.AuditLog, log *slog.Logger) (http.Handler, error) {
 	o := &admin.Options{Token: token, Logger: log, Audit: audit, Now: st.Now}
+	if rw != nil {
+		o.NextQuestion = rw.Due
+	}
 	if svc != nil {
 		through := settleThrough(svc)
 		o.Settler, o.Reconciler = through.Settler, through.Reconciler
@@ -79,7 +83,7 @@ func adminHandler(st serveStore, svc *payments.Service, token string, audit *adm
 // limits on connections and time, on c.adminLn, resolving through svc
 // (adminHandler), and the function that closes its audit log once the
 // server is done.
-func (c *serveConfig) adminServerFor(st serveStore, svc *payments.Service, logger *slog.Logger, errLog *log.Logger) (*http.Server, net.Listener, func(), error) {
+func (c *serveConfig) adminServerFor(st serveStore, svc *payments.Service, rw *reconcile.Worker, logger *slog.Logger, errLog *log.Logger) (*http.Server, net.Listener, func(), error) {
 	tok, err := adminToken(c.adminTokenFile)
 	if err != nil {
 		return nil, nil, nil, err
@@ -98,7 +102,7 @@ func (c *serveConfig) adminServerFor(st serveStore, svc *payments.Service, logge
 	} else {
 		logger.Warn("admin API: no --admin-audit-log, so resolve and evict are off")
 	}
-	h, err := adminHandler(st, svc, tok, audit, logger)
+	h, err := adminHandler(st, svc, rw, tok, audit, logger)
 	if err != nil {
 		closeAudit()
 		return nil, nil, nil, err

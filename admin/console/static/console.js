@@ -9,8 +9,15 @@
   var names = ["claims", "acquired", "replays", "mismatches", "inProgress", "completed", "conflicts", "fenced"];
   var keep = 60;
   var last = null, lastAt = 0;
-  var series = {};
+  var series = {lag: []};
   names.forEach(function (n) { series[n] = []; });
+
+  // push appends v to series n, keeping the last two minutes, and draws it.
+  function push(n, v) {
+    series[n].push(v);
+    if (series[n].length > keep) { series[n].shift(); }
+    draw("s-" + n, series[n]);
+  }
 
   function text(id, value) {
     var el = document.getElementById(id);
@@ -53,6 +60,7 @@
       text("o-lag", d.outbox.lag_events + " events");
       text("o-age", d.outbox.lag_seconds.toFixed(1) + " s");
       text("o-cursor", d.outbox.acked + " / " + d.outbox.last);
+      push("lag", d.outbox.lag_events);
     }
     if (!d.counts) { return; }
     var now = Date.now();
@@ -61,10 +69,7 @@
       var v = d.counts[key];
       text("c-" + n, v);
       if (last) {
-        var rate = Math.max(0, (v - last[key]) / ((now - lastAt) / 1000));
-        series[n].push(rate);
-        if (series[n].length > keep) { series[n].shift(); }
-        draw("s-" + n, series[n]);
+        push(n, Math.max(0, (v - last[key]) / ((now - lastAt) / 1000)));
       }
     });
     last = d.counts; lastAt = now;
