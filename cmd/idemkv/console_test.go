@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/examples/payments"
+	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/reconcile"
 )
 
@@ -85,18 +86,31 @@ func shoot(t *testing.T, ctx context.Context, name string) {
 // sign in, find a stuck payment by its key, resolve it as applied, see
 // the retry get its payment and the audit entry on the record's page; a
 // record whose key holds a script is shown as text; a forged cross-site
-// POST is refused.
+// POST is refused. It runs on both stores; the screenshots are the
+// engine's.
 func TestConsoleInABrowser(t *testing.T) {
+	chromium(t)
+	t.Run("pebble", func(t *testing.T) { consoleInABrowser(t, serveConfig{dir: t.TempDir()}, true) })
+	t.Run("postgres", func(t *testing.T) {
+		consoleInABrowser(t, serveConfig{dir: t.TempDir(), store: pgtest.Shared(t).CreateDatabase(t),
+			adminAuditLog: filepath.Join(t.TempDir(), "audit.log")}, false)
+	})
+}
+
+func consoleInABrowser(t *testing.T, cfg serveConfig, screenshots bool) {
 	ctx := newBrowser(t)
-	dir := t.TempDir()
+	if !screenshots {
+		t.Setenv(envScreenshots, "")
+	}
 	tokFile := filepath.Join(t.TempDir(), "admin-token")
 	const tok = "console-test-admin-token"
 	require.NoError(t, os.WriteFile(tokFile, []byte(tok+"\n"), 0o600))
 	aln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	url0, _ := startServeOn(t, serveConfig{dir: dir, adminLn: aln, adminTokenFile: tokFile,
-		provider:  payments.ProviderOptions{TimeoutRate: 1},
-		reconcile: reconcile.Options{Grace: time.Hour}}) // the operator settles it, not the reconciler
+	cfg.adminLn, cfg.adminTokenFile = aln, tokFile
+	cfg.provider = payments.ProviderOptions{TimeoutRate: 1}
+	cfg.reconcile = reconcile.Options{Grace: time.Hour} // the operator settles it, not the reconciler
+	url0, _ := startServeOn(t, cfg)
 	admin := "http://" + aln.Addr().String() + "/console/"
 
 	const key = "order-stuck-1"
