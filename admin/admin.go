@@ -77,9 +77,10 @@ type Options struct {
 	// handler then serves the API alone.
 	NoConsole bool
 	// NextQuestion, if set, says when the service's reconciler next asks
-	// about an unsettled record, and its Unknown answers in a row
-	// (reconcile.Worker.Due): the console's unsettled queue shows it.
-	NextQuestion func(idemkv.Record) (at time.Time, unknowns int)
+	// about an unsettled record, and its Unknown answers in a row, or
+	// that it does not ask (reconcile.Worker.Due): the console's
+	// unsettled queue shows it.
+	NextQuestion func(idemkv.Record) (at time.Time, unknowns int, asks bool)
 	// Steps names the downstream steps of the service's remote
 	// operations ("charge"): a remote record's page in the console shows
 	// each one's downstream idempotency key (idemkv.OperationID.StepKey).

@@ -394,8 +394,10 @@ func (c *console) actions(rec *idemkv.Record, unsettled bool, now time.Time) []s
 		}
 		acts = append(acts, "applied", "no-effect")
 	}
-	live := rec.State == idemkv.StateInProgress && now.Before(rec.LeaseExpires)
-	if _, ok := c.a.store.(idemkv.Evicter); ok && !live { // a live attempt is not evicted
+	// Both stores evict an in-progress record only once it is abandoned:
+	// a remote one whose lease ran out (a local one is taken over).
+	held := rec.State == idemkv.StateInProgress && (rec.Mode != idemkv.ModeRemote || now.Before(rec.LeaseExpires))
+	if _, ok := c.a.store.(idemkv.Evicter); ok && !held {
 		acts = append(acts, "evict")
 	}
 	return acts
@@ -415,8 +417,9 @@ type unsettledData struct {
 // asks about it.
 type unsettledRow struct {
 	RecordView
-	Due      *time.Time // nil: at its next pass, or not (escalated)
+	Due      *time.Time // nil: at its next pass, or not (Asked)
 	Unknowns int
+	Asked    bool // the reconciler asks about it (a saga's steps are the saga's)
 }
 
 func (c *console) unsettled(w http.ResponseWriter, r *http.Request, sess session) {
@@ -432,11 +435,11 @@ func (c *console) unsettled(w http.ResponseWriter, r *http.Request, sess session
 	for i := range page.Records {
 		row := unsettledRow{RecordView: ViewOf(&page.Records[i])}
 		if d.Asks {
-			at, n := c.a.o.NextQuestion(page.Records[i])
-			if !at.IsZero() {
+			at, n, asks := c.a.o.NextQuestion(page.Records[i])
+			if asks && !at.IsZero() {
 				row.Due = &at
 			}
-			row.Unknowns = n
+			row.Unknowns, row.Asked = n, asks
 		}
 		d.Records = append(d.Records, row)
 	}

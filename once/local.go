@@ -180,10 +180,12 @@ func sameResult(a, b *idemkv.Result) bool {
 // the store's RunLocal: fn runs first, with no lease, on Effects that
 // collect its writes and take its result (idemkv.ResultSetter); then the
 // key is claimed and, if acquired, the result and the writes commit with
-// the claim. It returns the claim, and the outcome if it acquired. An
-// error or a panic of fn comes back as it is: nothing was claimed, or
-// (a function that read, which the store ran as a claim and a commit)
-// the store gave the key up.
+// the claim. It returns the claim, and the outcome if it acquired. If fn
+// fails or panics, nothing is claimed (or, for a function that read,
+// which the store ran as a claim and a commit, the store gave the key
+// up), and it returns errFuncFailed: Do then claims first and runs fn
+// again under the claim, where its error or panic is Do's, and a
+// completed key replays, or a reused one is a mismatch, whatever fn did.
 func runOneStep(ctx context.Context, lr idemkv.LocalRunner, req idemkv.ClaimRequest, fn Func, log *callLog) (Outcome, idemkv.Claim, error) {
 	x := &Exec{log: log}
 	var last localRun

@@ -208,6 +208,9 @@ func Do(ctx context.Context, st idemkv.Store, c Call, fn Func) (Outcome, error) 
 			if done, out, err := c.answer(ctx, st, cl, &w, log); done {
 				return out, err
 			}
+			// Another attempt held the key, and Do waited: claim first
+			// from now on, rather than run fn again at every poll.
+			oneStep = false
 			continue
 		}
 		cl, err := st.Claim(ctx, req)
@@ -280,6 +283,9 @@ func (c *Call) wait(ctx context.Context, st idemkv.Store, w *watching, token uin
 	case <-after(d):
 		return nil
 	case <-w.watch(ctx, st, c.ID, token):
+		// Settled, or the store lost its notifications (a database
+		// restart): the next wait watches afresh, or polls if it cannot.
+		w.stop()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

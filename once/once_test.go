@@ -521,6 +521,50 @@ func TestInProgressWaitsForHolder(t *testing.T) {
 	assert.Equal(t, []time.Duration{once.DefaultPoll, once.DefaultPoll}, w.got)
 }
 
+// lostWatches is a store whose every watch ends at once, as pgstore's do
+// when its listener loses the database, until it cannot watch at all.
+type lostWatches struct {
+	idemkv.Store
+	watches int
+}
+
+func (s *lostWatches) Watch(context.Context, idemkv.ID, uint64) (<-chan struct{}, func(), error) {
+	s.watches++
+	if s.watches > 3 {
+		return nil, nil, idemkv.ErrCannotWatch
+	}
+	ch := make(chan struct{})
+	close(ch)
+	return ch, func() {}, nil
+}
+
+// TestInProgressWatchesAfreshAfterAWatchEnds: a watch that ended (the
+// holder settled, or the store lost its notifications) is not waited on
+// again: each wait watches anew, and polls once the store cannot watch,
+// rather than claiming again and again at once.
+func TestInProgressWatchesAfreshAfterAWatchEnds(t *testing.T) {
+	v := newEnv(t, nil)
+	l := v.holder("k", idemkv.ModeLocal, false)
+	st := &lostWatches{Store: v.e}
+	c := call("k")
+	var polls int
+	c.After = func(time.Duration) <-chan time.Time {
+		polls++
+		if polls <= 3 {
+			return nil // never: the watch ends the wait
+		}
+		require.NoError(t, v.e.Release(ctx, l, nil))
+		ch := make(chan time.Time, 1)
+		ch <- t0
+		return ch
+	}
+	out, err := once.Do(ctx, st, c, func(context.Context, *once.Exec) (idemkv.Result, error) { return created, nil })
+	require.NoError(t, err)
+	assert.False(t, out.Replayed)
+	assert.Equal(t, 4, st.watches, "a watch a wait")
+	assert.Equal(t, 4, polls)
+}
+
 func TestInProgressWaitHonoursRetryAfter(t *testing.T) {
 	v := newEnv(t, nil)
 	l := v.holder("k", idemkv.ModeLocal, false)

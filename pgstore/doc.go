@@ -156,7 +156,9 @@
 //     waiting for their attempts waits out the lease), write data at
 //     READ COMMITTED, and number their events' EntitySeq in their
 //     commits: until they stop, an entity's events from old and new
-//     processes may be numbered out of their Seq order.
+//     processes may be numbered out of their Seq order, and an old
+//     process's relay fails (and retries) on a batch holding a new
+//     process's events, which new relays publish.
 //   - The relays of one database either all claim (outbox.Options.Shared)
 //     or all read: a reading relay does not see what claiming ones hold.
 //   - Tested against PostgreSQL 15. The statements keep to what

@@ -8,6 +8,8 @@ import (
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
@@ -174,4 +176,25 @@ func TestMarkedColumn(t *testing.T) {
 	var stray int
 	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM idemkv_records WHERE marked IS NOT NULL AND state <> 2`).Scan(&stray))
 	require.Zero(t, stray)
+}
+
+// TestAnEarlierSequencerCannotNumberANewEvent: during a rolling upgrade to
+// schema 5, a process of an earlier build numbers events by setting seq
+// alone. An event a new process stored has no entity_seq until the new
+// sequencer gives it one: the earlier sequencer's statement fails on it
+// (the relay retries, and new relays publish it) instead of leaving it
+// numbered with no entity_seq, which no reader could scan.
+func TestAnEarlierSequencerCannotNumberANewEvent(t *testing.T) {
+	// The store migrates the schema; its own sequencer must not run.
+	_, dsn := reviewStore(t, func(o *pgstore.Options) { o.OutboxPoll, o.NoListen = time.Hour, true })
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO idemkv_outbox (batch, ord, event_id, topic, entity, payload, created)
+		VALUES (nextval('idemkv_event_ids'), 0, 'e1', 'things.changed', 'thing-1', '\x70', now())`)
+	require.NoError(t, err, "a new build stores an event without entity_seq")
+	_, err = conn.Exec(ctx, `UPDATE idemkv_outbox SET seq = 1 WHERE seq IS NULL`) // the earlier build's numbering
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "23514", pe.Code, "check_violation")
 }

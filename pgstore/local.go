@@ -117,8 +117,15 @@ func (s *Store) RunLocal(ctx context.Context, req idemkv.ClaimRequest, r idemkv.
 		return idemkv.Claim{}, err
 	}
 	s.counter.claims.Add(1)
+	conflicts := 0
 	for run := 0; run < maxClaimRuns; run++ {
-		c, again, err := s.runLocalOnce(ctx, run, &req, class, r, &a)
+		c, again, err := s.runLocalOnce(ctx, conflicts, &req, class, r, &a)
+		if errors.Is(err, errSerialization) {
+			if conflicts++; conflicts == maxConflictRuns {
+				return idemkv.Claim{}, fmt.Errorf("%w: its transaction failed to serialize %d times", idemkv.ErrConflict, conflicts)
+			}
+			continue
+		}
 		if err != nil || !again {
 			return c, err
 		}
@@ -126,9 +133,10 @@ func (s *Store) RunLocal(ctx context.Context, req idemkv.ClaimRequest, r idemkv.
 	return idemkv.Claim{}, fmt.Errorf("pgstore: claim of key_hash %s: the record kept changing", req.ID.Hash())
 }
 
-// runLocalOnce runs RunLocal's statement once (run counts the runs
-// before); again says that the record changed meanwhile, or the
-// statement failed to serialize, and it must run again.
+// runLocalOnce runs RunLocal's statement once (run counts the failures
+// to serialize before); again says that the record changed meanwhile and
+// the statement must run again; errSerialization, that it failed to
+// serialize (after a pause) and must run again.
 func (s *Store) runLocalOnce(ctx context.Context, run int, req *idemkv.ClaimRequest, class string, r idemkv.Result, a *writeArgs) (c idemkv.Claim, again bool, err error) {
 	now := s.now()
 	id := req.ID
@@ -150,7 +158,10 @@ func (s *Store) runLocalOnce(ctx context.Context, run int, req *idemkv.ClaimRequ
 		// SERIALIZABLE (it writes data): another claim of the key, or a
 		// write of its data, committed since the statement's snapshot.
 		s.counter.conflicts.Add(1)
-		return idemkv.Claim{}, true, pauseAfterConflict(ctx, run+1)
+		if perr := pauseAfterConflict(ctx, run+1); perr != nil {
+			return idemkv.Claim{}, false, perr
+		}
+		return idemkv.Claim{}, true, errSerialization
 	case err != nil:
 		return idemkv.Claim{}, false, s.dbErr("run local", err)
 	case written:
@@ -161,6 +172,9 @@ func (s *Store) runLocalOnce(ctx context.Context, run int, req *idemkv.ClaimRequ
 	}
 	return s.decide(ctx, s.pool, req, &cur, now)
 }
+
+// errSerialization: RunLocal's statement failed to serialize.
+var errSerialization = errors.New("pgstore: failed to serialize")
 
 // errReads stops an apply function that reads inside RunLocal.
 var errReads = errors.New("pgstore: RunLocal's apply function reads: it runs as Claim and Complete")

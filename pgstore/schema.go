@@ -134,8 +134,12 @@ var migrations = []migration{
 	}},
 	{stmts: []string{
 		// An event's EntitySeq is given by the sequencer, with its Seq,
-		// not by the commit that stores it (outbox.go).
+		// not by the commit that stores it (outbox.go). The check makes
+		// a sequencer of an earlier build, which sets seq alone, fail on
+		// such an event rather than leave it numbered without an
+		// EntitySeq.
 		`ALTER TABLE idemkv_outbox ALTER COLUMN entity_seq DROP NOT NULL`,
+		`ALTER TABLE idemkv_outbox ADD CONSTRAINT idemkv_outbox_sequenced CHECK (seq IS NULL OR entity_seq IS NOT NULL)`,
 	}},
 }
 

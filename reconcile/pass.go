@@ -133,11 +133,16 @@ func (w *Worker) isDue(rec *idemkv.Record, now time.Time) bool {
 
 // Due reports when rec is next due for this worker's question to the
 // reconciler (it is asked at the first pass from then on), and the
-// Unknown answers it got in a row. For an uncertain record whose store
-// keeps no Marked and that no pass has listed yet, it reports the zero
-// time: its grace starts when a pass first lists it. What it reports
-// holds until the record changes or a pass asks.
-func (w *Worker) Due(rec idemkv.Record) (at time.Time, attempts int) {
+// Unknown answers it got in a row; asks is false for a record the
+// worker leaves alone (Options.Handles). For an uncertain record whose
+// store keeps no Marked and that no pass has listed yet, it reports the
+// zero time: its grace starts when a pass first lists it. A record older
+// than MaxAge is escalated at that pass instead of asked. What it
+// reports holds until the record changes or a pass asks.
+func (w *Worker) Due(rec idemkv.Record) (at time.Time, attempts int, asks bool) {
+	if w.o.Handles != nil && !w.o.Handles(rec) {
+		return time.Time{}, 0, false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	b, ok := w.backoff[rec.ID]
@@ -155,7 +160,7 @@ func (w *Worker) Due(rec idemkv.Record) (at time.Time, attempts int) {
 	if b.attempts > 0 && b.next.After(at) {
 		at = b.next
 	}
-	return at, b.attempts
+	return at, b.attempts, true
 }
 
 func (w *Worker) forgetAllBut(seen map[idemkv.ID]bool) {

@@ -234,7 +234,8 @@ func TestDueTellsWhenTheNextQuestionIs(t *testing.T) {
 	for asked := 1; asked <= 3; asked++ {
 		rec, ok := v.state("k")
 		require.True(t, ok)
-		at, attempts := w.Due(rec)
+		at, attempts, asks := w.Due(rec)
+		require.True(t, asks)
 		require.Equal(t, asked-1, attempts)
 		require.True(t, at.After(v.clock.Now()), "due %v, now %v", at, v.clock.Now())
 		v.clock.Advance(at.Sub(v.clock.Now()) - time.Millisecond)
