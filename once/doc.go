@@ -115,6 +115,17 @@
 // writes discarded, and a result that keeps changing (a clock reading)
 // fails with idemkv.ErrConflict after 32 commits.
 //
+// # One step
+//
+// A local function that only writes through Exec.Effects can declare it
+// (Call.WritesOnly). On a store that runs a local operation in one step
+// (idemkv.LocalRunner: pgstore's RunLocal), Do then runs the function
+// first and sends its writes and result with the claim: one round trip
+// and one commit where a claim and a commit take two of each. The run's
+// writes are kept only if the claim acquires the key; a duplicate's run is
+// discarded, and a completed key still replays. A function that fails,
+// or finds the key held, is run again the usual way, under a claim.
+//
 // # Caveats
 //
 //   - A local function may run several times per Do (on conflicts, and on
