@@ -6,14 +6,19 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/admin"
+	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/fakeclock"
 )
 
 // browser is a console client: a cookie jar, redirects not followed.
@@ -212,3 +217,38 @@ func TestConsoleShowsHostileDataAsText(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestConsoleOffersEvictOnlyWhereTheStoreAllows: a record in progress is
+// evicted only once abandoned, a remote one whose lease ran out (as both
+// stores rule); a local one whose lease ran out is taken over by its next
+// claim, never evicted, so its page offers no evict.
+func TestConsoleOffersEvictOnlyWhereTheStoreAllows(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true, Clock: clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close() })
+	audit, err := admin.OpenAuditLog(filepath.Join(t.TempDir(), "audit.log"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = audit.Close() })
+	h, err := admin.New(e, &admin.Options{Token: token, Audit: audit, Now: e.Now})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for _, k := range []struct {
+		key  string
+		mode idemkv.Mode
+	}{{"local", idemkv.ModeLocal}, {"remote", idemkv.ModeRemote}} {
+		_, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id(k.key), Fingerprint: []byte{1}, Mode: k.mode})
+		require.NoError(t, err)
+	}
+	clock.Advance(time.Hour) // both leases ran out
+	b := newBrowser(t, srv)
+	b.signIn()
+	evict := `action=evict`
+	for key, offered := range map[string]bool{"local": false, "remote": true} {
+		q := url.Values{"tenant": {"acct_1"}, "endpoint": {"POST /v1/payments"}, "key": {key}}
+		status, _, page := b.do("GET", "/console/record?"+q.Encode(), nil, nil)
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, offered, strings.Contains(page, evict), "%s: evict offered", key)
+	}
+}
