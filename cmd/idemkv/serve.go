@@ -83,7 +83,7 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `ADDR`")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "authenticate callers with the API keys in `FILE` (\"SECRET ACCOUNT\" lines, mode 600); without it the service runs in demo mode, where any bearer token is its account, and only on a loopback address")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on `ADDR` (a private or loopback address: metrics are not authenticated) instead of on --addr")
-	fs.StringVar(&c.adminAddr, "admin-addr", "", "serve the admin API (package admin) on `ADDR`, a loopback address unless --admin-allow-remote; off by default")
+	fs.StringVar(&c.adminAddr, "admin-addr", "", "serve the admin API (package admin) and the operator's console (/console/) on `ADDR`, a loopback address unless --admin-allow-remote; off by default")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "the admin API's bearer token is in `FILE` (default: the environment's "+adminTokenEnv+")")
 	fs.StringVar(&c.adminAuditLog, "admin-audit-log", "", "record the admin API's resolves and evictions in `FILE` (JSON lines; default DIR/audit.log with --data; with --store, resolve and evict answer 404 without it)")
 	fs.BoolVar(&c.adminRemote, "admin-allow-remote", false, "let --admin-addr be other than loopback (the token then crosses the network in the clear)")
@@ -259,6 +259,7 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 		}
 		defer closeAudit()
 		fmt.Fprintf(stdout, "idemkv: admin API on http://%s (idemkv inspect|list|pending|resolve|evict|export|check|sweep|backup --server http://%s)\n", aln.Addr(), aln.Addr())
+		fmt.Fprintf(stdout, "idemkv: operator's console on http://%s/console/ (sign in with the admin token)\n", aln.Addr())
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}
