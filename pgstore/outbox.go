@@ -156,16 +156,7 @@ func (s *Store) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idem
 	if err := s.sequence(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM idemkv_outbox WHERE seq > $1 ORDER BY seq LIMIT $2`,
-		int64(after), limit)
-	if err != nil {
-		return nil, s.dbErr("outbox: read", err)
-	}
-	evs, err := scanEvents(rows)
-	if err != nil {
-		return nil, s.dbErr("outbox: read", err)
-	}
-	return evs, nil
+	return s.PeekOutbox(ctx, after, limit)
 }
 
 // PeekOutbox returns up to limit events numbered after after, in Seq
@@ -183,11 +174,11 @@ func (s *Store) PeekOutbox(ctx context.Context, after uint64, limit int) ([]idem
 	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM idemkv_outbox WHERE seq > $1 ORDER BY seq LIMIT $2`,
 		int64(after), limit)
 	if err != nil {
-		return nil, s.dbErr("outbox: peek", err)
+		return nil, s.dbErr("outbox: read", err)
 	}
 	evs, err := scanEvents(rows)
 	if err != nil {
-		return nil, s.dbErr("outbox: peek", err)
+		return nil, s.dbErr("outbox: read", err)
 	}
 	return evs, nil
 }
