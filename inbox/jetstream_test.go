@@ -15,9 +15,9 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/inbox"
-	"github.com/idemkv/idemkv/internal/natstest"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 )
 
 // testTimeout bounds each test's broker calls and waits. It only turns a

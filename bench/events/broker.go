@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemkv/idemkv/outbox/natsjs"
+	"github.com/idemkv/idemkv/natsjs"
 )
 
 // StreamName is the JetStream stream the run publishes to.

@@ -13,7 +13,7 @@ import (
 	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/inbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
+	"github.com/idemkv/idemkv/natsjs"
 )
 
 // Consume is one reading of the stream's first Options.Backlog messages:

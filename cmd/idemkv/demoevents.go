@@ -9,8 +9,8 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/examples/ledger"
 	"github.com/idemkv/idemkv/inbox"
+	"github.com/idemkv/idemkv/natsjs"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 )
 
 // The demo's events: every payment emits payments.created in the commit

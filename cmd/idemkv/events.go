@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/natsjs"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 )
 
 // eventsStream is the JetStream stream serve publishes the payments'

@@ -21,10 +21,10 @@ import (
 	"github.com/idemkv/idemkv/examples/ledger"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/inbox"
-	"github.com/idemkv/idemkv/internal/natstest"
 	"github.com/idemkv/idemkv/internal/tier"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 	"github.com/idemkv/idemkv/ttl"
 )
 

@@ -19,9 +19,9 @@ import (
 	"github.com/idemkv/idemkv/examples/ledger"
 	"github.com/idemkv/idemkv/inbox"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/natstest"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 	"github.com/idemkv/idemkv/ttl"
 )
 
