@@ -5,11 +5,11 @@
 // stream's duplicate window absorbs the copies the relay republishes after
 // a lost acknowledgement or a crash.
 //
-// The package also creates the stream (EnsureStream), reads a stream back
-// in order (Read, ReadAll: for tests and tools; package inbox consumes with
-// RunJetStream), and runs
-// an embedded JetStream server for `idemkv serve --events embedded`
-// (StartEmbedded).
+// The package also creates the stream (EnsureStream) and reads a stream
+// back in order (Read, ReadAll: for tests and tools; package inbox
+// consumes with RunJetStream). Package natsembed runs a JetStream server
+// inside the process, for `idemkv serve --events embedded`; this package
+// imports only the client.
 //
 // # Basics
 //
@@ -34,9 +34,10 @@
 // with the same id within its duplicate window (a PubAck with Duplicate
 // set, which is success: an earlier attempt landed and its ack was lost).
 // How durable a stored message is is the server's setting: the embedded
-// server syncs each message to disk before acknowledging it; a standalone
-// nats-server syncs every two minutes by default (sync_interval), and a
-// replicated stream acknowledges once a quorum of replicas holds it.
+// server (natsembed) syncs each message to disk before acknowledging it;
+// a standalone nats-server syncs every two minutes by default
+// (sync_interval), and a replicated stream acknowledges once a quorum of
+// replicas holds it.
 //
 // # Caveats
 //

@@ -13,7 +13,7 @@
 //     the relay's own reads and acknowledgements are counted in the cost.
 //   - Lag: an open-loop load of Options.Rates completions a second, each
 //     with one event, relayed to a real JetStream server
-//     (natsjs.StartEmbedded, sync_always, in the run's directory). A
+//     (natsembed.Start, sync_always, in the run's directory). A
 //     timing publisher around natsjs.Publisher records when each event's
 //     PubAck arrives; an event's lag is that time minus the time its
 //     Complete returned to the client. Then the relay alone: the time to
