@@ -22,7 +22,7 @@
 //     same number of messages one at a time and pipelined.
 //   - Consumers: the stream's first Options.Backlog messages read by a
 //     bare ordered consumer (natsjs.Read), against the same messages
-//     applied in order by an inbox consumer (inbox.RunJetStream) on a
+//     applied in order by an inbox consumer (natsjs.Consume) on a
 //     fresh store, whose handler adds each payment to its account's total
 //     (a read and a write): each message settles in its own durable
 //     commit with its dedup mark and the consumer's position.

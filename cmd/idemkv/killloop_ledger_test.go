@@ -115,7 +115,7 @@ func TestLedgerKillLoop(t *testing.T) {
 	done := make(chan error, 1)
 	last := uint64(len(stream))
 	go func() {
-		done <- inbox.RunJetStream(rctx, pub.JetStream(), eventsStream, c, ledger.Handle, &inbox.JetStreamOptions{
+		done <- natsjs.Consume(rctx, pub.JetStream(), eventsStream, c, ledger.Handle, &natsjs.ConsumeOptions{
 			Processed: func(m inbox.Message, _ inbox.Outcome) {
 				if m.Position == last {
 					cancel()
