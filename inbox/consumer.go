@@ -28,9 +28,9 @@ type Store interface {
 type Message struct {
 	// ID identifies the event: every copy of one event carries the same
 	// id, and two events never share one. Copies published by the outbox
-	// relay carry outbox.HeaderEventID; JetStreamMessage takes it from
-	// there, or from Nats-Msg-Id. Empty: the event is identified by its
-	// content (Subject and Data; see the package doc).
+	// relay carry outbox.HeaderEventID; natsjs.InboxMessage takes it
+	// from there, or from Nats-Msg-Id. Empty: the event is identified by
+	// its content (Subject and Data; see the package doc).
 	ID string
 	// Position is the message's place in the stream it was read from
 	// (JetStream's stream sequence): increasing, from 1. The consumer's
@@ -180,6 +180,12 @@ func validateName(name string) error {
 
 // Name returns the consumer's name.
 func (c *Consumer) Name() string { return c.name }
+
+// Logger returns the consumer's Options.Logger (nil if none), for a
+// reader that feeds the consumer (natsjs.Consume) and logs its own
+// failures to the same Logger, naming the consumer as its records do
+// (tenant Tenant, endpoint Name).
+func (c *Consumer) Logger() *slog.Logger { return c.opts.Logger }
 
 // PositionKey returns the business-data key under which the consumer's
 // position is stored ("inbox/<name>/position", in decimal), for tools

@@ -23,7 +23,7 @@
 //   - The position never runs ahead of the effects: it commits with them,
 //     so after a crash both are there or neither. A consumer that reads
 //     its stream in order resumes at Position(ctx)+1 and re-reads nothing it
-//     applied and skips nothing it did not. RunJetStream does so.
+//     applied and skips nothing it did not. natsjs.Consume does so.
 //   - A handler that fails leaves nothing behind: its writes, the mark and
 //     the position are dropped together, and the next delivery applies
 //     the event anew.
@@ -31,7 +31,7 @@
 // # Basics
 //
 //	c, err := inbox.New("ledger", store, &inbox.Options{Retention: "inbox"})
-//	err = inbox.RunJetStream(ctx, js, "PAYMENTS", c, func(ctx context.Context, fx idemkv.Effects, msg inbox.Message) error {
+//	err = natsjs.Consume(ctx, js, "PAYMENTS", c, func(ctx context.Context, fx idemkv.Effects, msg inbox.Message) error {
 //		var ev created
 //		if err := json.Unmarshal(msg.Data, &ev); err != nil {
 //			return inbox.Reject(err) // malformed: settled as rejected, never retried
@@ -43,12 +43,13 @@
 // *pgstore.Store), opened with the class the marks use, for the engine
 // engine.Options{RetentionClasses: ttl.Classes{"inbox": 7 * 24 * time.Hour}}.
 //
-// RunJetStream reads the stream with an ordered consumer from the
-// committed position, settles each message before reading the next, and
-// on any failure reads again from the committed position after a
-// backoff. A caller with its own broker client calls Process for each
-// message and acknowledges it when Process returns without an error
-// (JetStreamMessage converts a JetStream message).
+// natsjs.Consume (package natsjs, which holds all of idemkv's NATS code:
+// this package imports none) reads a JetStream stream with an ordered
+// consumer from the committed position, settles each message before
+// reading the next, and on any failure reads again from the committed
+// position after a backoff. A caller with its own broker client calls
+// Process for each message and acknowledges it when Process returns
+// without an error (natsjs.InboxMessage converts a JetStream message).
 //
 // The handler runs inside the commit and may run again when a key it
 // read was changed by another commit before its own committed: it must
@@ -76,7 +77,7 @@
 // per event. A record names the event by its mark (tenant "inbox",
 // endpoint the consumer's name, key_hash) with its position and subject,
 // never by its id, which can carry customer data, and never with its
-// payload. RunJetStream logs its read failures to the same Logger.
+// payload. natsjs.Consume logs its read failures to the same Logger.
 //
 // # Event identity
 //
@@ -126,7 +127,7 @@
 //     changed a copy; alert on it.
 //   - The position is the highest position settled, not a set. It is a
 //     resume point only for a consumer that settles its stream's messages
-//     in order, one at a time (as RunJetStream does): one that settled a
+//     in order, one at a time (as natsjs.Consume does): one that settled a
 //     later message while an earlier one failed would resume past it.
 //     Concurrent Process calls of one consumer are safe, but they all
 //     read and write the position and so conflict, re-running handlers.
@@ -134,9 +135,9 @@
 //     stream deleted and created again, whose sequences restart) under
 //     the same name needs a new name or a reset position
 //     (Consumer.PositionKey).
-//   - A handler error blocks an in-order consumer: RunJetStream retries
-//     the message, backing off, until it settles. Reject what can never
-//     succeed.
+//   - A handler error blocks an in-order consumer: natsjs.Consume
+//     retries the message, backing off, until it settles. Reject what can
+//     never succeed.
 //   - Two deliveries of one event processed at once in one process: the
 //     second fails with once.ErrInProgress and is redelivered. On the
 //     engine the marks are exclusive within one process, as its claims

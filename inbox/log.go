@@ -27,8 +27,6 @@ const (
 	msgInProgress = "inbox: event in progress"
 	msgHandler    = "inbox: handler failed; the message is to be redelivered"
 	msgStore      = "inbox: store error; the message is to be redelivered"
-	msgReadFailed = "inbox: reading the stream failed; retrying"
-	msgReadAgain  = "inbox: reading the stream again"
 )
 
 // logProcessed logs what Process did with msg, whose mark's key is key
@@ -101,10 +99,21 @@ func (c *Consumer) markID(key string) idemkv.ID {
 	return idemkv.ID{Tenant: Tenant, Endpoint: c.name, Key: key}
 }
 
-// eventError is a failure of RunJetStream at one message: what it logs.
-// Its text names the event by its mark's key hash and has the event's id
-// taken out (unless the consumer's Options.LogRawKeys): ids can carry
-// customer data, as keys can.
+// MessageError returns err, c's failure to process msg read from stream
+// (a Process error), as a reader that feeds c in stream order (such as
+// natsjs.Consume) returns and logs it: its text names the message by its
+// position and its mark's key hash, and has the event's id taken out
+// (unless Options.LogRawKeys), because ids can carry customer data, as
+// keys can. errors.Is and errors.As see err through it. A nil err gives
+// nil.
+func (c *Consumer) MessageError(stream string, msg Message, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &eventError{c: c, stream: stream, msg: msg, err: err}
+}
+
+// eventError is MessageError's error.
 type eventError struct {
 	c      *Consumer
 	stream string

@@ -2,14 +2,12 @@ package inbox_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -124,47 +122,26 @@ func TestLogLevel(t *testing.T) {
 	assert.Equal(t, "inbox: event rejected", recs[0]["msg"])
 }
 
-// TestRunJetStreamLogs: RunJetStream logs a failed message to the
-// consumer's Logger, by position and key hash; not the event's id, as its
-// Logf lines did.
-func TestRunJetStreamLogs(t *testing.T) {
-	v, br := newEnv(t), newBroker(t)
-	events := []idemkv.StoredEvent{event(1), event(2)}
-	br.publish(events...)
-	g, logger := newJSONLog(slog.LevelInfo)
+// TestMessageError: the error a reader returns and logs for a message
+// that failed names it by position and key hash, without the event's id
+// (unless LogRawKeys), and wraps the failure.
+func TestMessageError(t *testing.T) {
+	v := newEnv(t)
+	_, logger := newJSONLog(slog.LevelInfo)
 	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
 	require.NoError(t, err)
-	b := &book{}
-	failed := false
-	h := func(ctx context.Context, fx idemkv.Effects, m inbox.Message) error {
-		if m.Position == 2 && !failed {
-			failed = true
-			return errors.New("ledger: a dependency is down")
-		}
-		return b.handle(ctx, fx, m)
-	}
-	now := make(chan time.Time, 1)
-	after := func(time.Duration) <-chan time.Time { now <- t0; return now }
-	d := br.run(br.ctx, c, h, 2, &inbox.JetStreamOptions{After: after})
-	d.wait(t)
+	assert.Same(t, logger, c.Logger())
+	assert.Nil(t, v.consumer().Logger())
 
-	var got []string
-	var failure map[string]any
-	for _, m := range g.records(t) {
-		got = append(got, fmt.Sprint(m["msg"]))
-		if m["msg"] == "inbox: reading the stream failed; retrying" {
-			failure = m
-		}
-	}
-	assert.Equal(t, []string{
-		"inbox: event applied",
-		"inbox: handler failed; the message is to be redelivered",
-		"inbox: reading the stream failed; retrying",
-		"inbox: event applied", // and the driver stops: no failure follows to tell of the recovery
-	}, got)
-	require.NotNil(t, failure)
-	assert.EqualValues(t, 1, failure["failures"])
-	assert.Contains(t, failure["err"], "message 2 of stream")
-	assert.Contains(t, failure["err"], "key_hash ")
-	assert.NotContains(t, failure["err"], events[1].ID, "the event's id is not logged")
+	m := msg(secretID, 7, payload(secretData, 5))
+	cause := errors.New("ledger: account service down for " + secretID)
+	err = c.MessageError("PAYMENTS", m, cause)
+	require.ErrorIs(t, err, cause)
+	hash := idemkv.ID{Tenant: inbox.Tenant, Endpoint: "ledger", Key: "id/" + secretID}.Hash()
+	assert.Equal(t, `message 7 of stream "PAYMENTS" (event key_hash `+hash+`): ledger: account service down for [key `+hash+`]`, err.Error())
+	assert.NoError(t, c.MessageError("PAYMENTS", m, nil))
+
+	raw, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", LogRawKeys: true})
+	require.NoError(t, err)
+	assert.Equal(t, `message 7 of stream "PAYMENTS" (event "`+secretID+`"): `+cause.Error(), raw.MessageError("PAYMENTS", m, cause).Error())
 }

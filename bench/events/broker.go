@@ -9,7 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemkv/idemkv/outbox/natsjs"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natsembed"
 )
 
 // StreamName is the JetStream stream the run publishes to.
@@ -22,7 +23,7 @@ const DuplicateWindow = 2 * time.Minute
 // connected to it.
 type broker struct {
 	dir    string
-	emb    *natsjs.Embedded
+	emb    *natsembed.Server
 	pub    *natsjs.Publisher
 	stream jetstream.Stream
 }
@@ -30,7 +31,7 @@ type broker struct {
 // startBroker starts an embedded JetStream server with its store in dir
 // (sync_always), connects a publisher, and creates the stream.
 func startBroker(ctx context.Context, dir string) (*broker, error) {
-	emb, err := natsjs.StartEmbedded(dir, 0)
+	emb, err := natsembed.Start(dir, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/idemkv/idemkv/bench"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/inbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
+	"github.com/idemkv/idemkv/natsjs"
 )
 
 // Consume is one reading of the stream's first Options.Backlog messages:
@@ -44,7 +44,7 @@ var errEnough = errors.New("bench: events: enough messages read")
 
 // consumers reads the first Options.Backlog messages of b's stream with a
 // bare ordered consumer (natsjs.Read), then applies them through an inbox
-// consumer (inbox.RunJetStream) on a fresh store whose handler adds each
+// consumer (natsjs.Consume) on a fresh store whose handler adds each
 // payment's amount to its account's total.
 func (r *runner) consumers(ctx context.Context, b *broker) ([]Consume, error) {
 	n := r.o.Backlog
@@ -110,7 +110,7 @@ func (r *runner) applyInbox(ctx context.Context, b *broker, n int) (c Consume, e
 		last           uint64
 		end            time.Time
 	)
-	opts := &inbox.JetStreamOptions{Processed: func(m inbox.Message, out inbox.Outcome) {
+	opts := &natsjs.ConsumeOptions{Processed: func(m inbox.Message, out inbox.Outcome) {
 		if out.Applied() {
 			applied++
 		} else {
@@ -126,7 +126,7 @@ func (r *runner) applyInbox(ctx context.Context, b *broker, n int) (c Consume, e
 		return Consume{}, err
 	}
 	t0 := time.Now()
-	err = inbox.RunJetStream(ctx, b.pub.JetStream(), StreamName, cons, credit, opts)
+	err = natsjs.Consume(ctx, b.pub.JetStream(), StreamName, cons, credit, opts)
 	if end.IsZero() {
 		return Consume{}, fmt.Errorf("bench: events: %s: %d messages settled of %d: %w", consumeInbox, applied+other, n, err)
 	}

@@ -13,7 +13,7 @@
 //     the relay's own reads and acknowledgements are counted in the cost.
 //   - Lag: an open-loop load of Options.Rates completions a second, each
 //     with one event, relayed to a real JetStream server
-//     (natsjs.StartEmbedded, sync_always, in the run's directory). A
+//     (natsembed.Start, sync_always, in the run's directory). A
 //     timing publisher around natsjs.Publisher records when each event's
 //     PubAck arrives; an event's lag is that time minus the time its
 //     Complete returned to the client. Then the relay alone: the time to
@@ -22,7 +22,7 @@
 //     same number of messages one at a time and pipelined.
 //   - Consumers: the stream's first Options.Backlog messages read by a
 //     bare ordered consumer (natsjs.Read), against the same messages
-//     applied in order by an inbox consumer (inbox.RunJetStream) on a
+//     applied in order by an inbox consumer (natsjs.Consume) on a
 //     fresh store, whose handler adds each payment to its account's total
 //     (a read and a write): each message settles in its own durable
 //     commit with its dedup mark and the consumer's position.

@@ -9,8 +9,9 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/examples/ledger"
 	"github.com/idemkv/idemkv/inbox"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natsembed"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 )
 
 // The demo's events: every payment emits payments.created in the commit
@@ -31,7 +32,7 @@ func (crashBeforeAck) AckOutbox(context.Context, uint64) error { return errCrash
 // store's publishes again, and the stream keeps one copy; a consumer that
 // is handed the event twice applies it once.
 func (d *demo) eventsAbsorbed(ctx context.Context) error {
-	js, err := natsjs.StartEmbedded(filepath.Join(d.dir, "jetstream"), 0)
+	js, err := natsembed.Start(filepath.Join(d.dir, "jetstream"), 0)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natsembed"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 )
 
 // eventsStream is the JetStream stream serve publishes the payments'
@@ -41,10 +42,10 @@ type eventSource interface {
 // then the connection and the embedded server.
 func startEvents(c serveConfig, e eventSource, log *slog.Logger, reg prometheus.Registerer, stdout io.Writer) (func(), error) {
 	url := c.events
-	var emb *natsjs.Embedded
+	var emb *natsembed.Server
 	if url == "embedded" {
 		var err error
-		if emb, err = natsjs.StartEmbedded(filepath.Join(c.dir, "jetstream"), 0); err != nil {
+		if emb, err = natsembed.Start(filepath.Join(c.dir, "jetstream"), 0); err != nil {
 			return nil, fmt.Errorf("start embedded JetStream: %w", err)
 		}
 		url = emb.URL()

@@ -16,9 +16,9 @@ import (
 
 	"github.com/idemkv/idemkv/client"
 	"github.com/idemkv/idemkv/examples/payments"
-	"github.com/idemkv/idemkv/internal/natstest"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 	"github.com/idemkv/idemkv/reconcile"
 )
 

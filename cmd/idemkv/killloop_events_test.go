@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/examples/payments"
-	"github.com/idemkv/idemkv/internal/natstest"
 	"github.com/idemkv/idemkv/internal/tier"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 )
 
 // eventsKillCyclesEnv sets TestServeEventsKillLoop's kill cycles (default

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/natstest"
 	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/internal/tier"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/pgstore"
 )
 

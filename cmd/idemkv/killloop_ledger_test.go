@@ -21,10 +21,10 @@ import (
 	"github.com/idemkv/idemkv/examples/ledger"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/inbox"
-	"github.com/idemkv/idemkv/internal/natstest"
 	"github.com/idemkv/idemkv/internal/tier"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 	"github.com/idemkv/idemkv/ttl"
 )
 
@@ -115,7 +115,7 @@ func TestLedgerKillLoop(t *testing.T) {
 	done := make(chan error, 1)
 	last := uint64(len(stream))
 	go func() {
-		done <- inbox.RunJetStream(rctx, pub.JetStream(), eventsStream, c, ledger.Handle, &inbox.JetStreamOptions{
+		done <- natsjs.Consume(rctx, pub.JetStream(), eventsStream, c, ledger.Handle, &natsjs.ConsumeOptions{
 			Processed: func(m inbox.Message, _ inbox.Outcome) {
 				if m.Position == last {
 					cancel()

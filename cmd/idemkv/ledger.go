@@ -18,6 +18,7 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/ledger"
 	"github.com/idemkv/idemkv/inbox"
+	"github.com/idemkv/idemkv/natsjs"
 	"github.com/idemkv/idemkv/ttl"
 )
 
@@ -88,8 +89,8 @@ func runLedger(ctx context.Context, url, dir, stream string, retention time.Dura
 	}
 	fmt.Fprintf(stdout, "idemkv: ledger consuming stream %s at %s from position %d (store %s)\n", stream, url, pos+1, dir)
 	// The consumer's Logger records each event (applied, rejected) and
-	// RunJetStream's read failures.
-	err = inbox.RunJetStream(ctx, js, stream, c, ledger.Handle, nil)
+	// natsjs.Consume's read failures.
+	err = natsjs.Consume(ctx, js, stream, c, ledger.Handle, nil)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

@@ -17,7 +17,7 @@
 // subjects are settled without effect.
 //
 //	c, err := ledger.New(store, &inbox.Options{Retention: "inbox"})
-//	err = inbox.RunJetStream(ctx, js, "PAYMENTS", c, ledger.Handle, nil)
+//	err = natsjs.Consume(ctx, js, "PAYMENTS", c, ledger.Handle, nil)
 //	b, err := ledger.Read(ctx, store, "acct_1", "USD") // b.Total, b.Count
 //
 // Each balance is one business value (key: the account, length-prefixed

@@ -19,9 +19,9 @@ import (
 	"github.com/idemkv/idemkv/examples/ledger"
 	"github.com/idemkv/idemkv/inbox"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/natstest"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 	"github.com/idemkv/idemkv/ttl"
 )
 
@@ -170,7 +170,7 @@ func TestExactlyOnceOverJetStream(t *testing.T) {
 		rctx, stop := context.WithCancel(ctx)
 		defer stop()
 		var mu sync.Mutex
-		opts := &inbox.JetStreamOptions{Processed: func(m inbox.Message, out inbox.Outcome) {
+		opts := &natsjs.ConsumeOptions{Processed: func(m inbox.Message, out inbox.Outcome) {
 			mu.Lock()
 			defer mu.Unlock()
 			assert.False(t, out.Rejected, "position %d", m.Position)
@@ -178,7 +178,7 @@ func TestExactlyOnceOverJetStream(t *testing.T) {
 				stop()
 			}
 		}}
-		err := inbox.RunJetStream(rctx, js, "IDEMKV", c, ledger.Handle, opts)
+		err := natsjs.Consume(rctx, js, "IDEMKV", c, ledger.Handle, opts)
 		require.ErrorIs(t, err, context.Canceled)
 	}
 

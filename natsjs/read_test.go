@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkv/idemkv/outbox/natsjs"
+	"github.com/idemkv/idemkv/natsjs"
 )
 
 func seqs(ms []natsjs.Message) []uint64 {

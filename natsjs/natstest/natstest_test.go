@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/idemkv/idemkv/internal/natstest"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,4 +1,4 @@
-package inbox
+package natsjs
 
 import (
 	"cmp"
@@ -10,12 +10,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/inbox"
 	"github.com/idemkv/idemkv/outbox"
 )
 
-// JetStreamOptions configure RunJetStream. A nil *JetStreamOptions means
-// defaults.
-type JetStreamOptions struct {
+// Log messages of Consume, stable so that alerts and searches can match
+// them. They are the consumer's records, as inbox's own are, so they
+// keep its prefix; docs/operations.md lists them beside those.
+const (
+	msgReadFailed = "inbox: reading the stream failed; retrying"
+	msgReadAgain  = "inbox: reading the stream again"
+)
+
+// ConsumeOptions configure Consume. A nil *ConsumeOptions means defaults.
+type ConsumeOptions struct {
 	// FilterSubjects, if set, reads only the stream's messages on these
 	// subjects (wildcards allowed). Default: all of them. The position is
 	// still the stream sequence, so a consumer's filter may be widened or
@@ -32,26 +40,26 @@ type JetStreamOptions struct {
 	// (Warn, with the failures in a row so far) and of the recovery that
 	// follows (Info), naming the consumer (endpoint) and the stream, and a
 	// failed message by position and key hash, never by its id. Default:
-	// the consumer's Options.Logger; with neither, Logf.
+	// the consumer's inbox.Options.Logger; with neither, Logf.
 	Logger *slog.Logger
 	// Logf, if set and no Logger is, is told of the same failures and
 	// recoveries as lines of text, without event ids.
 	//
-	// Deprecated: set Logger (or the consumer's Options.Logger).
+	// Deprecated: set Logger (or the consumer's inbox.Options.Logger).
 	Logf func(format string, args ...any)
 	// Processed, if set, is called after each message is settled, from
-	// RunJetStream's goroutine, before the next is read: for metrics,
-	// logs of rejections and mismatches, and tests.
-	Processed func(Message, Outcome)
+	// Consume's goroutine, before the next is read: for metrics, logs of
+	// rejections and mismatches, and tests.
+	Processed func(inbox.Message, inbox.Outcome)
 }
 
-func (o *JetStreamOptions) withDefaults() (JetStreamOptions, error) {
-	var c JetStreamOptions
+func (o *ConsumeOptions) withDefaults() (ConsumeOptions, error) {
+	var c ConsumeOptions
 	if o != nil {
 		c = *o
 	}
 	if c.MinBackoff < 0 || c.MaxBackoff < 0 {
-		return c, fmt.Errorf("%w: inbox: negative backoff", idemkv.ErrInvalidArgument)
+		return c, fmt.Errorf("%w: natsjs: negative backoff", idemkv.ErrInvalidArgument)
 	}
 	c.MinBackoff = cmp.Or(c.MinBackoff, 50*time.Millisecond)
 	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, 5*time.Second), c.MinBackoff)
@@ -62,15 +70,15 @@ func (o *JetStreamOptions) withDefaults() (JetStreamOptions, error) {
 		c.Logf = func(string, ...any) {}
 	}
 	if c.Processed == nil {
-		c.Processed = func(Message, Outcome) {}
+		c.Processed = func(inbox.Message, inbox.Outcome) {}
 	}
 	return c, nil
 }
 
-// RunJetStream feeds c the messages of stream, in stream order, from the
-// consumer's committed position on (Position()+1), settling each with
-// Process and handler h before it reads the next, until ctx ends; it then
-// returns ctx's error.
+// Consume feeds inbox consumer c the messages of stream, in stream order,
+// from the consumer's committed position on (Position()+1), settling each
+// with c.Process and handler h before it reads the next, until ctx ends;
+// it then returns ctx's error.
 //
 // It reads with an ordered consumer: ephemeral, without acknowledgements,
 // created from c's position. The broker keeps no state for it: where
@@ -81,45 +89,46 @@ func (o *JetStreamOptions) withDefaults() (JetStreamOptions, error) {
 // store), it waits (MinBackoff, doubling up to MaxBackoff) and reads again
 // from the position, so the failed message comes first again and none
 // after it is settled before it: a handler that fails for good blocks
-// the consumer, and should Reject the event instead. A lost connection or
-// consumer is retried the same way. Invalid options are returned at once.
+// the consumer, and should inbox.Reject the event instead. A lost
+// connection or consumer is retried the same way. Invalid options are
+// returned at once.
 //
-// Each message's Message comes from JetStreamMessage. The stream must
+// Each message's inbox.Message comes from InboxMessage. The stream must
 // keep its messages until they are read (limits retention, or an
 // interest or work-queue stream with another consumer holding them):
 // messages deleted before the consumer reaches them are skipped.
-func RunJetStream(ctx context.Context, js jetstream.JetStream, stream string, c *Consumer, h Handler, opts *JetStreamOptions) error {
+func Consume(ctx context.Context, js jetstream.JetStream, stream string, c *inbox.Consumer, h inbox.Handler, opts *ConsumeOptions) error {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return err
 	}
 	if js == nil || c == nil || h == nil {
-		return fmt.Errorf("%w: inbox: RunJetStream needs a JetStream, a consumer and a handler", idemkv.ErrInvalidArgument)
+		return fmt.Errorf("%w: natsjs: Consume needs a JetStream, a consumer and a handler", idemkv.ErrInvalidArgument)
 	}
 	if o.Logger == nil {
-		o.Logger = c.opts.Logger
+		o.Logger = c.Logger()
 	}
 	failures := 0
 	for {
-		n, err := readJetStream(ctx, js, stream, c, h, &o)
+		n, err := consumeFrom(ctx, js, stream, c, h, &o)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if n > 0 && failures > 0 {
 			if o.Logger != nil {
-				o.Logger.LogAttrs(ctx, slog.LevelInfo, msgReadAgain, slog.String("tenant", Tenant), slog.String("endpoint", c.name),
+				o.Logger.LogAttrs(ctx, slog.LevelInfo, msgReadAgain, slog.String("tenant", inbox.Tenant), slog.String("endpoint", c.Name()),
 					slog.String("stream", stream), slog.Int("failures", failures))
 			} else {
-				o.Logf("inbox %s: reading stream %q again after %d failures", c.name, stream, failures)
+				o.Logf("inbox %s: reading stream %q again after %d failures", c.Name(), stream, failures)
 			}
 			failures = 0
 		}
 		failures++
 		if o.Logger != nil {
-			o.Logger.LogAttrs(ctx, slog.LevelWarn, msgReadFailed, slog.String("tenant", Tenant), slog.String("endpoint", c.name),
+			o.Logger.LogAttrs(ctx, slog.LevelWarn, msgReadFailed, slog.String("tenant", inbox.Tenant), slog.String("endpoint", c.Name()),
 				slog.String("stream", stream), slog.Int("failures", failures), slog.String("err", err.Error()))
 		} else {
-			o.Logf("inbox %s: %v (retrying)", c.name, err)
+			o.Logf("inbox %s: %v (retrying)", c.Name(), err)
 		}
 		select {
 		case <-o.After(backoff(&o, failures)):
@@ -130,7 +139,7 @@ func RunJetStream(ctx context.Context, js jetstream.JetStream, stream string, c 
 }
 
 // backoff returns the wait after the given number of failures in a row.
-func backoff(o *JetStreamOptions, failures int) time.Duration {
+func backoff(o *ConsumeOptions, failures int) time.Duration {
 	d := o.MinBackoff
 	for i := 1; i < failures && d < o.MaxBackoff; i++ {
 		d *= 2
@@ -138,10 +147,10 @@ func backoff(o *JetStreamOptions, failures int) time.Duration {
 	return min(d, o.MaxBackoff)
 }
 
-// readJetStream reads stream from c's position and settles each message
+// consumeFrom reads stream from c's position and settles each message
 // until an error or ctx's end, and returns how many it settled and the
 // error (never nil).
-func readJetStream(ctx context.Context, js jetstream.JetStream, stream string, c *Consumer, h Handler, o *JetStreamOptions) (int, error) {
+func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *inbox.Consumer, h inbox.Handler, o *ConsumeOptions) (int, error) {
 	pos, err := c.Position(ctx)
 	if err != nil {
 		return 0, err
@@ -165,52 +174,40 @@ func readJetStream(ctx context.Context, js jetstream.JetStream, stream string, c
 		if err != nil {
 			return n, fmt.Errorf("reading stream %q: %w", stream, err)
 		}
-		msg, err := JetStreamMessage(m)
+		msg, err := InboxMessage(m)
 		if err != nil {
 			return n, err
 		}
 		out, err := c.Process(ctx, msg, h)
 		if err != nil {
-			return n, &eventError{c: c, stream: stream, msg: msg, err: err}
+			return n, c.MessageError(stream, msg, err)
 		}
 		o.Processed(msg, out)
 	}
 }
 
-// JetStreamMessage returns m as a Message: its stream sequence as the
+// InboxMessage returns m as an inbox.Message: its stream sequence as the
 // Position, and as the ID the header outbox.HeaderEventID
 // (Idemkv-Event-Id, set by the outbox relay), else Nats-Msg-Id (the id a
 // producer had the stream deduplicate on), else none. It fails only if m
 // is not a JetStream message (it has no metadata). For callers that read
 // JetStream their own way (a durable consumer with acknowledgements):
-// acknowledge m once Process returns without an error.
-func JetStreamMessage(m jetstream.Msg) (Message, error) {
+// acknowledge m once inbox.Consumer.Process returns without an error.
+func InboxMessage(m jetstream.Msg) (inbox.Message, error) {
 	md, err := m.Metadata()
 	if err != nil {
-		return Message{}, fmt.Errorf("inbox: not a JetStream message: %w", err)
+		return inbox.Message{}, fmt.Errorf("natsjs: not a JetStream message: %w", err)
 	}
 	hdr := m.Headers()
 	id := hdr.Get(outbox.HeaderEventID)
 	if id == "" {
 		id = hdr.Get(jetstream.MsgIDHeader)
 	}
-	return Message{
+	return inbox.Message{
 		ID:       id,
 		Position: md.Sequence.Stream,
 		Subject:  m.Subject(),
 		Header:   hdr,
 		Data:     m.Data(),
 	}, nil
-}
-
-// deleteConsumer deletes an ordered consumer, if it can in a second; the
-// server deletes it after its inactive threshold (5 minutes) otherwise.
-func deleteConsumer(ctx context.Context, js jetstream.JetStream, stream string, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_ = js.DeleteConsumer(ctx, stream, info.Name)
 }

@@ -14,9 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/natstest"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
-	"github.com/idemkv/idemkv/outbox/natsjs"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

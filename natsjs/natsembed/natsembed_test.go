@@ -1,24 +1,36 @@
-package natsjs_test
+package natsembed_test
 
 import (
 	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
-	"github.com/idemkv/idemkv/outbox/natsjs"
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natsembed"
 )
 
-// The embedded server listens on loopback, creates its store, and keeps
-// the streams across a restart on the same directory and port.
-func TestEmbedded(t *testing.T) {
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testTimeout bounds each test's broker calls. It only turns a hang into a
+// failure; nothing waits for it to pass.
+const testTimeout = 10 * time.Second
+
+const streamName = "IDEMKV"
+
+// The server listens on loopback, creates its store, and keeps the
+// streams across a restart on the same directory and port.
+func TestServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "events")
 
-	e, err := natsjs.StartEmbedded(dir, 0)
+	e, err := natsembed.Start(dir, 0)
 	require.NoError(t, err)
 	t.Cleanup(e.Shutdown)
 	require.Positive(t, e.Port())
@@ -28,12 +40,19 @@ func TestEmbedded(t *testing.T) {
 	require.NoError(t, err)
 	_, err = natsjs.EnsureStream(ctx, p.JetStream(), streamName, []string{"orders.>"}, 0)
 	require.NoError(t, err)
-	require.NoError(t, p.Publish(ctx, event(1, "orders.created", "o1", 1)))
+	ev := idemkv.StoredEvent{
+		Event:     idemkv.Event{Topic: "orders.created", Key: "o1", Payload: []byte("payload 1")},
+		ID:        "ev-1",
+		Seq:       1,
+		EntitySeq: 1,
+		Created:   time.Date(2026, 3, 1, 12, 0, 0, 1, time.FixedZone("CET", 3600)),
+	}
+	require.NoError(t, p.Publish(ctx, ev))
 	require.NoError(t, p.Close())
 	e.Shutdown()
 	e.Shutdown() // a second Shutdown does nothing
 
-	e2, err := natsjs.StartEmbedded(dir, e.Port())
+	e2, err := natsembed.Start(dir, e.Port())
 	require.NoError(t, err)
 	t.Cleanup(e2.Shutdown)
 	require.Equal(t, e.URL(), e2.URL())
@@ -46,9 +65,9 @@ func TestEmbedded(t *testing.T) {
 	require.Equal(t, "payload 1", string(got[0].Data))
 }
 
-func TestEmbeddedBadArguments(t *testing.T) {
-	_, err := natsjs.StartEmbedded("", 0)
+func TestStartBadArguments(t *testing.T) {
+	_, err := natsembed.Start("", 0)
 	require.ErrorContains(t, err, "empty store directory")
-	_, err = natsjs.StartEmbedded(t.TempDir(), -1)
+	_, err = natsembed.Start(t.TempDir(), -1)
 	require.ErrorContains(t, err, "outside 0..65535")
 }

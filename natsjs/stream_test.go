@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkv/idemkv/internal/natstest"
-	"github.com/idemkv/idemkv/outbox/natsjs"
+	"github.com/idemkv/idemkv/natsjs"
+	"github.com/idemkv/idemkv/natsjs/natstest"
 )
 
 func TestEnsureStream(t *testing.T) {

@@ -1,15 +1,23 @@
-// Package natsjs publishes idemkv's outbox events to NATS JetStream. Its
-// Publisher implements outbox.Publisher: the relay hands it one event at a
-// time, and it returns nil only once a stream has acknowledged the event
-// (a PubAck). Each message carries the event's id as Nats-Msg-Id, so the
-// stream's duplicate window absorbs the copies the relay republishes after
-// a lost acknowledgement or a crash.
+// Package natsjs connects idemkv's outbox (publishing) and inbox
+// (consuming) to NATS JetStream. It holds idemkv's NATS client code, so
+// that the library's packages, outbox and inbox among them, import no
+// NATS package, and NATS can become a module of its own.
 //
-// The package also creates the stream (EnsureStream), reads a stream back
-// in order (Read, ReadAll: for tests and tools; package inbox consumes with
-// RunJetStream), and runs
-// an embedded JetStream server for `idemkv serve --events embedded`
-// (StartEmbedded).
+// Publishing: a Publisher implements outbox.Publisher: the relay hands it
+// one event at a time, and it returns nil only once a stream has
+// acknowledged the event (a PubAck). Each message carries the event's id
+// as Nats-Msg-Id, so the stream's duplicate window absorbs the copies the
+// relay republishes after a lost acknowledgement or a crash.
+//
+// Consuming: Consume feeds an inbox.Consumer the messages of a stream, in
+// stream order from the consumer's committed position, settling each
+// before it reads the next; see "Consuming" below. InboxMessage converts
+// a JetStream message for a caller that reads the stream its own way.
+//
+// The package also creates the stream (EnsureStream) and reads a stream
+// back in order (Read, ReadAll: for tests and tools). Package natsembed
+// runs a JetStream server inside the process, for `idemkv serve --events
+// embedded`; this package imports only the client.
 //
 // # Basics
 //
@@ -28,15 +36,21 @@
 // New takes a connection the caller owns and closes; Connect dials one
 // the Publisher owns, which Close closes.
 //
+// On the other side, a consumer applies each event once:
+//
+//	c, err := inbox.New("ledger", store, &inbox.Options{Retention: "inbox"})
+//	err = natsjs.Consume(ctx, js, "IDEMKV", c, handle, nil) // until ctx ends
+//
 // # What an acknowledgement means
 //
 // A nil Publish means the stream stored the message, or already held one
 // with the same id within its duplicate window (a PubAck with Duplicate
 // set, which is success: an earlier attempt landed and its ack was lost).
 // How durable a stored message is is the server's setting: the embedded
-// server syncs each message to disk before acknowledging it; a standalone
-// nats-server syncs every two minutes by default (sync_interval), and a
-// replicated stream acknowledges once a quorum of replicas holds it.
+// server (natsembed) syncs each message to disk before acknowledging it;
+// a standalone nats-server syncs every two minutes by default
+// (sync_interval), and a replicated stream acknowledges once a quorum of
+// replicas holds it.
 //
 // # Caveats
 //
@@ -69,4 +83,17 @@
 // ErrNotConnected. nats.go reconnects in the background; a connection
 // made by Connect reconnects for ever, one the caller passes to New
 // reconnects as the caller configured it.
+//
+// # Consuming
+//
+// Consume keeps no state in the broker: it reads with an ordered
+// consumer (ephemeral, without acknowledgements) from the position the
+// inbox consumer commits with each event's effects, so it resumes exactly
+// after the last event applied, whatever stopped it. A message that fails
+// to settle is read again, after a backoff, before any after it: a
+// handler that fails for good blocks the stream and should reject the
+// event instead (inbox.Reject). Copies of an event are answered by its
+// dedup mark in the store (package inbox), not by the stream, so a copy
+// stored after the duplicate window is a duplicate too, for as long as
+// the mark is kept (inbox.Options.Retention).
 package natsjs

@@ -93,8 +93,9 @@ func ReadAll(ctx context.Context, js jetstream.JetStream, stream string, from ui
 	return msgs, err
 }
 
-// deleteConsumer deletes Read's ordered consumer, if it can in a second;
-// the server deletes it after its inactive threshold otherwise.
+// deleteConsumer deletes an ordered consumer of Read or Consume, if it
+// can in a second; the server deletes it after its inactive threshold (5
+// minutes) otherwise.
 func deleteConsumer(ctx context.Context, js jetstream.JetStream, stream string, cons jetstream.Consumer) {
 	info := cons.CachedInfo()
 	if info == nil {
