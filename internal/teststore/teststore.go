@@ -2,7 +2,7 @@
 // the Store contract (once, inbox, reconcile, saga, outbox) run on, so
 // that each suite runs, unchanged, on both stores: the Pebble engine, and
 // PostgreSQL (package pgstore, on the test binary's shared server, see
-// package pgtest).
+// package pgstore/pgtest).
 //
 // A package's TestMain calls Main: it runs the tests on the engine, then
 // runs the test binary again with IDEMKV_TEST_STORE=postgres, where Open
@@ -23,8 +23,8 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/idemkv/idemkv/ttl"
 )
 
