@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/idemkv/idemkv/ttl"
 	"github.com/stretchr/testify/require"
 )

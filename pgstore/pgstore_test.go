@@ -10,8 +10,8 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/outbox"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )

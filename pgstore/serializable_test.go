@@ -14,9 +14,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 )
 
 // op is one committed operation of a history: what its committing run

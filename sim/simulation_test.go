@@ -18,9 +18,9 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/examples/payments"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 )
 
 var (

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/stretchr/testify/require"
 )
 

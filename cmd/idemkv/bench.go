@@ -19,7 +19,7 @@ import (
 	"github.com/idemkv/idemkv/bench/day"
 	"github.com/idemkv/idemkv/bench/workloads"
 	"github.com/idemkv/idemkv/engine"
-	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv/bench/fleet"
-	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 )
 
 func init() {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/examples/payments"
-	"github.com/idemkv/idemkv/internal/pgtest"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/idemkv/idemkv/reconcile"
 )
 

@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/client"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/internal/tier"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 )
 
 // failoverKeysEnv sets TestServeSurvivesFailover's keys (default 200 a

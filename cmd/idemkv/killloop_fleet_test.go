@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/internal/tier"
 	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 )
 
 // fleetKillCyclesEnv sets TestServeFleetKillLoop's kill cycles (default

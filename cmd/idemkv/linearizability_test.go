@@ -17,8 +17,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/idemkv/idemkv/examples/processor"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/internal/tier"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -1,4 +1,4 @@
-package client_test
+package payments_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/idemkv/idemkv/examples/payments"
 )
 
-// The tests run the Transport against the payments service on a real
+// These tests run client.Transport against the payments service on a real
 // engine over loopback HTTP, with the processor's answers scripted.
 
 const order = `{"amount":5000,"currency":"USD","card":"tok_123"}`

@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/teststore"
+	"github.com/idemkv/idemkv/internal/layertest/teststore"
 	"github.com/idemkv/idemkv/once"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

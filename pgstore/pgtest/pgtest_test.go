@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/internal/tier"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -2,6 +2,14 @@
 // written against PostgreSQL is tested against the server it will meet in
 // production rather than against a mock or an embedded look-alike.
 //
+// It is pgstore's test harness, exported as net/http/httptest is
+// net/http's: pgstore's tests use it, and so does whatever else tests
+// against PostgreSQL (the suites of once, inbox, outbox, reconcile and
+// saga in their run on pgstore, the command, the simulation, the
+// benchmark harness). It sits beside pgstore rather than among the
+// library's internal packages because it needs the PostgreSQL driver
+// (pgx), as pgstore does.
+//
 // A server is the postgres binary itself, started as a child of the test
 // process on a fresh data directory (initdb), listening on 127.0.0.1 only,
 // on a free port, with no Unix socket. It runs with fsync on: a commit is

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/teststore"
+	"github.com/idemkv/idemkv/internal/layertest/teststore"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/idemkv/idemkv/saga"
 	"github.com/stretchr/testify/assert"

@@ -2,9 +2,10 @@
 // the Store contract (once, inbox, reconcile, saga, outbox) run on, so
 // that each suite runs, unchanged, on both stores: the Pebble engine, and
 // PostgreSQL (package pgstore, on the test binary's shared server, see
-// package pgtest).
+// package pgstore/pgtest). The suites live beside it, in
+// internal/layertest/<package>.
 //
-// A package's TestMain calls Main: it runs the tests on the engine, then
+// A suite's TestMain calls Main: it runs the tests on the engine, then
 // runs the test binary again with IDEMKV_TEST_STORE=postgres, where Open
 // opens pgstore. Without PostgreSQL's binaries the second run is skipped,
 // unless IDEMKV_REQUIRE_POSTGRES=1 (as CI sets), when it fails.
@@ -23,8 +24,8 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/pgstore"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/idemkv/idemkv/ttl"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/teststore"
+	"github.com/idemkv/idemkv/internal/layertest/teststore"
 	"github.com/idemkv/idemkv/outbox"
 )
 
@@ -122,6 +122,7 @@ func TestLogfStillWorks(t *testing.T) {
 	emit(t, e, 0, 1)
 	var lines []string
 	b := &broker{fail: func(idemkv.StoredEvent) error { return errors.New("no responders") }}
+	//lint:ignore SA1019 the test is of the deprecated Logf
 	r, err := outbox.New(e, b, &outbox.Options{Logf: func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }})
 	require.NoError(t, err)
 	_, err = r.Drain(ctx)
@@ -130,7 +131,8 @@ func TestLogfStillWorks(t *testing.T) {
 	fire := make(chan time.Time)
 	r, err = outbox.New(e, b, &outbox.Options{
 		After: func(time.Duration) <-chan time.Time { cancel(); return fire },
-		Logf:  func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) },
+		//lint:ignore SA1019 the test is of the deprecated Logf
+		Logf: func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) },
 	})
 	require.NoError(t, err)
 	require.ErrorIs(t, r.Run(rctx), context.Canceled)

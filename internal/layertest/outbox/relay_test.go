@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/teststore"
+	"github.com/idemkv/idemkv/internal/layertest/teststore"
 	"github.com/idemkv/idemkv/outbox"
 	"github.com/stretchr/testify/require"
 )

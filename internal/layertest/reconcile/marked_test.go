@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/teststore"
+	"github.com/idemkv/idemkv/internal/layertest/teststore"
 )
 
 // markedStore is the store of a suite with Record.Marked as the contract

@@ -19,7 +19,7 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/inbox"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/teststore"
+	"github.com/idemkv/idemkv/internal/layertest/teststore"
 	"github.com/idemkv/idemkv/once"
 	"github.com/idemkv/idemkv/ttl"
 )

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkv/idemkv/internal/pgtest"
 	"github.com/idemkv/idemkv/internal/tier"
+	"github.com/idemkv/idemkv/pgstore/pgtest"
 )
 
 // A row committed on a primary with a synchronous standby is on the
