@@ -1,7 +1,9 @@
 // Package pgstore is idemkv's store on PostgreSQL: the idemkv.Store
 // contract, and the idemkv.Outbox, shared by every process that opens the
 // same database. It is the store for a fleet of services; package engine
-// is the one for a single process.
+// is the one for a single process. It is a module of its own
+// (github.com/idemkv/idemkv/pgstore), so that a program requires pgx only
+// if it imports pgstore.
 //
 // # Basics
 //

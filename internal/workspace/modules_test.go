@@ -15,11 +15,18 @@ import (
 	"github.com/idemkv/idemkv/internal/tier"
 )
 
+// systemTime is about what the system tier of every module takes on two
+// cores.
+const systemTime = 30 * time.Minute
+
 // TestModules runs the tests of every module of the workspace but the
 // root one (which `go test ./...` runs itself).
 func TestModules(t *testing.T) {
 	if os.Getenv("IDEMKV_MODULES") == "separate" {
 		t.Skip("IDEMKV_MODULES=separate: each module is tested on its own")
+	}
+	if d, ok := t.Deadline(); ok && tier.System() && time.Until(d) < systemTime {
+		t.Fatalf("the system tier runs every module's process tests, for longer than go test's default timeout: run it with -timeout %v", 2*systemTime)
 	}
 	root, mods := workspaceModules(t)
 	for _, dir := range mods {
