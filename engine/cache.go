@@ -6,7 +6,7 @@ import (
 	"github.com/coocood/freecache"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // replayCache keeps recently completed records in memory, so that replays

@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // outboxCheck follows the outbox through a check's scan, which meets the

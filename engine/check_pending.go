@@ -4,7 +4,7 @@ import (
 	"encoding/hex"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // Check pairs the pending index with the unsettled records: the records

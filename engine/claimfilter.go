@@ -14,7 +14,7 @@ import (
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // The claim filter keeps claims of new keys out of Pebble.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // busyRetry is the RetryAfter given while a key's write is in flight: its

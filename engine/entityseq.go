@@ -9,7 +9,7 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // Entity sequences: each event's place among the events of its entity

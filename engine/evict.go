@@ -8,7 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // Evict implements idemkv.Evicter. The record goes with a synced write,

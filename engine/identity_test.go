@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine/internal/record"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/record"
 )
 
 // failingRand is a Rand that must not be read.

@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // The key layout is package record's (internal/record/keys.go): unsettled

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // A remote record stores its operation id only when the id is not the one

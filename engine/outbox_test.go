@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 	"github.com/stretchr/testify/require"
 )
 

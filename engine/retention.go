@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 	"github.com/idemkv/idemkv/ttl"
 )
 

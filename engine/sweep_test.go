@@ -13,8 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine/internal/record"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/record"
 	"github.com/idemkv/idemkv/ttl"
 	"github.com/stretchr/testify/require"
 )

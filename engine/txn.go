@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // Transactions on business data: optimistic concurrency, checked in the

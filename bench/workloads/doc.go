@@ -36,7 +36,7 @@
 //
 // # The baseline
 //
-// The baseline (bench/internal/baseline) is the contract written by hand
+// The baseline (engine/baseline) is the contract written by hand
 // on raw Pebble: a synced one-key batch for the claim and another for the
 // completion, under a per-key mutex. It is opened from the same
 // engine.Options and stores the same bytes, so the comparison isolates

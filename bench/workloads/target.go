@@ -9,8 +9,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/bench"
-	"github.com/idemkv/idemkv/bench/internal/baseline"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/engine/baseline"
 )
 
 // Store is a store under test: the idemkv contract plus what the harness

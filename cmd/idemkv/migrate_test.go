@@ -17,7 +17,6 @@ import (
 
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/internal/record"
 	"github.com/idemkv/idemkv/internal/upgradetest"
 	"github.com/idemkv/idemkv/internal/upgradetest/replay"
 )
@@ -141,7 +140,10 @@ func TestMigrateRefusesUnreadableLayouts(t *testing.T) {
 	dir := f.CopyStore(t)
 	db, err := pebble.Open(dir, (&engine.Options{}).EnsureDefaults().PebbleOptions())
 	require.NoError(t, err)
-	require.NoError(t, db.Set(record.LayoutKey, binary.BigEndian.AppendUint64(nil, 99), pebble.Sync))
+	// The engine's layout marker (its on-disk format's LayoutKey): a
+	// layout no release wrote.
+	layoutKey := []byte{0x01, 'l', 'a', 'y', 'o', 'u', 't'}
+	require.NoError(t, db.Set(layoutKey, binary.BigEndian.AppendUint64(nil, 99), pebble.Sync))
 	require.NoError(t, db.Close())
 	backup := filepath.Join(t.TempDir(), "backup")
 	var out, errOut bytes.Buffer

@@ -1,7 +1,10 @@
 // Package baseline is the reference the benchmark harness measures the
 // engine against: the idemkv.Store contract implemented the way a careful
 // user would write it by hand on raw Pebble, with nothing clever in the
-// commit path.
+// commit path. It lives beside the engine because it writes the engine's
+// record format (engine/internal/record), so that bytes per record and
+// the cost of encoding compare like for like. It is not meant for
+// production: use package engine.
 //
 // # Basics
 //

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // settleable reads k's record and checks that it can be settled under

@@ -5,7 +5,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/internal/record"
+	"github.com/idemkv/idemkv/engine/internal/record"
 )
 
 // The record key and value layouts are the engine's own (package
