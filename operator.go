@@ -8,7 +8,7 @@ import (
 
 // An operator's reach into a store, beyond the Store contract: reading
 // every record (Scanner) and removing one by hand (Evicter). Both stores
-// of this module implement them; package admin and the idemkv command use
+// (engine, and pgstore in its own module) implement them; package admin and the idemkv command use
 // them when the store does.
 
 // Scanner lists every record a store holds, in any state, for

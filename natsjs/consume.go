@@ -40,13 +40,9 @@ type ConsumeOptions struct {
 	// (Warn, with the failures in a row so far) and of the recovery that
 	// follows (Info), naming the consumer (endpoint) and the stream, and a
 	// failed message by position and key hash, never by its id. Default:
-	// the consumer's inbox.Options.Logger; with neither, Logf.
+	// the consumer's inbox.Options.Logger; with neither, nothing is
+	// logged.
 	Logger *slog.Logger
-	// Logf, if set and no Logger is, is told of the same failures and
-	// recoveries as lines of text, without event ids.
-	//
-	// Deprecated: set Logger (or the consumer's inbox.Options.Logger).
-	Logf func(format string, args ...any)
 	// Processed, if set, is called after each message is settled, from
 	// Consume's goroutine, before the next is read: for metrics, logs of
 	// rejections and mismatches, and tests.
@@ -65,9 +61,6 @@ func (o *ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, 5*time.Second), c.MinBackoff)
 	if c.After == nil {
 		c.After = time.After
-	}
-	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
 	}
 	if c.Processed == nil {
 		c.Processed = func(inbox.Message, inbox.Outcome) {}
@@ -118,8 +111,6 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, c *inbo
 			if o.Logger != nil {
 				o.Logger.LogAttrs(ctx, slog.LevelInfo, msgReadAgain, slog.String("tenant", inbox.Tenant), slog.String("endpoint", c.Name()),
 					slog.String("stream", stream), slog.Int("failures", failures))
-			} else {
-				o.Logf("inbox %s: reading stream %q again after %d failures", c.Name(), stream, failures)
 			}
 			failures = 0
 		}
@@ -127,8 +118,6 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, c *inbo
 		if o.Logger != nil {
 			o.Logger.LogAttrs(ctx, slog.LevelWarn, msgReadFailed, slog.String("tenant", inbox.Tenant), slog.String("endpoint", c.Name()),
 				slog.String("stream", stream), slog.Int("failures", failures), slog.String("err", err.Error()))
-		} else {
-			o.Logf("inbox %s: %v (retrying)", c.Name(), err)
 		}
 		select {
 		case <-o.After(backoff(&o, failures)):

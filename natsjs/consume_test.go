@@ -129,7 +129,7 @@ type driver struct {
 func (b *broker) run(parent context.Context, c *inbox.Consumer, h inbox.Handler, until uint64, opts *natsjs.ConsumeOptions) *driver {
 	ctx, cancel := context.WithCancel(parent)
 	d := &driver{cancel: cancel, done: make(chan error, 1), outcomes: map[uint64]inbox.Outcome{}, reached: make(chan struct{}), until: until}
-	o := natsjs.ConsumeOptions{Logf: b.t.Logf}
+	var o natsjs.ConsumeOptions
 	if opts != nil {
 		o = *opts
 	}
@@ -281,7 +281,7 @@ func TestConsumeRetriesFromPosition(t *testing.T) {
 		now <- t0
 		return now
 	}
-	d := br.run(br.ctx, v.consumer(), h, 6, &natsjs.ConsumeOptions{After: after, MinBackoff: time.Second, Logf: t.Logf})
+	d := br.run(br.ctx, v.consumer(), h, 6, &natsjs.ConsumeOptions{After: after, MinBackoff: time.Second})
 	d.wait(t)
 
 	assert.Equal(t, []string{"ev-1", "ev-2", "ev-3", "ev-3", "ev-4", "ev-5", "ev-6"}, seen)
@@ -334,8 +334,7 @@ func TestInboxMessage(t *testing.T) {
 }
 
 // TestConsumeLogs: Consume logs a failed message to the consumer's
-// Logger, by position and key hash; not the event's id, as its Logf
-// lines did.
+// Logger, by position and key hash, never by the event's id.
 func TestConsumeLogs(t *testing.T) {
 	v, br := newEnv(t), newBroker(t)
 	events := []idemkv.StoredEvent{payment(1), payment(2)}

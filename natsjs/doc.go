@@ -1,7 +1,10 @@
 // Package natsjs connects idemkv's outbox (publishing) and inbox
-// (consuming) to NATS JetStream. It holds idemkv's NATS client code, so
-// that the library's packages, outbox and inbox among them, import no
-// NATS package, and NATS can become a module of its own.
+// (consuming) to NATS JetStream. It is a module of its own
+// (github.com/idemkv/idemkv/natsjs) that holds idemkv's NATS client code,
+// so that the library's packages, outbox and inbox among them, import no
+// NATS package, and a program requires the NATS client only if it imports
+// natsjs. The NATS server itself is built only into natsjs/natsembed and
+// the tests (natsjs/natstest).
 //
 // Publishing: a Publisher implements outbox.Publisher: the relay hands it
 // one event at a time, and it returns nil only once a stream has

@@ -9,7 +9,7 @@ import (
 )
 
 // The record key and value layouts are the engine's own (package
-// internal/record), so both stores hold the same keys and values and bytes
+// engine/internal/record), so both stores hold the same keys and values and bytes
 // per key differ only through how they were written.
 
 var (

@@ -3,8 +3,8 @@
 // `go test ./...`, the README's test command, runs the fast tier: every
 // package's own tests, the conformance suite and the layers' suites on
 // both stores, and the property tests, linearizability rounds and
-// simulation seeds at reduced counts. `go test -tags system ./...` runs
-// the system tier as well: tests that start and kill processes (SIGKILL
+// simulation seeds at reduced counts. `go test -tags system -timeout 30m
+// ./...` runs the system tier as well: tests that start and kill processes (SIGKILL
 // loops, a failover, fleets, PostgreSQL servers killed and promoted),
 // the conformance suite again under other engine settings, and the
 // property tests and simulations at their full counts. .ci/run runs both.

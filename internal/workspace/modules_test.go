@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +18,9 @@ import (
 	"github.com/idemkv/idemkv/internal/tier"
 )
 
-// systemTime is about what the system tier of every module takes on two
-// cores.
-const systemTime = 30 * time.Minute
+// systemTime bounds what the system tier of every module takes on two
+// cores from a cold build cache (about four minutes with a warm one).
+const systemTime = 15 * time.Minute
 
 // TestModules runs the tests of every module of the workspace but the
 // root one (which `go test ./...` runs itself).
@@ -29,8 +32,8 @@ func TestModules(t *testing.T) {
 		t.Fatalf("the system tier runs every module's process tests, for longer than go test's default timeout: run it with -timeout %v", 2*systemTime)
 	}
 	root, mods := workspaceModules(t)
-	for _, dir := range mods {
-		readTree(t, dir)
+	for _, name := range readTree(t, root) {
+		os.Getenv(name)
 	}
 	args := []string{"test"}
 	if tier.System() {
@@ -69,8 +72,11 @@ func workspaceModules(t *testing.T) (string, []string) {
 		t.Fatalf("go env GOWORK: %v", err)
 	}
 	work := strings.TrimSpace(string(gowork))
-	if work == "" || work == "off" {
-		t.Skip("not in the repository's workspace (GOWORK is off or go.work is missing): the other modules are not found")
+	switch work {
+	case "off":
+		t.Skip("GOWORK=off: the other modules are not in reach")
+	case "":
+		t.Fatal("go.work is missing: `go test ./...` at the root would test the library's module only")
 	}
 	out, err := exec.CommandContext(ctx, "go", "work", "edit", "-json", work).Output()
 	if err != nil {
@@ -94,10 +100,15 @@ func workspaceModules(t *testing.T) (string, []string) {
 	return root, mods
 }
 
-// readTree reads every file under dir, so that go test records them as
-// inputs of this test and runs it again when one changes.
-func readTree(t *testing.T, dir string) {
+// readTree reads every file under dir (the whole workspace: the root
+// module's code is what the others test against), so that go test records
+// them as inputs of this test and runs it again when one changes. It
+// returns the names of the IDEMKV_ variables the files mention: the test
+// reads them too, with the variables of the go command, so that setting
+// one runs it again.
+func readTree(t *testing.T, dir string) []string {
 	t.Helper()
+	names := map[string]bool{"PATH": true, "GOFLAGS": true, "GOWORK": true, "GOTOOLCHAIN": true, "CGO_ENABLED": true}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -108,13 +119,20 @@ func readTree(t *testing.T, dir string) {
 			}
 			return nil
 		}
-		_, err = os.ReadFile(path)
+		b, err := os.ReadFile(path)
+		for _, name := range envName.FindAll(b, -1) {
+			names[string(name)] = true
+		}
 		return err
 	})
 	if err != nil {
 		t.Fatalf("reading %s: %v", dir, err)
 	}
+	return slices.Sorted(maps.Keys(names))
 }
+
+// envName matches the name of one of the project's environment variables.
+var envName = regexp.MustCompile(`IDEMKV_[A-Z0-9_]*[A-Z0-9]`)
 
 // summary keeps go test's per-package result lines.
 func summary(out []byte) []byte {

@@ -1,10 +1,8 @@
 // Package natstest starts a real JetStream server inside the test process,
 // for tests: a NATS server with JetStream on disk, so that tests of
 // publishers and consumers talk to the broker they will meet in
-// production rather than to a mock. It sits under natsjs rather than
-// internal so that it goes with the NATS packages when they become a
-// module of their own, and the library's module need not require
-// nats-server for tests.
+// production rather than to a mock. It is in the natsjs module, so that
+// the library's module does not require nats-server, not even for tests.
 //
 // The server listens on a random loopback port, keeps its JetStream store
 // in a directory of t.TempDir(), logs nothing, and is shut down (and waited
