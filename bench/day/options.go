@@ -8,21 +8,21 @@ import (
 	"github.com/idemkv/idemkv/bench"
 )
 
-// GuideRate is the guide's rate of unsafe requests, per second.
-const GuideRate = 5000
+// guideRate is the guide's rate of unsafe requests, per second.
+const guideRate = 5000
 
-// GuideRecords is what a day at GuideRate leaves with a 24 h retention.
-const GuideRecords = GuideRate * 24 * 60 * 60
+// guideRecords is what a day at guideRate leaves with a 24 h retention.
+const guideRecords = guideRate * 24 * 60 * 60
 
 // Options configure a day run. The zero value of every field means the
 // default stated on it (the "day" profile's).
 type Options struct {
 	bench.Options
-	// Records is the size of the large store. Default: GuideRecords.
+	// Records is the size of the large store. Default: guideRecords.
 	Records int64
 	// Small is the size of the store it is compared with. Default: 1 M.
 	Small int64
-	// Rate is the open-loop phase's requests per second. Default: GuideRate.
+	// Rate is the open-loop phase's requests per second. Default: guideRate.
 	Rate float64
 	// Duration is how long the open-loop phase runs on each store.
 	// Default: 10 minutes.
@@ -80,9 +80,9 @@ type Options struct {
 	Log func(string)
 }
 
-// Profiles are the standard configurations: "day", the guide's full day,
+// profiles are the standard configurations: "day", the guide's full day,
 // and "quick", the same run on small stores for a minute.
-var Profiles = map[string]Options{
+var profiles = map[string]Options{
 	"day": {Options: bench.Options{Profile: "day"}},
 	"quick": {Options: bench.Options{Profile: "quick"}, Records: 1_000_000, Small: 100_000,
 		Duration: 6 * time.Second, Window: time.Second, Point: 2 * time.Second, Rounds: 1,
@@ -91,7 +91,7 @@ var Profiles = map[string]Options{
 
 // Profile returns a copy of the profile named name.
 func Profile(name string) (*Options, error) {
-	o, ok := Profiles[name]
+	o, ok := profiles[name]
 	if !ok {
 		return nil, fmt.Errorf("bench: unknown profile %q (want day or quick)", name)
 	}
@@ -103,13 +103,13 @@ func (o *Options) EnsureDefaults() *Options {
 	c := *o
 	c.Options = *c.Options.EnsureDefaults()
 	if c.Records == 0 {
-		c.Records = GuideRecords
+		c.Records = guideRecords
 	}
 	if c.Small == 0 {
 		c.Small = 1_000_000
 	}
 	if c.Rate == 0 {
-		c.Rate = GuideRate
+		c.Rate = guideRate
 	}
 	if c.Duration == 0 {
 		c.Duration = 10 * time.Minute

@@ -11,8 +11,8 @@ import (
 	"github.com/idemkv/idemkv/engine"
 )
 
-// Shape is the traffic a day of records is left by.
-type Shape struct {
+// shape is the traffic a day of records is left by.
+type shape struct {
 	// Records is how many records the day leaves.
 	Records int64
 	// Now is the end of the day: records were created in the Retention
@@ -28,16 +28,16 @@ type Shape struct {
 	Seed uint64
 }
 
-// Endpoint is the endpoint of every record of a day.
-const Endpoint = "POST /v1/payments"
+// endpoint is the endpoint of every record of a day.
+const endpoint = "POST /v1/payments"
 
 // buckets must match engine.BucketsPerWindow: the records come bucket by
 // bucket, and each bucket's records in key order.
 const buckets = engine.BucketsPerWindow
 
-// Tenant is the name of tenant i of a day: fixed width, so that tenants
+// tenant is the name of tenant i of a day: fixed width, so that tenants
 // sort by number.
-func Tenant(i int) string { return fmt.Sprintf("tenant-%04d", i) }
+func tenant(i int) string { return fmt.Sprintf("tenant-%04d", i) }
 
 // Records returns the records a day of the guide's traffic leaves, in the
 // order the engine stores them (engine.SortKey): the unsettled records
@@ -45,7 +45,7 @@ func Tenant(i int) string { return fmt.Sprintf("tenant-%04d", i) }
 // each bucket by tenant and key. Keys are UUIDs (version 4 layout) drawn
 // in increasing order, so no sorting is needed and nothing is held in
 // memory: a day of any size streams.
-func Records(s Shape) iter.Seq[idemkv.Record] {
+func Records(s shape) iter.Seq[idemkv.Record] {
 	tenants := max(1, s.Tenants)
 	unsettled := int64(float64(s.Records) * s.Unsettled)
 	completed := s.Records - unsettled
@@ -58,7 +58,7 @@ func Records(s Shape) iter.Seq[idemkv.Record] {
 		for t := range tenants {
 			n := share(unsettled, tenants, t)
 			for i, key := range sortedKeys(r, n, 1) {
-				rec := idemkv.Record{ID: idemkv.ID{Tenant: Tenant(t), Endpoint: Endpoint, Key: key},
+				rec := idemkv.Record{ID: idemkv.ID{Tenant: tenant(t), Endpoint: endpoint, Key: key},
 					Mode: idemkv.ModeRemote, Fingerprint: fingerprint(r), Note: "provider timed out",
 					Created: s.Now.Add(-time.Duration(r.Int64N(int64(time.Hour)))).Truncate(time.Second)}
 				rec.State = idemkv.StateUncertain
@@ -93,7 +93,7 @@ func Records(s Shape) iter.Seq[idemkv.Record] {
 					if !created.Before(hi) {
 						created = hi.Add(-time.Second).Truncate(time.Second)
 					}
-					rec := idemkv.Record{ID: idemkv.ID{Tenant: Tenant(t), Endpoint: Endpoint, Key: key},
+					rec := idemkv.Record{ID: idemkv.ID{Tenant: tenant(t), Endpoint: endpoint, Key: key},
 						State: idemkv.StateCompleted, Mode: idemkv.ModeRemote, Fingerprint: fingerprint(r),
 						Result:  idemkv.Result{Status: 201, Pointer: pointer(r)},
 						Created: created, Expires: created.Add(s.Retention)}

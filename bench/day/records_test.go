@@ -15,7 +15,7 @@ import (
 // completed record live at Now and created within the retention window.
 func TestRecordsComeInStoreOrder(t *testing.T) {
 	now := time.Date(2026, 12, 3, 12, 30, 17, 0, time.UTC)
-	s := Shape{Records: 50000, Now: now, Retention: 24 * time.Hour, Tenants: 3, Unsettled: 0.001, Seed: 7}
+	s := shape{Records: 50000, Now: now, Retention: 24 * time.Hour, Tenants: 3, Unsettled: 0.001, Seed: 7}
 	opts := &engine.Options{Retention: s.Retention}
 	var prev []byte
 	var n, unsettled int64

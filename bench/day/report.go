@@ -274,7 +274,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if sm > 0 {
 			ratio = lg / sm
 		}
-		fmt.Fprintf(tw, "%d\t%s (%.1f×)\t%s (%.1f×)\t%.2f\t\n", c, bench.Count(sm), sm/GuideRate, bench.Count(lg), lg/GuideRate, ratio)
+		fmt.Fprintf(tw, "%d\t%s (%.1f×)\t%s (%.1f×)\t%.2f\t\n", c, bench.Count(sm), sm/guideRate, bench.Count(lg), lg/guideRate, ratio)
 	}
 	return tw.Flush()
 }

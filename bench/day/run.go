@@ -232,7 +232,7 @@ func (s *store) build(ctx context.Context, o *Options, logf func(string, ...any)
 		return fmt.Errorf("%s holds another run's store: remove it first", s.dir)
 	}
 	logf("loading %d records into the %s store (%s)", s.records, s.name, s.dir)
-	shape := Shape{Records: s.records, Now: now, Retention: 24 * time.Hour, Tenants: o.Tenants, Unsettled: 0.0001, Seed: 1}
+	shape := shape{Records: s.records, Now: now, Retention: 24 * time.Hour, Tenants: o.Tenants, Unsettled: 0.0001, Seed: 1}
 	start := time.Now()
 	last := start
 	_, err := engine.Load(ctx, s.dir, s.engineOptions(o), Records(shape), &engine.LoadOptions{Records: s.records,

@@ -13,11 +13,11 @@ import (
 	"github.com/idemkv/idemkv/natsjs/natsembed"
 )
 
-// StreamName is the JetStream stream the run publishes to.
-const StreamName = "EVENTS"
+// streamName is the JetStream stream the run publishes to.
+const streamName = "EVENTS"
 
-// DuplicateWindow is the stream's duplicate window, the server's default.
-const DuplicateWindow = 2 * time.Minute
+// duplicateWindow is the stream's duplicate window, the server's default.
+const duplicateWindow = 2 * time.Minute
 
 // broker is the run's JetStream server, in this process, and a publisher
 // connected to it.
@@ -39,7 +39,7 @@ func startBroker(ctx context.Context, dir string) (*broker, error) {
 	if b.pub, err = natsjs.Connect(emb.URL(), nil); err != nil {
 		return nil, errors.Join(err, b.close())
 	}
-	if b.stream, err = natsjs.EnsureStream(ctx, b.pub.JetStream(), StreamName, Subjects, DuplicateWindow); err != nil {
+	if b.stream, err = natsjs.EnsureStream(ctx, b.pub.JetStream(), streamName, subjects, duplicateWindow); err != nil {
 		return nil, errors.Join(err, b.close())
 	}
 	return b, nil

@@ -72,7 +72,7 @@ func (r *runner) consumers(ctx context.Context, b *broker) ([]Consume, error) {
 func (r *runner) readRaw(ctx context.Context, b *broker, n int) (Consume, error) {
 	got := 0
 	t0 := time.Now()
-	err := natsjs.Read(ctx, b.pub.JetStream(), StreamName, 1, func(natsjs.Message) error {
+	err := natsjs.Read(ctx, b.pub.JetStream(), streamName, 1, func(natsjs.Message) error {
 		if got++; got == n {
 			return errEnough
 		}
@@ -126,7 +126,7 @@ func (r *runner) applyInbox(ctx context.Context, b *broker, n int) (c Consume, e
 		return Consume{}, err
 	}
 	t0 := time.Now()
-	err = natsjs.Consume(ctx, b.pub.JetStream(), StreamName, cons, credit, opts)
+	err = natsjs.Consume(ctx, b.pub.JetStream(), streamName, cons, credit, opts)
 	if end.IsZero() {
 		return Consume{}, fmt.Errorf("bench: events: %s: %d messages settled of %d: %w", consumeInbox, applied+other, n, err)
 	}

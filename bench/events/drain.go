@@ -129,7 +129,7 @@ func (r *runner) alone(ctx context.Context, b *broker, n int) (Drain, error) {
 	stream := r.newStream()
 	evs := make([]idemkv.StoredEvent, n)
 	for i := range evs {
-		evs[i] = idemkv.StoredEvent{Event: Event(stream, uint64(i), uint64(i), r.o.Tenants),
+		evs[i] = idemkv.StoredEvent{Event: event(stream, uint64(i), uint64(i), r.o.Tenants),
 			ID: "alone-" + strconv.FormatUint(stream, 16) + "-" + strconv.Itoa(i), Seq: uint64(i + 1), EntitySeq: 1, Created: time.Now()}
 	}
 	msgs0, err := b.messages(ctx)
@@ -155,7 +155,7 @@ func (r *runner) pipelined(ctx context.Context, b *broker, n int) (Drain, error)
 	msgs := make([]*nats.Msg, n)
 	ids := make([]string, n)
 	for i := range msgs {
-		ev := Event(stream, uint64(i), uint64(i), r.o.Tenants)
+		ev := event(stream, uint64(i), uint64(i), r.o.Tenants)
 		ids[i] = "pipe-" + strconv.FormatUint(stream, 16) + "-" + strconv.Itoa(i)
 		h := nats.Header{}
 		for k, v := range ev.Headers {

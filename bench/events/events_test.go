@@ -123,13 +123,13 @@ func TestEvent(t *testing.T) {
 	defer e.Close()
 	keys := map[string]bool{}
 	for _, n := range []uint64{0, 1, 42, 1<<63 + 7} {
-		ev := Event(9, n%1000, n, 1000)
-		require.Len(t, ev.Payload, PayloadBytes)
+		ev := event(9, n%1000, n, 1000)
+		require.Len(t, ev.Payload, payloadBytes)
 		require.True(t, json.Valid(ev.Payload), "%s", ev.Payload)
 		got, ok := eventNumber(ev.Payload)
 		require.True(t, ok)
 		require.Equal(t, n, got)
-		require.Equal(t, Topic, ev.Topic)
+		require.Equal(t, topic, ev.Topic)
 		keys[ev.Key] = true
 		require.NoError(t, e.Update(context.Background(), func(fx idemkv.Effects) error { return fx.Emit(ev) }))
 	}
@@ -146,7 +146,7 @@ func TestTiming(t *testing.T) {
 	var inner failing
 	tp := newTiming(&inner, time.Now(), 3)
 	ev := func(n uint64) idemkv.StoredEvent {
-		return idemkv.StoredEvent{Event: Event(1, n, n, 10), Created: time.Now()}
+		return idemkv.StoredEvent{Event: event(1, n, n, 10), Created: time.Now()}
 	}
 	ctx := context.Background()
 	inner.err = fail

@@ -230,7 +230,7 @@ func (r *runner) complete(ctx context.Context, e *engine.Engine, stream, i, n ui
 // event returns the event request (stream, i) emits, numbered n: Event,
 // with an empty key if Options.OneEntity.
 func (r *runner) event(stream, i, n uint64) idemkv.Event {
-	ev := Event(stream, i, n, r.o.Tenants)
+	ev := event(stream, i, n, r.o.Tenants)
 	if r.o.OneEntity {
 		ev.Key = ""
 	}

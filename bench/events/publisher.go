@@ -14,15 +14,15 @@ import (
 	"github.com/idemkv/idemkv/outbox"
 )
 
-// Topic is the topic of every event the run emits; the JetStream stream
-// captures Subjects.
-const Topic = "payments.created"
+// topic is the topic of every event the run emits; the JetStream stream
+// captures subjects.
+const topic = "payments.created"
 
-// Subjects are the subjects of the run's JetStream stream.
-var Subjects = []string{"payments.>"}
+// subjects are the subjects of the run's JetStream stream.
+var subjects = []string{"payments.>"}
 
-// PayloadBytes is the size of every event's payload.
-const PayloadBytes = 200
+// payloadBytes is the size of every event's payload.
+const payloadBytes = 200
 
 // numberPrefix starts every payload; the event's number follows it, in
 // numberDigits decimal digits, so that a publisher can tell which request
@@ -32,24 +32,24 @@ const (
 	numberDigits = 20
 )
 
-// Event returns the event request (stream, i) emits, numbered n: topic
-// Topic, the payment's id as its key (each request its own entity), a
-// Content-Type header, and a JSON payload of exactly PayloadBytes bytes
+// event returns the event request (stream, i) emits, numbered n: on
+// topic, the payment's id as its key (each request its own entity), a
+// Content-Type header, and a JSON payload of exactly payloadBytes bytes
 // that starts with n.
-func Event(stream, i, n uint64, tenants int) idemkv.Event {
+func event(stream, i, n uint64, tenants int) idemkv.Event {
 	id := bench.Key(stream, i, tenants)
 	ptr := bench.Result(stream, i, nil).Pointer
 	pay := ptr[strings.LastIndexByte(ptr, '/')+1:]
-	p := fmt.Appendf(make([]byte, 0, PayloadBytes), `%s%0*d","payment":%q,"account":%q,"amount":%d,"currency":"USD","status":"created","memo":"`,
+	p := fmt.Appendf(make([]byte, 0, payloadBytes), `%s%0*d","payment":%q,"account":%q,"amount":%d,"currency":"USD","status":"created","memo":"`,
 		numberPrefix, numberDigits, n, pay, id.Tenant, 100+i%99_900)
-	for len(p) < PayloadBytes-2 {
+	for len(p) < payloadBytes-2 {
 		p = append(p, 'x')
 	}
-	p = append(p[:PayloadBytes-2], '"', '}')
-	return idemkv.Event{Topic: Topic, Key: pay, Payload: p, Headers: map[string]string{"Content-Type": "application/json"}}
+	p = append(p[:payloadBytes-2], '"', '}')
+	return idemkv.Event{Topic: topic, Key: pay, Payload: p, Headers: map[string]string{"Content-Type": "application/json"}}
 }
 
-// eventNumber returns the number Event wrote into payload.
+// eventNumber returns the number event wrote into payload.
 func eventNumber(payload []byte) (uint64, bool) {
 	if len(payload) < len(numberPrefix)+numberDigits || string(payload[:len(numberPrefix)]) != numberPrefix {
 		return 0, false
@@ -70,7 +70,7 @@ func (d *discard) Publish(context.Context, idemkv.StoredEvent) error {
 }
 
 // timing wraps a publisher and records when each event's publish was
-// acknowledged, by the number Event wrote into its payload. The relay
+// acknowledged, by the number event wrote into its payload. The relay
 // calls Publish from one goroutine; the arrays are read once it has
 // stopped.
 type timing struct {

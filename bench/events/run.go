@@ -15,13 +15,13 @@ import (
 
 // Goals the issue set for events.
 const (
-	// GoalRatio is the least throughput of completions with one event,
-	// against without, at GoalConcurrency clients.
-	GoalRatio       = 0.85
-	GoalConcurrency = 64
-	// GoalLagP99 is the most p99 lag, commit to PubAck, at GoalRate.
-	GoalLagP99 = 50 * time.Millisecond
-	GoalRate   = 5000
+	// goalRatio is the least throughput of completions with one event,
+	// against without, at goalConcurrency clients.
+	goalRatio       = 0.85
+	goalConcurrency = 64
+	// goalLagP99 is the most p99 lag, commit to PubAck, at goalRate.
+	goalLagP99 = 50 * time.Millisecond
+	goalRate   = 5000
 )
 
 // Report is the result of Run. Its JSON field names are stable.
@@ -115,9 +115,9 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	rep.Goals = goals(rep)
 	rep.Meta = Meta{Meta: run.Meta(), Concurrency: o.Concurrency, DurationSeconds: o.Duration.Seconds(),
 		Rounds: o.Rounds, Relay: !o.NoRelay, OneEntity: o.OneEntity, Rates: o.Rates, LoadSeconds: o.LoadDuration.Seconds(),
-		Clients: o.Clients, Backlog: o.Backlog, Pipeline: o.Pipeline, PayloadBytes: PayloadBytes,
+		Clients: o.Clients, Backlog: o.Backlog, Pipeline: o.Pipeline, PayloadBytes: payloadBytes,
 		JetStreamOnOwnFS: o.JetStreamDir != "", FsyncP50US: fsync.P50, FsyncP99US: fsync.P99,
-		CompactionNice: o.CompactionNice, DuplicateWindowS: DuplicateWindow.Seconds()}
+		CompactionNice: o.CompactionNice, DuplicateWindowS: duplicateWindow.Seconds()}
 	return rep, nil
 }
 
@@ -158,17 +158,17 @@ func (r *runner) lag(ctx context.Context) (loads []Load, drains []Drain, cons []
 func goals(rep *Report) []Goal {
 	var gs []Goal
 	for _, p := range rep.Overhead {
-		if p.Concurrency == GoalConcurrency {
-			gs = append(gs, Goal{Name: fmt.Sprintf("completions with one event / without, %d clients", GoalConcurrency),
-				Measured: p.Ratio, Target: GoalRatio, Met: p.Ratio >= GoalRatio})
+		if p.Concurrency == goalConcurrency {
+			gs = append(gs, Goal{Name: fmt.Sprintf("completions with one event / without, %d clients", goalConcurrency),
+				Measured: p.Ratio, Target: goalRatio, Met: p.Ratio >= goalRatio})
 		}
 	}
 	for _, l := range rep.Loads {
-		if l.Rate == GoalRate {
+		if l.Rate == goalRate {
 			p99 := l.Lag.P99 / 1e3
-			gs = append(gs, Goal{Name: fmt.Sprintf("p99 lag, commit to PubAck, at %d a second (ms)", GoalRate),
-				Measured: p99, Target: float64(GoalLagP99.Milliseconds()),
-				Met: l.Unpublished == 0 && p99 < float64(GoalLagP99.Milliseconds())})
+			gs = append(gs, Goal{Name: fmt.Sprintf("p99 lag, commit to PubAck, at %d a second (ms)", goalRate),
+				Measured: p99, Target: float64(goalLagP99.Milliseconds()),
+				Met: l.Unpublished == 0 && p99 < float64(goalLagP99.Milliseconds())})
 		}
 	}
 	return gs

@@ -22,14 +22,14 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Points, 1)
 	p := rep.Points[0]
-	for _, name := range []string{Postgres, Naive, Engine, NaiveTwo} {
+	for _, name := range []string{postgres, naiveSide, engineSide, naiveTwo} {
 		require.Positive(t, p.Sides[name].Requests, name)
 		require.Positive(t, rep.BytesPerKey[name], name)
 	}
-	for _, name := range []string{PostgresTwo, PostgresBare, PostgresBareTwo} {
+	for _, name := range []string{postgresTwo, postgresBare, postgresBareTwo} {
 		require.Positive(t, p.Sides[name].Requests, name)
 	}
-	require.Positive(t, rep.BytesPerKey[RecordOnly(Postgres)])
+	require.Positive(t, rep.BytesPerKey[recordOnly(postgres)])
 	require.Positive(t, p.Ratio)
 	require.Positive(t, p.RatioBare)
 	require.Positive(t, p.RatioBareTwo)

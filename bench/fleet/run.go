@@ -80,20 +80,20 @@ func (o *Options) withDefaults() *Options {
 // baseline of two statements (a claim's INSERT ... ON CONFLICT and a
 // completion's UPDATE), the least a hand-written service does.
 const (
-	Postgres        = "pgstore"
-	PostgresTwo     = "pgstore-claim-complete"
-	Naive           = "naive"
-	Engine          = "engine"
-	PostgresBare    = "pgstore-no-effect"
-	PostgresBareTwo = "pgstore-claim-complete-no-effect"
-	NaiveTwo        = "naive-2"
+	postgres        = "pgstore"
+	postgresTwo     = "pgstore-claim-complete"
+	naiveSide       = "naive"
+	engineSide      = "engine"
+	postgresBare    = "pgstore-no-effect"
+	postgresBareTwo = "pgstore-claim-complete-no-effect"
+	naiveTwo        = "naive-2"
 )
 
 // pgSides are the PostgreSQL sides, and baseline the naive side each is
 // compared with.
 var (
-	pgSides  = []string{Postgres, PostgresTwo, Naive, PostgresBare, PostgresBareTwo, NaiveTwo}
-	baseline = map[string]string{Postgres: Naive, PostgresTwo: Naive, PostgresBare: NaiveTwo, PostgresBareTwo: NaiveTwo}
+	pgSides  = []string{postgres, postgresTwo, naiveSide, postgresBare, postgresBareTwo, naiveTwo}
+	baseline = map[string]string{postgres: naiveSide, postgresTwo: naiveSide, postgresBare: naiveTwo, postgresBareTwo: naiveTwo}
 )
 
 // Side is one store's figures at one point.
@@ -159,13 +159,13 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 	defer e.Close()
 
 	do := map[string]func(ctx context.Context, stream, i uint64) error{
-		Postgres:        func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants, true) },
-		PostgresTwo:     func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants, true) },
-		Naive:           func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants, true) },
-		Engine:          func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, e, s, i, o.Tenants, true) },
-		PostgresBare:    func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants, false) },
-		PostgresBareTwo: func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants, false) },
-		NaiveTwo:        func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants, false) },
+		postgres:        func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants, true) },
+		postgresTwo:     func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants, true) },
+		naiveSide:       func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants, true) },
+		engineSide:      func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, e, s, i, o.Tenants, true) },
+		postgresBare:    func(ctx context.Context, s, i uint64) error { return runLocal(ctx, pg, s, i, o.Tenants, false) },
+		postgresBareTwo: func(ctx context.Context, s, i uint64) error { return storeRequest(ctx, pg, s, i, o.Tenants, false) },
+		naiveTwo:        func(ctx context.Context, s, i uint64) error { return nv.request(ctx, s, i, o.Tenants, false) },
 	}
 	rep := &Report{Keys: map[string]int64{}}
 	var stream uint64
@@ -221,18 +221,18 @@ func Run(ctx context.Context, opts *Options) (*Report, error) {
 			pt.Sides[name] = sd
 		}
 		ratio := func(side string) float64 { return math.Exp(logRatio[side] / float64(o.Rounds)) }
-		pt.Ratio, pt.RatioTwo = ratio(Postgres), ratio(PostgresTwo)
-		pt.RatioBare, pt.RatioBareTwo = ratio(PostgresBare), ratio(PostgresBareTwo)
+		pt.Ratio, pt.RatioTwo = ratio(postgres), ratio(postgresTwo)
+		pt.RatioBare, pt.RatioBareTwo = ratio(postgresBare), ratio(postgresBareTwo)
 		rep.Points = append(rep.Points, pt)
 	}
 	for i, n := range o.Concurrency {
 		h := bench.NewHistogram()
-		ps, err := side(Engine, n, h)
+		ps, err := side(engineSide, n, h)
 		if err != nil {
 			return nil, err
 		}
-		o.Logf("%d clients: %s %.0f/s", n, Engine, ps)
-		rep.Points[i].Sides[Engine] = Side{Requests: h.Count(), PerSec: ps, Latency: h.Latency()}
+		o.Logf("%d clients: %s %.0f/s", n, engineSide, ps)
+		rep.Points[i].Sides[engineSide] = Side{Requests: h.Count(), PerSec: ps, Latency: h.Latency()}
 	}
 	rep.BytesPerKey, err = bytesPerKey(ctx, pg, nv, e, rep.Keys)
 	return rep, err
@@ -291,20 +291,20 @@ func bytesPerKey(ctx context.Context, pg *pgstore.Store, nv *naive, e *engine.En
 	if err != nil {
 		return nil, err
 	}
-	pgKeys := keys[Postgres] + keys[PostgresTwo] + keys[PostgresBare] + keys[PostgresBareTwo] // all in the same tables
-	out[Postgres] = b / float64(pgKeys)
+	pgKeys := keys[postgres] + keys[postgresTwo] + keys[postgresBare] + keys[postgresBareTwo] // all in the same tables
+	out[postgres] = b / float64(pgKeys)
 	if b, err = size("idemkv_records"); err != nil {
 		return nil, err
 	}
-	out[RecordOnly(Postgres)] = b / float64(pgKeys)
+	out[recordOnly(postgres)] = b / float64(pgKeys)
 	if b, err = size("naive_records", "naive_data"); err != nil {
 		return nil, err
 	}
-	out[Naive] = b / float64(keys[Naive])
+	out[naiveSide] = b / float64(keys[naiveSide])
 	if b, err = size("naive2_records"); err != nil {
 		return nil, err
 	}
-	out[NaiveTwo] = b / float64(keys[NaiveTwo])
+	out[naiveTwo] = b / float64(keys[naiveTwo])
 	if err := e.Flush(); err != nil {
 		return nil, err
 	}
@@ -315,20 +315,20 @@ func bytesPerKey(ctx context.Context, pg *pgstore.Store, nv *naive, e *engine.En
 	if err != nil {
 		return nil, err
 	}
-	out[Engine] = float64(st.TableBytes) / float64(keys[Engine])
+	out[engineSide] = float64(st.TableBytes) / float64(keys[engineSide])
 	return out, nil
 }
 
-// RecordOnly names a side's bytes per key of its records' table alone
+// recordOnly names a side's bytes per key of its records' table alone
 // (in Report.BytesPerKey).
-func RecordOnly(side string) string { return side + "-records" }
+func recordOnly(side string) string { return side + "-records" }
 
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "clients\tpgstore/s\tratio\tclaim+complete/s\tratio\tnaive SQL/s\tengine/s\tpgstore p50 / p99\tnaive p50 / p99\t")
 	for _, p := range r.Points {
-		pg, two, nv, en := p.Sides[Postgres], p.Sides[PostgresTwo], p.Sides[Naive], p.Sides[Engine]
+		pg, two, nv, en := p.Sides[postgres], p.Sides[postgresTwo], p.Sides[naiveSide], p.Sides[engineSide]
 		fmt.Fprintf(tw, "%d\t%.0f\t%.2f×\t%.0f\t%.2f×\t%.0f\t%.0f\t%s / %s\t%s / %s\t\n", p.Clients, pg.PerSec, p.Ratio,
 			two.PerSec, p.RatioTwo, nv.PerSec, en.PerSec,
 			ms(pg.Latency.P50), ms(pg.Latency.P99), ms(nv.Latency.P50), ms(nv.Latency.P99))
@@ -339,14 +339,14 @@ func (r *Report) Print(w io.Writer) error {
 	fmt.Fprintln(w, "without an effect:")
 	fmt.Fprintln(tw, "clients\tRunLocal/s\tratio\tclaim+complete/s\tratio\tnaive 2-statement SQL/s\t")
 	for _, p := range r.Points {
-		pg, two, nv := p.Sides[PostgresBare], p.Sides[PostgresBareTwo], p.Sides[NaiveTwo]
+		pg, two, nv := p.Sides[postgresBare], p.Sides[postgresBareTwo], p.Sides[naiveTwo]
 		fmt.Fprintf(tw, "%d\t%.0f\t%.2f×\t%.0f\t%.2f×\t%.0f\t\n", p.Clients, pg.PerSec, p.RatioBare, two.PerSec, p.RatioBareTwo, nv.PerSec)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "bytes per completed key at rest: pgstore %.0f, naive SQL %.0f, engine %.0f; records alone: pgstore %.0f, naive 2-statement %.0f\n",
-		r.BytesPerKey[Postgres], r.BytesPerKey[Naive], r.BytesPerKey[Engine], r.BytesPerKey[RecordOnly(Postgres)], r.BytesPerKey[NaiveTwo])
+		r.BytesPerKey[postgres], r.BytesPerKey[naiveSide], r.BytesPerKey[engineSide], r.BytesPerKey[recordOnly(postgres)], r.BytesPerKey[naiveTwo])
 	return err
 }
 

@@ -25,8 +25,8 @@ type Options struct {
 	Concurrency []int
 	// Duration is how long each point runs. Default: 1 s.
 	Duration time.Duration
-	// Targets are the stores measured. Default: EngineTarget(Engine),
-	// BaselineTarget(Engine). Comparisons relate the first to the second.
+	// Targets are the stores measured. Default: engineTarget(Engine),
+	// baselineTarget(Engine). Comparisons relate the first to the second.
 	Targets []Target
 	// MoreTargets are measured after Targets, each point beside them
 	// (PostgresTarget, say).
@@ -116,7 +116,7 @@ func (o *Options) EnsureDefaults() *Options {
 		c.Concurrency = []int{1, 16, 64, 256}
 	}
 	if len(c.Targets) == 0 {
-		c.Targets = []Target{EngineTarget(c.Engine), BaselineTarget(c.Engine)}
+		c.Targets = []Target{engineTarget(c.Engine), baselineTarget(c.Engine)}
 	}
 	c.Targets = append(slices.Clip(c.Targets), c.MoreTargets...)
 	c.MoreTargets = nil

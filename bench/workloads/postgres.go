@@ -61,7 +61,7 @@ type pgStore struct{ *pgstore.Store }
 
 // Settle vacuums the store's tables and returns their size with their
 // indexes (TOAST included).
-func (s pgStore) Settle(ctx context.Context) (Disk, error) {
+func (s pgStore) Settle(ctx context.Context) (disk, error) {
 	n, err := pgsize.AtRest(ctx, s.Pool(), "idemkv_records", "idemkv_data")
-	return Disk{TableBytes: uint64(n)}, err
+	return disk{TableBytes: uint64(n)}, err
 }

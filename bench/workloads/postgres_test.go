@@ -19,7 +19,7 @@ func TestPostgresTarget(t *testing.T) {
 		t.Skip("-short: the full run has it (a PostgreSQL harness, not racy Go code)")
 	}
 	srv := pgtest.Start(t)
-	for _, wl := range []string{Unique, Replay} {
+	for _, wl := range []string{unique, replay} {
 		t.Run(wl, func(t *testing.T) {
 			cfg := tinyOptions(t, wl)
 			cfg.Duration = 50 * time.Millisecond

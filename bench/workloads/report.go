@@ -259,15 +259,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 func (r *Report) writeReadOffs(w io.Writer) {
 	var lines []string
 	for _, c := range r.Comparisons {
-		if c.Workload == Unique && c.Concurrency == 1 && r.Fsync.P50US > 0 {
+		if c.Workload == unique && c.Concurrency == 1 && r.Fsync.P50US > 0 {
 			lines = append(lines, fmt.Sprintf("unique, concurrency 1: %s p50 %s = %.2f x one fsync (goal <= 1.3)",
 				c.Target, bench.Micros(c.TargetP50US), c.TargetP50US/r.Fsync.P50US))
 		}
 	}
 	for _, c := range r.Comparisons {
-		if (c.Workload == Unique || c.Workload == Remote) && (c.Concurrency == 64 || c.Concurrency == 256) {
+		if (c.Workload == unique || c.Workload == remote) && (c.Concurrency == 64 || c.Concurrency == 256) {
 			goal := "3"
-			if c.Workload == Remote {
+			if c.Workload == remote {
 				goal = "1.5"
 			}
 			l := fmt.Sprintf("%s, concurrency %d: %s/%s = %.2f x (goal >= %s)",
@@ -277,7 +277,7 @@ func (r *Report) writeReadOffs(w io.Writer) {
 			}
 			lines = append(lines, l)
 		}
-		if c.Workload == Replay && c.Concurrency == 64 {
+		if c.Workload == replay && c.Concurrency == 64 {
 			lines = append(lines, fmt.Sprintf("replay, concurrency 64: %s %s req/s (goal >= 300,000)", c.Target, bench.Count(c.TargetRequestsPerSec)))
 		}
 	}

@@ -89,7 +89,7 @@ type opened struct {
 	fs  *countingFS
 	dir string
 	// disk is the store's size when last settled.
-	disk Disk
+	disk disk
 }
 
 // open opens t on dir with a sync counter.
@@ -217,7 +217,7 @@ func (r *runner) point(ctx context.Context, wl *workload, t Target, shared *open
 // measure runs wl with conc workers for the configured duration, then
 // verifies what they were acknowledged.
 func (r *runner) measure(ctx context.Context, wl *workload, p *point, o *opened, conc int) (Point, error) {
-	if wl.name == Retry {
+	if wl.name == retry {
 		p.recent = make([]atomic.Uint64, max(16, 2*conc))
 	}
 	workers := make([]*worker, conc)
@@ -236,7 +236,7 @@ func (r *runner) measure(ctx context.Context, wl *workload, p *point, o *opened,
 	if !wl.readOnly {
 		pt.KeysStored = pt.Outcomes.Acquired
 	}
-	if wl.name == Hot && uint64(pt.Outcomes.Acquired) != p.hotKeys() {
+	if wl.name == hot && uint64(pt.Outcomes.Acquired) != p.hotKeys() {
 		return Point{}, bench.Violation("hot: %d acquisitions of %d keys: every key must be acquired exactly once", pt.Outcomes.Acquired, p.hotKeys())
 	}
 	if pt.VerifiedKeys, err = verify(ctx, wl, p, workers); err != nil {
@@ -362,17 +362,17 @@ func verify(ctx context.Context, wl *workload, p *point, workers []*worker) (int
 	}
 	var reqs []req
 	switch wl.name {
-	case Unique, Retry, Remote:
+	case unique, retry, remote:
 		for _, w := range workers {
 			for i := range w.fresh {
-				reqs = append(reqs, req{w.stream(), i, wl.name != Remote})
+				reqs = append(reqs, req{w.stream(), i, wl.name != remote})
 			}
 		}
-	case Hot:
+	case hot:
 		for i := range p.hotKeys() {
 			reqs = append(reqs, req{p.stream, i, true})
 		}
-	case Replay, Mismatch:
+	case replay, mismatch:
 		for i := range p.preloaded {
 			reqs = append(reqs, req{p.preStream, i, false})
 		}

@@ -97,7 +97,7 @@ func (r *runner) scalePoint(ctx context.Context, dir string) (sp ScalePoint, err
 		sp.FilterBuildSeconds = time.Since(start).Seconds()
 	}
 	p := &point{o: r.o, store: o, stream: r.newStream()}
-	sp.Point, err = r.measure(ctx, workloadByName(Unique), p, o, r.o.ScaleConcurrency)
+	sp.Point, err = r.measure(ctx, workloadByName(unique), p, o, r.o.ScaleConcurrency)
 	sp.Point.Target = t.Name
 	return sp, err
 }

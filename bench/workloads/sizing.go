@@ -96,7 +96,7 @@ func (r *runner) sizing(ctx context.Context, pts []Point) (Sizing, error) {
 		}
 		// Headroom and durable writes from the unique sweep.
 		for _, p := range pts {
-			if p.Target == t.Name && p.Workload == Unique && p.RequestsPerSec > st.PeakUniqueRequestsPerSec {
+			if p.Target == t.Name && p.Workload == unique && p.RequestsPerSec > st.PeakUniqueRequestsPerSec {
 				st.PeakUniqueRequestsPerSec = p.RequestsPerSec
 				st.PeakUniqueConcurrency = p.Concurrency
 				st.FsyncsPerRequest = p.FsyncsPerRequest

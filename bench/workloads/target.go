@@ -20,11 +20,11 @@ type Store interface {
 	idemkv.DataReader
 	// Settle flushes the memtable and compacts the whole key space, and
 	// returns the size of the data at rest.
-	Settle(ctx context.Context) (Disk, error)
+	Settle(ctx context.Context) (disk, error)
 }
 
-// Disk is a store's Pebble figures.
-type Disk struct {
+// disk is a store's Pebble figures.
+type disk struct {
 	// TableBytes is the size of all live sstables, in bytes.
 	TableBytes uint64
 	// WriteAmp is Pebble's write amplification since the store was
@@ -50,10 +50,10 @@ type Target struct {
 	Seed func(ctx context.Context, dir string, stream uint64, n, tenants int, body []byte) error
 }
 
-// EngineTarget is the engine opened with opts (nil: defaults), its FS
+// engineTarget is the engine opened with opts (nil: defaults), its FS
 // replaced by the harness's counting wrapper around it. It is seeded
 // through engine.Load (bench.Seed), in the layout the engine writes.
-func EngineTarget(opts *engine.Options) Target {
+func engineTarget(opts *engine.Options) Target {
 	return Target{Name: "engine",
 		Open: func(dir string, fs vfs.FS) (Store, error) {
 			e, err := engine.Open(dir, withFS(opts, fs))
@@ -68,10 +68,10 @@ func EngineTarget(opts *engine.Options) Target {
 	}
 }
 
-// BaselineTarget is the hand-written raw-Pebble store (see package doc,
+// baselineTarget is the hand-written raw-Pebble store (see package doc,
 // "The baseline") opened with the same opts as the engine. It is seeded
 // through its own claims and completions: its layout is its own.
-func BaselineTarget(opts *engine.Options) Target {
+func baselineTarget(opts *engine.Options) Target {
 	open := func(dir string, fs vfs.FS) (Store, error) {
 		db, err := baseline.Open(dir, withFS(opts, fs))
 		if err != nil {
@@ -102,28 +102,28 @@ func withFS(opts *engine.Options, fs vfs.FS) *engine.Options {
 
 type engineStore struct{ *engine.Engine }
 
-func (s engineStore) Settle(ctx context.Context) (Disk, error) {
+func (s engineStore) Settle(ctx context.Context) (disk, error) {
 	err := s.Flush()
 	if err == nil {
 		err = s.Compact(ctx)
 	}
 	st, serr := s.Stats()
-	return Disk{TableBytes: st.TableBytes, WriteAmp: st.WriteAmp}, errors.Join(err, serr)
+	return disk{TableBytes: st.TableBytes, WriteAmp: st.WriteAmp}, errors.Join(err, serr)
 }
 
 type baselineStore struct{ *baseline.DB }
 
-func (s baselineStore) Settle(ctx context.Context) (Disk, error) {
+func (s baselineStore) Settle(ctx context.Context) (disk, error) {
 	err := s.Flush()
 	if err == nil {
 		err = s.Compact(ctx)
 	}
 	m, merr := s.Metrics()
 	if err = errors.Join(err, merr); err != nil {
-		return Disk{}, err
+		return disk{}, err
 	}
 	total := m.Total()
-	return Disk{TableBytes: uint64(total.TablesSize), WriteAmp: total.WriteAmp()}, nil
+	return disk{TableBytes: uint64(total.TablesSize), WriteAmp: total.WriteAmp()}, nil
 }
 
 // load stores n completed records of stream (status, 32-byte pointer and

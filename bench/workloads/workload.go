@@ -12,23 +12,23 @@ import (
 
 // Workload names, in the order a run measures them.
 const (
-	// Unique: every request a new key: local claim, a 16-byte effect,
+	// unique: every request a new key: local claim, a 16-byte effect,
 	// complete.
-	Unique = "unique"
-	// Retry: like unique, but a fraction of requests re-send a recent key,
+	unique = "unique"
+	// retry: like unique, but a fraction of requests re-send a recent key,
 	// some while its first request is still running.
-	Retry = "retry"
-	// Hot: bursts of concurrent duplicates of few keys: the first claim of
+	retry = "retry"
+	// hot: bursts of concurrent duplicates of few keys: the first claim of
 	// a key completes it, the rest replay it or see it in progress.
-	Hot = "hot"
-	// Replay: read-only replays of preloaded completed keys.
-	Replay = "replay"
-	// Mismatch: a preloaded key re-sent with a different fingerprint:
-	// answered Mismatch, nothing written.
-	Mismatch = "mismatch"
-	// Remote: every request a new key: durable remote claim, a simulated
+	hot = "hot"
+	// replay: read-only replays of preloaded completed keys.
+	replay = "replay"
+	// mismatch: a preloaded key re-sent with a different fingerprint:
+	// answered mismatch, nothing written.
+	mismatch = "mismatch"
+	// remote: every request a new key: durable remote claim, a simulated
 	// downstream call of Options.RemoteLatency, complete.
-	Remote = "remote"
+	remote = "remote"
 )
 
 // Names returns every workload's name, in run order.
@@ -52,12 +52,12 @@ type workload struct {
 }
 
 var workloads = []*workload{
-	{name: Unique, request: uniqueRequest},
-	{name: Retry, request: retryRequest},
-	{name: Hot, request: hotRequest},
-	{name: Replay, readOnly: true, request: replayRequest},
-	{name: Mismatch, readOnly: true, request: mismatchRequest},
-	{name: Remote, request: remoteRequest},
+	{name: unique, request: uniqueRequest},
+	{name: retry, request: retryRequest},
+	{name: hot, request: hotRequest},
+	{name: replay, readOnly: true, request: replayRequest},
+	{name: mismatch, readOnly: true, request: mismatchRequest},
+	{name: remote, request: remoteRequest},
 }
 
 func workloadByName(name string) *workload {

@@ -51,7 +51,7 @@ func TestWorkloads(t *testing.T) {
 				require.Equal(t, "baseline", c.Reference)
 				require.Greater(t, c.Ratio, 0.0)
 			}
-			durable := wl != Replay && wl != Mismatch
+			durable := wl != replay && wl != mismatch
 			for _, p := range rep.Points {
 				what := p.Target + " c=" + string(rune('0'+p.Concurrency))
 				require.Greater(t, p.Requests, int64(0), what)
@@ -90,7 +90,7 @@ func TestWorkloads(t *testing.T) {
 func checkWorkload(t *testing.T, wl string, p Point, what string) {
 	o := p.Outcomes
 	switch wl {
-	case Unique, Remote:
+	case unique, remote:
 		require.Equal(t, p.Requests, o.Acquired, what)
 		require.EqualValues(t, p.Requests, p.VerifiedKeys, "every acknowledged request replays: "+what)
 		require.Equal(t, p.Requests, p.KeysStored, what)
@@ -98,12 +98,12 @@ func checkWorkload(t *testing.T, wl string, p Point, what string) {
 		// this also checks the WAL record counter against known commits.
 		if p.Target == "baseline" {
 			require.Equal(t, 2*p.Requests, p.SyncedBatches, what)
-		} else if wl == Unique {
+		} else if wl == unique {
 			require.LessOrEqual(t, p.SyncedBatches, p.Requests, "the engine makes at most one durable write per local request: "+what)
 		} else {
 			require.LessOrEqual(t, p.SyncedBatches, 2*p.Requests, what)
 		}
-	case Retry:
+	case retry:
 		// Whether a retry finds its original finished (Replay) or still
 		// running (InProgress) depends on timing; that it never re-runs
 		// does not.
@@ -112,14 +112,14 @@ func checkWorkload(t *testing.T, wl string, p Point, what string) {
 		if p.Target == "baseline" {
 			require.Equal(t, 2*o.Acquired, p.SyncedBatches, what)
 		}
-	case Hot:
+	case hot:
 		require.Equal(t, p.Requests-o.Acquired, o.Replay+o.InProgress, "every duplicate is answered, none re-run: "+what)
 		require.Equal(t, (p.Requests+31)/32, o.Acquired, "one acquisition per hot key: "+what)
 		require.EqualValues(t, o.Acquired, p.VerifiedKeys, what)
-	case Replay:
+	case replay:
 		require.Equal(t, p.Requests, o.Replay, what)
 		require.EqualValues(t, 300, p.KeysStored, what)
-	case Mismatch:
+	case mismatch:
 		require.Equal(t, p.Requests, o.Mismatch, what)
 	}
 }
@@ -151,15 +151,15 @@ func TestRunCatchesBrokenStores(t *testing.T) {
 		name, workload string
 		wrap           func(Store) Store
 	}{
-		{"lost completions", Unique, func(s Store) Store { return forgetful{s} }},
-		{"wrong replay", Replay, func(s Store) Store { return wrongReplay{s} }},
-		{"wrong replay of a retry", Retry, func(s Store) Store { return wrongReplay{s} }},
+		{"lost completions", unique, func(s Store) Store { return forgetful{s} }},
+		{"wrong replay", replay, func(s Store) Store { return wrongReplay{s} }},
+		{"wrong replay of a retry", retry, func(s Store) Store { return wrongReplay{s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tinyOptions(t, tc.workload)
 			cfg.Concurrency = []int{2}
 			cfg.Duration = 30 * time.Millisecond
-			good := EngineTarget(cfg.Engine)
+			good := engineTarget(cfg.Engine)
 			bad := Target{Name: "broken", Seed: good.Seed, Open: func(dir string, fs vfs.FS) (Store, error) {
 				s, err := good.Open(dir, fs)
 				if err != nil {
@@ -183,7 +183,7 @@ func TestSizingAndOutputs(t *testing.T) {
 	cfg := &Options{
 		Options: bench.Options{Profile: "test", Dir: t.TempDir(), Engine: smallEngine(),
 			Progress: func(p bench.Progress) { steps = append(steps, p) }},
-		Workloads: []string{Unique, Replay}, Concurrency: []int{1, 4}, Duration: 50 * time.Millisecond,
+		Workloads: []string{unique, replay}, Concurrency: []int{1, 4}, Duration: 50 * time.Millisecond,
 		PreloadKeys: 200, SizingKeys: 2000, BodyKeys: 200, VerifyKeys: 50, FsyncSamples: 10,
 	}
 	rep, err := Run(context.Background(), cfg)
@@ -240,7 +240,7 @@ func TestSamePebbleOptions(t *testing.T) {
 	opts := &engine.Options{CacheSize: 8 << 20, MemTableSize: 2 << 20, Compression: sstable.ZstdCompression,
 		CompactionConcurrency: 3}
 	var files [2][]byte
-	for i, tg := range []Target{EngineTarget(opts), BaselineTarget(opts)} {
+	for i, tg := range []Target{engineTarget(opts), baselineTarget(opts)} {
 		dir := filepath.Join(t.TempDir(), tg.Name)
 		s, err := tg.Open(dir, vfs.Default)
 		require.NoError(t, err)
@@ -311,7 +311,7 @@ func TestOptions(t *testing.T) {
 // measures unique on the engine over them; the loaded keys are real
 // records the engine replays.
 func TestScale(t *testing.T) {
-	cfg := tinyOptions(t, Unique)
+	cfg := tinyOptions(t, unique)
 	cfg.Concurrency = []int{1}
 	cfg.ScaleKeys = []int{500, 2_000}
 	cfg.ScaleConcurrency = 2
@@ -363,10 +363,10 @@ func TestScaleCheckpointIsFresh(t *testing.T) {
 // each store it seeds: every one must be sound, in the layout the engine
 // writes, before the harness opens it.
 func TestSeededStoresPassCheck(t *testing.T) {
-	o := tinyOptions(t, Replay)
+	o := tinyOptions(t, replay)
 	o.Concurrency, o.Duration = []int{1}, 20*time.Millisecond
 	o.SizingKeys, o.BodyKeys, o.ScaleKeys, o.ScaleConcurrency = 300, 50, []int{400}, 1
-	eng := EngineTarget(o.Engine)
+	eng := engineTarget(o.Engine)
 	var seeded []int
 	checking := eng
 	checking.Seed = func(ctx context.Context, dir string, stream uint64, n, tenants int, body []byte) error {
@@ -381,7 +381,7 @@ func TestSeededStoresPassCheck(t *testing.T) {
 		seeded = append(seeded, n)
 		return nil
 	}
-	o.Targets = []Target{checking, BaselineTarget(o.Engine)}
+	o.Targets = []Target{checking, baselineTarget(o.Engine)}
 	_, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	require.Equal(t, []int{300, 300, 50, 400}, seeded, "preload, sizing, sizing with bodies, scale")
