@@ -1,5 +1,7 @@
-// Package workspace holds one test, TestModules, that makes the README's
-// test command cover the whole repository.
+// Package workspace holds the tests of the repository's layout:
+// TestModules, which makes the README's test command cover the whole
+// repository, and TestLibraryRequirements, which keeps the library's
+// module to the requirements it lists, each with its reason.
 //
 // The repository is a Go workspace (go.work at its root): the library is
 // the root module, and the PostgreSQL store, the NATS JetStream adapter,
