@@ -9,23 +9,38 @@ import (
 )
 
 // Waiting across processes (idemkv.Watcher). A duplicate that finds its
-// key held by another process counts itself in the record's waiters
-// (watchSQL), and the statement that settles a record held under a token
-// notifies idemkv_settled with that token when its waiters are more than
-// none (settledSQL). Every store listens on idemkv_settled on the
-// connection its outbox listens on, and wakes its watchers of the token.
+// key held by another process marks the record as waited for (waiters,
+// 0 or 1: watchSQL), and the statement that settles a record held under a
+// token notifies idemkv_settled with that token when it is marked
+// (settledSQL). Every store listens on idemkv_settled on the connection
+// its outbox listens on, and wakes its watchers of the token.
 //
-// The count and the settling statement meet on the record's row: the
-// count waits for a settling statement that holds the row's lock and
-// then counts nothing (the token or the state changed), so the watcher
-// learns at once that the attempt has settled; a count that commits first
-// is seen by the settling statement, which notifies. A commit that
-// notifies queues on a lock every notifying commit takes, which is why
-// settling a record nobody waits for notifies nobody.
+// The mark and the settling statement meet on the record's row: a mark
+// waits for a settling statement that holds the row's lock and then marks
+// nothing (the token or the state changed), so the watcher learns at once
+// that the attempt has settled; a mark that commits first is seen by the
+// settling statement, which notifies. A watcher that finds the record
+// marked already writes nothing and waits: the mark it saw was committed
+// before its statement began, so the settling statement sees it too. A
+// commit that notifies queues on a lock every notifying commit takes,
+// which is why settling a record nobody waits for notifies nobody.
+//
+// Only the first watcher of an attempt writes its row: a completion that
+// read business data runs SERIALIZABLE, and fails to serialize if its
+// record's row changes under it, so a count that every duplicate raised
+// would let a flood of duplicates fail the completion again and again.
+// The mark costs it at most one run (TestWaitersCannotStarveACompletion).
 
-// watchSQL counts a waiter of the attempt holding $1-$3 under token $4.
-const watchSQL = `UPDATE idemkv_records SET waiters = waiters + 1
-	WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1`
+// watchSQL marks the attempt holding $1-$3 under token $4 as waited for,
+// unless it is already, and answers whether the attempt is still held
+// and marked. The second EXISTS reads the statement's snapshot, not the
+// mark: true there means a mark committed before this statement began.
+const watchSQL = `WITH mark AS (
+	UPDATE idemkv_records SET waiters = 1
+	WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1 AND waiters = 0
+	RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM mark) OR EXISTS (SELECT 1 FROM idemkv_records
+	WHERE tenant = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 1 AND waiters > 0)`
 
 // settledSQL is the "woke" CTE of a statement whose "rec" CTE settles a
 // record and returns its waiters and token.
@@ -69,13 +84,16 @@ func (s *Store) Watch(ctx context.Context, id idemkv.ID, token uint64) (<-chan s
 		return nil, nil, err
 	}
 	stop := func() { s.watches.remove(token, w) }
-	tag, err := s.pool.Exec(ctx, watchSQL, id.Tenant, id.Endpoint, id.Key, int64(token))
-	if err != nil {
+	var held bool
+	if err := s.pool.QueryRow(ctx, watchSQL, id.Tenant, id.Endpoint, id.Key, int64(token)).Scan(&held); err != nil {
 		stop()
 		return nil, nil, s.dbErr("watch", err)
 	}
-	if tag.RowsAffected() == 0 {
-		s.watches.wake(token) // settled already, or held under another token
+	if !held {
+		// Settled already, held under another token, or marked by a
+		// watcher whose mark this statement did not see: the caller claims
+		// again, and watches again if it must.
+		s.watches.wake(token)
 	}
 	return w.settled, stop, nil
 }

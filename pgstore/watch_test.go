@@ -191,3 +191,84 @@ func TestWatchWithoutListen(t *testing.T) {
 	_, _, err := s.Watch(ctx, reviewID("k"), 1)
 	require.True(t, errors.Is(err, idemkv.ErrCannotWatch), "got %v", err)
 }
+
+// TestASecondWatcherWaitsToo: a duplicate that finds the attempt marked
+// by an earlier watcher writes nothing and waits as well; both are woken
+// when the attempt settles.
+func TestASecondWatcherWaitsToo(t *testing.T) {
+	a, b, _ := watchFleet(t)
+	id := reviewID("two-watchers")
+	l := reviewClaim(t, a, id, idemkv.ModeRemote)
+	token := heldElsewhere(t, b, id, idemkv.ModeRemote)
+	first, stop1, err := b.Watch(ctx, id, token)
+	require.NoError(t, err)
+	defer stop1()
+	second, stop2, err := a.Watch(ctx, id, token)
+	require.NoError(t, err)
+	defer stop2()
+	requireNotWoken(t, "the first watcher", first)
+	requireNotWoken(t, "the second watcher", second)
+	require.NoError(t, a.Complete(ctx, l, idemkv.Result{Status: 201}, nil))
+	requireWoken(t, "the first watcher", first)
+	requireWoken(t, "the second watcher", second)
+}
+
+// TestWaitersCannotStarveACompletion: duplicates that keep arriving and
+// watching while the attempt completes, reading business data (so in a
+// SERIALIZABLE transaction), cost the completion at most one more run.
+// When every watch raised a count on the record's row, each watch that
+// landed between the completion's first read and its write failed it to
+// serialize, 16 times in a row: ErrConflict, about data it had read that
+// nobody changed.
+func TestWaitersCannotStarveACompletion(t *testing.T) {
+	a, b, _ := watchFleet(t)
+	require.NoError(t, a.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("balance"), []byte("1")) }))
+	id := reviewID("storm")
+	l := reviewClaim(t, a, id, idemkv.ModeRemote)
+	token := heldElsewhere(t, b, id, idemkv.ModeRemote)
+
+	storming := make(chan struct{})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_, stop, err := b.Watch(ctx, id, token)
+				if err != nil {
+					t.Errorf("watch: %v", err)
+					return
+				}
+				stop()
+				if w == 0 && n == 100 {
+					close(storming)
+				}
+			}
+		})
+	}
+	<-storming
+	before := a.Counts().Conflicts
+	runs := 0
+	err := a.Complete(ctx, l, idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+		runs++
+		v, err := fx.Get([]byte("balance"))
+		if err != nil {
+			return err
+		}
+		for range 20 { // a handler that reads a while before it writes
+			if _, err := fx.Get([]byte("limit")); !errors.Is(err, idemkv.ErrNotFound) {
+				return fmt.Errorf("read limit: %v", err)
+			}
+		}
+		return fx.Set([]byte("balance"), append(v, '1'))
+	})
+	close(done)
+	wg.Wait()
+	require.NoError(t, err)
+	require.LessOrEqual(t, runs, 2)
+	require.LessOrEqual(t, a.Counts().Conflicts-before, int64(1))
+}
