@@ -122,6 +122,7 @@ func short(key string) string {
 type simProcessor struct {
 	pw *payWorld
 	p  *Proc
+	s  *service // p is one of its lives
 }
 
 var _ payments.Processor = (*simProcessor)(nil)
@@ -139,14 +140,25 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 	if sp.p.Dead() {
 		return payments.Charge{}, ErrCrashed
 	}
-	if f := pw.prm.pauseBeforeSend; f > 0 && w.Rand().Float64() < f {
-		// The whole process stalls between its last look at its lease
-		// and the send (a long garbage collection, a stopped VM): the
-		// guide's delayed write.
+	// Between its last look at its lease and the send, either the whole
+	// process stalls (a long garbage collection, a stopped VM: the
+	// guide's delayed write) or only this request does (its goroutine
+	// waits for a connection or a name lookup) while the rest of the
+	// process runs on: its heartbeats, a retry that takes its lease over,
+	// the reconciler. Never both, so that the delay stays within
+	// pauseMax, which a safe world's grace covers.
+	switch u := w.Rand().Float64(); {
+	case u < pw.prm.pauseBeforeSend:
 		d := pw.pauseLength()
 		w.Logf("%s: %s paused %v before sending its charge", sp.p.Name(), o, d)
 		sp.p.Freeze(d)
 		if err := sp.p.Sleep(0); err != nil {
+			return payments.Charge{}, err
+		}
+	case u < pw.prm.pauseBeforeSend+pw.prm.stallBeforeSend:
+		d := pw.pauseLength()
+		w.Logf("%s: %s stalls %v before sending its charge", sp.p.Name(), o, d)
+		if err := sp.p.Sleep(d); err != nil {
 			return payments.Charge{}, err
 		}
 	}
@@ -162,6 +174,10 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 		if !sent {
 			d.inflight[req.Key]--
 			w.Logf("network: %s's charge key %s lost", o, short(req.Key))
+		}
+		if f := pw.prm.crashAfterSend; f > 0 && w.Rand().Float64() < f && sp.s.p == sp.p {
+			w.Logf("chaos: %s crashes with %s's charge key %s on its way", sp.p.Name(), o, short(req.Key))
+			w.At(0, pw.chaos, func() { pw.crash(sp.s) })
 		}
 	})
 	switch {

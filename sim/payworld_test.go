@@ -52,7 +52,18 @@ type params struct {
 	duplicates, replays float64
 	lateResends         float64
 	pauseBeforeSend     float64
-	pauseMax            time.Duration
+	// stallBeforeSend is the share of charges whose request alone
+	// stalls before the send (its goroutine waits for a connection or a
+	// name lookup) while the rest of its process runs on: its heartbeats,
+	// a retry that takes its lease over, the reconciler.
+	stallBeforeSend float64
+	pauseMax        time.Duration
+	// crashAfterSend is the share of charges whose process crashes right
+	// after sending them: the restarted process, a retry and the
+	// reconciler then meet a charge whose outcome nobody heard.
+	crashAfterSend float64
+	// takeoverStorm: the world was made one of takeovers (params.takeovers).
+	takeoverStorm bool
 
 	// heartbeat: a running payment renews its lease (the default);
 	// without it, a payment slower than its lease is taken over by a
@@ -81,7 +92,8 @@ func (prm params) String() string {
 		"flight_max": prm.toDown.Max.String(), "loss": prm.toDown.Loss, "pause_max": prm.pauseMax.String(),
 		"crashes": prm.crashes, "freezes": prm.freezes, "evicts": prm.evicts, "clients": prm.clients,
 		"payments": prm.payments, "limit": prm.limit, "safe": prm.safe, "heartbeat": prm.heartbeat,
-		"inproc": prm.inproc, "apply_panics": prm.applyPanics,
+		"inproc": prm.inproc, "apply_panics": prm.applyPanics, "stall_before_send": prm.stallBeforeSend,
+		"crash_after_send": prm.crashAfterSend, "takeovers": prm.takeoverStorm,
 	})
 	return string(b)
 }
@@ -130,6 +142,11 @@ func drawParams(w *World) params {
 	prm.payments = pick(w, 1, 3)
 	prm.limit = pick(w, int64(0), 5000, 10000, 30000)
 	prm.heartbeat = pick(w, true, true, false)
+	prm.stallBeforeSend = pick(w, 0.0, 0.1, 0.3)
+	prm.crashAfterSend = pick(w, 0.0, 0.0, 0.1)
+	if w.Rand().IntN(4) == 0 {
+		prm.takeovers()
+	}
 	// A correct deployment's grace exceeds the longest flight and pause;
 	// a quarter of the runs are not correct, on purpose.
 	longest := prm.toDown.Max + prm.pauseMax
@@ -140,6 +157,30 @@ func drawParams(w *World) params {
 		prm.grace = pick(w, 100*ms, longest/2)
 	}
 	return prm
+}
+
+// takeovers turns a world into one where attempts that are still alive
+// lose their leases to retries: no heartbeats, one-second leases,
+// requests that stall past them, duplicates racing them, and clients
+// patient enough to hear how the first attempt ended. Another process
+// taking over after a pause makes such schedules common in a fleet's
+// worlds; this makes them common within one process too (the engine's
+// worlds), where a drawn world reaches them too seldom.
+func (prm *params) takeovers() {
+	prm.takeoverStorm = true
+	prm.heartbeat = false
+	prm.lease = time.Second
+	prm.stallBeforeSend = 0.3
+	prm.duplicates = 0.5
+	prm.clientTimeout = 10 * time.Second
+	prm.pauseMax = max(prm.pauseMax, 3*time.Second)
+	// Every kind of answer reaches an attempt after it lost its lease,
+	// and there are holds for it to give back.
+	prm.unavailable = max(prm.unavailable, 0.1)
+	prm.declines = max(prm.declines, 0.05)
+	if prm.limit == 0 {
+		prm.limit = 10000
+	}
 }
 
 // payWorld is the world of one run.

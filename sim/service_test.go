@@ -52,7 +52,7 @@ func (s *service) start() error {
 	if !pw.prm.heartbeat {
 		heartbeat = -1
 	}
-	var proc payments.Processor = &simProcessor{pw: pw, p: p}
+	var proc payments.Processor = &simProcessor{pw: pw, p: p, s: s}
 	if pw.prm.inproc {
 		if proc, err = pw.newInprocProcessor(s, p); err != nil {
 			return err
