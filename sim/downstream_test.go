@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/reconcile"
@@ -140,6 +141,7 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 	if sp.p.Dead() {
 		return payments.Charge{}, ErrCrashed
 	}
+	decided := w.Now()
 	// Between its last look at its lease and the send, either the whole
 	// process stalls (a long garbage collection, a stopped VM: the
 	// guide's delayed write) or only this request does (its goroutine
@@ -166,6 +168,7 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 		d := pw.down
 		d.inflight[req.Key]++
 		w.Logf("%s: %s sends charge key %s", sp.p.Name(), o, short(req.Key))
+		pw.sentAfter(w.Now().Sub(decided))
 		sent := w.Send(pw.prm.toDown, d.p, func() {
 			d.inflight[req.Key]--
 			r := d.charge(req, o, tenant)
@@ -195,6 +198,19 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 		return payments.Charge{}, payments.ErrDeclined
 	}
 	return r.charge, nil
+}
+
+// sentAfter notes that a charge was sent d after its request decided to
+// send it. A safe world's grace covers one pause there (pauseMax); pauses
+// of the process that follow one another (each request that pauses it
+// pauses it anew) can hold a charge back longer, and from then on the
+// grace no longer covers what the world does: the checks that rely on it
+// are off for the rest of the run.
+func (pw *payWorld) sentAfter(d time.Duration) {
+	if pw.prm.safe && d > pw.prm.pauseMax {
+		pw.w.Logf("world: a charge was sent %v after the decision, past pause_max %v: no longer safe", d, pw.prm.pauseMax)
+		pw.prm.safe = false
+	}
 }
 
 // Lookup implements payments.Processor: what the downstream has under key
