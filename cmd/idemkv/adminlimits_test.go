@@ -122,7 +122,7 @@ func TestAdminServerHasThePublicLimits(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	c := serveConfig{dir: t.TempDir(), adminLn: ln}
-	srv, aln, closeAudit, err := c.adminServerFor(e, nil, nil, slog.New(slog.DiscardHandler), log.New(io.Discard, "", 0))
+	srv, aln, closeAudit, err := c.adminServerFor(&service{st: servedStore{store: e}}, slog.New(slog.DiscardHandler), log.New(io.Discard, "", 0))
 	require.NoError(t, err)
 	defer closeAudit()
 

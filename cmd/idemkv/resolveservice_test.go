@@ -169,7 +169,7 @@ func TestResolveServerVerify(t *testing.T) {
 	require.NoError(t, err)
 	cfg := serveConfig{dir: dir, adminLn: aln, adminTokenFile: tokFile}
 	logger := slog.New(slog.DiscardHandler)
-	asrv, aln2, closeAudit, err := cfg.adminServerFor(e, svc, nil, logger, log.New(os.Stderr, "", 0))
+	asrv, aln2, closeAudit, err := cfg.adminServerFor(&service{st: servedStore{store: e}, svc: svc}, logger, log.New(os.Stderr, "", 0))
 	require.NoError(t, err)
 	go func() { _ = asrv.Serve(aln2) }()
 	t.Cleanup(func() {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -164,132 +165,189 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	}
 }
 
+// service is what serve runs on its listeners: the store, the payments
+// service on it, its reconciler, and the simulated processor's ledger
+// when the service charges that one (nil otherwise).
+type service struct {
+	st     servedStore
+	demo   bool // no API keys: any bearer token is its account
+	svc    *payments.Service
+	rw     *reconcile.Worker
+	ledger *engine.Engine
+}
+
+// close closes the ledger and then the store; the service and its
+// reconciler must have stopped.
+func (s *service) close() error {
+	var err error
+	if s.ledger != nil {
+		if err = s.ledger.Close(); err != nil {
+			err = fmt.Errorf("closing the simulated card processor's ledger: %w", err)
+		}
+	}
+	return errors.Join(err, s.st.store.Close())
+}
+
 // serve runs the payments service on ln until ctx is done, then shuts
 // down gracefully: requests in flight finish and their outcomes are
 // stored before the store closes.
 func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer) error {
 	log := c.log.logger()
-	st, err := c.openStore(ctx)
+	s, err := c.openService(ctx, log)
 	if err != nil {
-		ln.Close()
+		c.closeListeners(ln)
 		return err
-	}
-	e := st.store
-	closeAll := func() {
-		ln.Close()
-		if c.metricsLn != nil {
-			c.metricsLn.Close()
-		}
-		if c.adminLn != nil {
-			c.adminLn.Close()
-		}
-		e.Close()
-	}
-	var keys *payments.APIKeys
-	if c.apiKeys != "" {
-		if keys, err = payments.LoadAPIKeys(c.apiKeys); err != nil {
-			closeAll()
-			return err
-		}
-	}
-	var proc payments.Processor
-	if c.processorURL != "" {
-		proc, err = payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil)
-	} else {
-		var ledger *engine.Engine
-		if proc, ledger, err = c.openSimulator(); err == nil {
-			defer func() { // after the service and the reconciler have stopped
-				if err := ledger.Close(); err != nil {
-					log.Warn("closing the simulated card processor's ledger", "err", err)
-				}
-			}()
-		}
-	}
-	if err != nil {
-		closeAll()
-		return err
-	}
-	svc, err := payments.New(payments.Config{
-		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
-		NoMetricsRoute: c.metricsLn != nil, Events: c.events != "", AccountLimit: c.accountLimit,
-	})
-	if err != nil {
-		closeAll()
-		return err
-	}
-	if err := registerStoreMetrics(svc.Registry(), e); err != nil {
-		closeAll()
-		return err
-	}
-	if st.prio != nil {
-		svc.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "idemkv_low_priority_compactions_total",
-			Help: "Compactions run at the lowered priority of --background-nice.",
-		}, func() float64 { return float64(st.prio.Lowered()) }))
-	}
-	lease := c.lease
-	if lease == 0 {
-		lease = st.lease
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	srv, cl := newServer(svc.Handler(), defaultLimits(lease+c.wait, st.maxConns), errLog)
-	ln = cl.Listener(ln)
-	servers := []*http.Server{srv}
-	errc := make(chan error, 3)
-	c.banner(stdout, ln.Addr(), st, keys == nil)
-	if c.metricsLn != nil {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", svc.MetricsHandler())
-		msrv, mcl := newServer(mux, defaultLimits(0, metricsConns), errLog)
-		mln := mcl.Listener(c.metricsLn)
-		fmt.Fprintf(stdout, "idemkv: metrics on http://%s/metrics\n", mln.Addr())
-		servers = append(servers, msrv)
-		go func() { errc <- msrv.Serve(mln) }()
-	}
-	rw, err := newReconciler(e, svc, c.reconcile, log, svc.Registry())
+	servers, errc, stop, err := c.startServers(ln, s, log, errLog, stdout)
 	if err != nil {
-		closeAll()
-		return err
+		c.closeListeners(ln)
+		return errors.Join(err, s.close())
 	}
-	if c.adminLn != nil {
-		asrv, aln, closeAudit, err := c.adminServerFor(e, svc, rw, log, errLog)
-		if err != nil {
-			closeAll()
-			return err
-		}
-		defer closeAudit()
-		fmt.Fprintf(stdout, "idemkv: admin API on http://%s (idemkv inspect|list|pending|resolve|evict|export|check|sweep|backup --server http://%s)\n", aln.Addr(), aln.Addr())
-		fmt.Fprintf(stdout, "idemkv: operator's console on http://%s/console/ (sign in with the admin token)\n", aln.Addr())
-		servers = append(servers, asrv)
-		go func() { errc <- asrv.Serve(aln) }()
-	}
-	stopReconciler := startReconciler(rw, svc.Orders(), log)
-	defer stopReconciler()
-	stopEvents := func() {}
-	if c.events != "" {
-		if stopEvents, err = startEvents(c, e, log, svc.Registry(), stdout); err != nil {
-			stopReconciler()
-			closeAll()
-			return err
-		}
-	}
-	defer stopEvents()
-	go func() { errc <- srv.Serve(ln) }()
 	select {
-	case err = <-errc: // a listener failed: stop the other too
+	case err = <-errc: // a listener failed: stop the others too
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	for _, s := range servers {
-		err = errors.Join(err, s.Shutdown(sctx))
+	for _, srv := range servers {
+		err = errors.Join(err, srv.Shutdown(sctx))
 	}
 	cancel()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
-	stopReconciler()
-	stopEvents()
-	return errors.Join(err, e.Close())
+	stop()
+	return errors.Join(err, s.close())
+}
+
+// closeListeners closes ln and the metrics and admin listeners, for a
+// serve that stops before its servers own them.
+func (c *serveConfig) closeListeners(ln net.Listener) {
+	ln.Close()
+	if c.metricsLn != nil {
+		c.metricsLn.Close()
+	}
+	if c.adminLn != nil {
+		c.adminLn.Close()
+	}
+}
+
+// openService opens the store, the processor and the payments service
+// on them, and the reconciler. On an error nothing is left open.
+func (c *serveConfig) openService(ctx context.Context, log *slog.Logger) (*service, error) {
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &service{st: st}
+	if err := c.openPayments(s, log); err != nil {
+		return nil, errors.Join(err, s.close())
+	}
+	return s, nil
+}
+
+// openPayments opens s's processor, payments service and reconciler on
+// its store.
+func (c *serveConfig) openPayments(s *service, log *slog.Logger) error {
+	var keys *payments.APIKeys
+	if c.apiKeys != "" {
+		var err error
+		if keys, err = payments.LoadAPIKeys(c.apiKeys); err != nil {
+			return err
+		}
+	}
+	s.demo = keys == nil
+	var proc payments.Processor
+	var err error
+	if c.processorURL != "" {
+		proc, err = payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil)
+	} else {
+		proc, s.ledger, err = c.openSimulator()
+	}
+	if err != nil {
+		return err
+	}
+	e := s.st.store
+	s.svc, err = payments.New(payments.Config{
+		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
+		NoMetricsRoute: c.metricsLn != nil, Events: c.events != "", AccountLimit: c.accountLimit,
+	})
+	if err != nil {
+		return err
+	}
+	reg := s.svc.Registry()
+	if err := registerStoreMetrics(reg, e); err != nil {
+		return err
+	}
+	if prio := s.st.prio; prio != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "idemkv_low_priority_compactions_total",
+			Help: "Compactions run at the lowered priority of --background-nice.",
+		}, func() float64 { return float64(prio.Lowered()) }))
+	}
+	s.rw, err = newReconciler(e, s.svc, c.reconcile, log, reg)
+	return err
+}
+
+// running is a server and the listener it serves.
+type running struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// startServers starts the public server on ln, the metrics and admin
+// servers on their listeners, the reconciler and the event relay. It
+// returns the servers, where they report a failure to serve, and stop,
+// which stops the reconciler and the relay once the servers are shut
+// down. On an error it leaves nothing running and closes no listener.
+func (c *serveConfig) startServers(ln net.Listener, s *service, logger *slog.Logger, errLog *log.Logger, stdout io.Writer) ([]*http.Server, <-chan error, func(), error) {
+	lease := c.lease
+	if lease == 0 {
+		lease = s.st.lease
+	}
+	srv, cl := newServer(s.svc.Handler(), defaultLimits(lease+c.wait, s.st.maxConns), errLog)
+	run := []running{{srv, cl.Listener(ln)}}
+	c.banner(stdout, run[0].ln.Addr(), s.st, s.demo)
+	if c.metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", s.svc.MetricsHandler())
+		msrv, mcl := newServer(mux, defaultLimits(0, metricsConns), errLog)
+		run = append(run, running{msrv, mcl.Listener(c.metricsLn)})
+		fmt.Fprintf(stdout, "idemkv: metrics on http://%s/metrics\n", c.metricsLn.Addr())
+	}
+	closeAudit := func() {}
+	if c.adminLn != nil {
+		asrv, aln, ca, err := c.adminServerFor(s, logger, errLog)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closeAudit = ca
+		run = append(run, running{asrv, aln})
+		fmt.Fprintf(stdout, "idemkv: admin API on http://%s (idemkv inspect|list|pending|resolve|evict|export|check|sweep|backup --server http://%s)\n", aln.Addr(), aln.Addr())
+		fmt.Fprintf(stdout, "idemkv: operator's console on http://%s/console/ (sign in with the admin token)\n", aln.Addr())
+	}
+	stopReconciler := startReconciler(s.rw, s.svc.Orders(), logger)
+	stopEvents := func() {}
+	if c.events != "" {
+		var err error
+		if stopEvents, err = startEvents(*c, s.st.store, logger, s.svc.Registry(), stdout); err != nil {
+			stopReconciler()
+			closeAudit()
+			return nil, nil, nil, err
+		}
+	}
+	errc := make(chan error, len(run))
+	servers := make([]*http.Server, len(run))
+	for i, r := range run {
+		servers[i] = r.srv
+		go func() { errc <- r.srv.Serve(r.ln) }()
+	}
+	stop := func() {
+		stopReconciler()
+		stopEvents()
+		closeAudit()
+	}
+	return servers, errc, stop, nil
 }
 
 // requireProcessor refuses --store without --processor: the simulated

@@ -382,29 +382,78 @@ func TestServeSimulatorRemembersAcrossARestart(t *testing.T) {
 	require.Equal(t, http.StatusGatewayTimeout, status, body)
 	require.NoError(t, stop())
 
-	cfg.provider = payments.ProviderOptions{}
+	charge := retryUntilSettled(t, serveConfig{dir: dir}, "order-1")
+	charges := simulatorCharges(t, dir)
+	require.Len(t, charges, 1, "one charge in all")
+	assert.Equal(t, charges[0].ID, charge)
+}
+
+// TestServeBackupKeepsTheSimulatorsCharges: an online backup (the admin
+// API) of a serve that charges the simulated processor copies the
+// processor's charges with the store. A payment whose answer timed out
+// before the backup is found charged by the restored service's
+// reconciler, and its retry replays that charge; restored without them,
+// the reconciler would hear "never charged" and the retry charge again.
+func TestServeBackupKeepsTheSimulatorsCharges(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	tokFile := filepath.Join(t.TempDir(), "admin-token")
+	require.NoError(t, os.WriteFile(tokFile, []byte("backup-ledger-admin-token\n"), 0o600))
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url, stop := startServeOn(t, serveConfig{dir: dir, adminLn: aln, adminTokenFile: tokFile,
+		provider:  payments.ProviderOptions{TimeoutRate: 1},
+		reconcile: reconcile.Options{Interval: time.Hour, Grace: time.Hour}})
+	status, _, body := payOnce(t, url, "order-1")
+	require.Equal(t, http.StatusGatewayTimeout, status, body)
+	backup := filepath.Join(t.TempDir(), "backup")
+	var out, errOut bytes.Buffer
+	require.Equal(t, exitOK, run(ctx, []string{"backup", "--server", "http://" + aln.Addr().String(),
+		"--token-file", tokFile, "--to", backup}, &out, &errOut), errOut.String())
+	require.NoError(t, stop())
+
+	restored := filepath.Join(t.TempDir(), "restored")
+	require.Equal(t, exitOK, run(ctx, []string{"restore", "--from", backup, "--data", restored}, &out, &errOut), errOut.String())
+	before := simulatorCharges(t, dir)
+	require.Len(t, before, 1)
+	charge := retryUntilSettled(t, serveConfig{dir: restored}, "order-1")
+	assert.Equal(t, before[0].ID, charge, "the retry got the charge made before the backup")
+	assert.Len(t, simulatorCharges(t, restored), 1, "and charged nothing more")
+}
+
+// retryUntilSettled starts serve with cfg, charging a simulated processor
+// that answers, and a reconciler that asks at once; it retries key's
+// payment until the answer is final, stops serve, and returns the
+// payment's charge. The answer must be a replay: the reconciler found the
+// charge of an earlier attempt.
+func retryUntilSettled(t *testing.T, cfg serveConfig, key string) string {
+	t.Helper()
 	cfg.reconcile = reconcile.Options{Interval: 20 * time.Millisecond, Grace: time.Millisecond}
-	url, stop = startServeOn(t, cfg)
+	url, stop := startServeOn(t, cfg)
 	c := client.New(nil, &client.Options{MaxAttempts: 100, MaxInterval: 50 * time.Millisecond})
 	req, _ := http.NewRequest("POST", url+"/v1/payments", strings.NewReader(`{"amount":5000,"currency":"USD","card":"tok_123"}`))
 	req.Header.Set("Authorization", "Bearer acct_1")
-	req.Header.Set("Idempotency-Key", "order-1")
+	req.Header.Set("Idempotency-Key", key)
 	resp, err := c.Do(req)
 	require.NoError(t, err)
-	body2, _ := io.ReadAll(resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body2)
-	assert.True(t, client.Replayed(resp), "the reconciler found the charge made before the restart")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+	assert.True(t, client.Replayed(resp), "the reconciler found the charge made before")
 	require.NoError(t, stop())
+	var p payments.Payment
+	require.NoError(t, json.Unmarshal(body, &p))
+	return p.Charge
+}
 
+// simulatorCharges is every charge in the simulated processor's ledger
+// under dir, which no process may hold.
+func simulatorCharges(t *testing.T, dir string) []payments.Charge {
+	t.Helper()
 	ledger, err := engine.Open(filepath.Join(dir, simulatorDir), nil)
 	require.NoError(t, err)
 	defer ledger.Close()
-	charges := payments.NewProvider(payments.ProviderOptions{Ledger: ledger}).Charges(t.Context())
-	require.Len(t, charges, 1, "one charge in all")
-	var p payments.Payment
-	require.NoError(t, json.Unmarshal(body2, &p))
-	assert.Equal(t, charges[0].ID, p.Charge)
+	return payments.NewProvider(payments.ProviderOptions{Ledger: ledger}).Charges(t.Context())
 }
 
 // With --store, serve needs --processor: processes sharing a store cannot

@@ -15,9 +15,7 @@ import (
 
 	"github.com/idemkv/idemkv/admin"
 	"github.com/idemkv/idemkv/engine"
-	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/pgstore"
-	"github.com/idemkv/idemkv/reconcile"
 	"github.com/idemkv/idemkv/saga"
 )
 
@@ -41,15 +39,16 @@ func adminToken(file string) (string, error) {
 	return "", errors.New("the admin API needs a token: --admin-token-file FILE, or " + adminTokenEnv)
 }
 
-// adminHandler is the admin API on the served store, with what that
-// store can do besides the Store contract, and with svc, the payments
-// service whose records it settles: a resolve goes through it, and
-// --verify asks its reconciler (nil: a resolve writes the record alone,
-// and --verify is refused).
-func adminHandler(st serveStore, svc *payments.Service, rw *reconcile.Worker, token string, audit *admin.AuditLog, log *slog.Logger) (http.Handler, error) {
+// adminHandler is the admin API on s's store, with what that store can
+// do besides the Store contract, and with s.svc, the payments service
+// whose records it settles: a resolve goes through it, and --verify asks
+// its reconciler (nil: a resolve writes the record alone, and --verify is
+// refused).
+func adminHandler(s *service, token string, audit *admin.AuditLog, log *slog.Logger) (http.Handler, error) {
+	st, svc := s.st.store, s.svc
 	o := &admin.Options{Token: token, Logger: log, Audit: audit, Now: st.Now}
-	if rw != nil {
-		o.NextQuestion = rw.Due
+	if s.rw != nil {
+		o.NextQuestion = s.rw.Due
 	}
 	if svc != nil {
 		through := settleThrough(svc)
@@ -59,37 +58,61 @@ func adminHandler(st serveStore, svc *payments.Service, rw *reconcile.Worker, to
 			o.Sagas = []*saga.Runner{orders}
 		}
 	}
-	switch s := st.(type) {
+	switch e := st.(type) {
 	case *engine.Engine:
 		o.Check = func(ctx context.Context) (any, int, error) {
-			rep, err := s.Check(ctx)
+			rep, err := e.Check(ctx)
 			return rep, rep.ProblemCount, err
 		}
-		o.Sweep = func(ctx context.Context) (any, error) { return s.Sweep(ctx) }
-		o.Backup = s.Backup
-		o.Stats = func(context.Context) (any, error) { return s.Stats() }
+		o.Sweep = func(ctx context.Context) (any, error) { return e.Sweep(ctx) }
+		o.Backup = backupWithLedger(e, s.ledger)
+		o.Stats = func(context.Context) (any, error) { return e.Stats() }
 	case *pgstore.Store:
-		o.Stats = func(context.Context) (any, error) { return s.Counts(), nil }
+		o.Stats = func(context.Context) (any, error) { return e.Counts(), nil }
 		o.Check = func(ctx context.Context) (any, int, error) {
-			rep, err := s.Check(ctx)
+			rep, err := e.Check(ctx)
 			return rep, rep.ProblemCount, err
 		}
-		o.Sweep = func(ctx context.Context) (any, error) { return s.Sweep(ctx) }
+		o.Sweep = func(ctx context.Context) (any, error) { return e.Sweep(ctx) }
 	}
 	return admin.New(st, o)
+}
+
+// backupWithLedger backs up e into dir and then, when the service charges
+// the simulated processor, its ledger into dir/processor, where a serve
+// on the restored directory finds it. Without the ledger the restored
+// service's reconciler would hear "never charged" about a payment charged
+// before the backup, and the retry would charge again. The ledger is
+// copied second, so it holds every charge of the attempts in e's copy (a
+// charge made between the two copies is found by its payment's retry,
+// which sends the same operation id).
+func backupWithLedger(e, ledger *engine.Engine) func(context.Context, string) error {
+	if ledger == nil {
+		return e.Backup
+	}
+	return func(ctx context.Context, dir string) error {
+		if err := e.Backup(ctx, dir); err != nil {
+			return err
+		}
+		if err := ledger.Backup(ctx, filepath.Join(dir, simulatorDir)); err != nil {
+			// A copy without its ledger is the hazard above: remove it.
+			return errors.Join(err, os.RemoveAll(dir))
+		}
+		return nil
+	}
 }
 
 // adminServerFor is the admin API's server, with the public server's
 // limits on connections and time, on c.adminLn, resolving through svc
 // (adminHandler), and the function that closes its audit log once the
 // server is done.
-func (c *serveConfig) adminServerFor(st serveStore, svc *payments.Service, rw *reconcile.Worker, logger *slog.Logger, errLog *log.Logger) (*http.Server, net.Listener, func(), error) {
+func (c *serveConfig) adminServerFor(s *service, logger *slog.Logger, errLog *log.Logger) (*http.Server, net.Listener, func(), error) {
 	tok, err := adminToken(c.adminTokenFile)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	path := c.adminAuditLog
-	if _, pebble := st.(*engine.Engine); path == "" && pebble {
+	if _, pebble := s.st.store.(*engine.Engine); path == "" && pebble {
 		path = filepath.Join(c.dir, "audit.log")
 	}
 	var audit *admin.AuditLog
@@ -102,7 +125,7 @@ func (c *serveConfig) adminServerFor(st serveStore, svc *payments.Service, rw *r
 	} else {
 		logger.Warn("admin API: no --admin-audit-log, so resolve and evict are off")
 	}
-	h, err := adminHandler(st, svc, rw, tok, audit, logger)
+	h, err := adminHandler(s, tok, audit, logger)
 	if err != nil {
 		closeAudit()
 		return nil, nil, nil, err
