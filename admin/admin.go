@@ -65,8 +65,9 @@ type Options struct {
 	// ResolveTimeout bounds each call a resolve makes to the Settler or
 	// the Reconciler. Default: DefaultResolveTimeout.
 	ResolveTimeout time.Duration
-	// Now is the time listings measure age and lapsed leases against:
-	// the store's clock (default time.Now).
+	// Now is the time listings measure age and lapsed leases against,
+	// and console sessions their lifetime: the store's clock (default
+	// time.Now). Audit entries take the store's own Now.
 	Now func() time.Time
 	// Logger, if set, is told of every call the store failed (answered
 	// 500 or 503): the answer says only that it failed. Keys are not

@@ -76,12 +76,19 @@ type AuditEntry struct {
 	Note string `json:"note"`
 }
 
-func newAuditEntry(action string, rec *idemkv.Record, outcome, note string) AuditEntry {
+// newAuditEntry is the entry of action on rec, timed by store's clock when
+// it has one (both stores do: the database's, for pgstore), so that the
+// audit log and the records it names read one clock.
+func newAuditEntry(store idemkv.Store, action string, rec *idemkv.Record, outcome, note string) AuditEntry {
 	was := rec.State.String()
 	if rec.Escalated {
 		was = "escalated"
 	}
-	e := AuditEntry{Time: time.Now().UTC().Truncate(time.Second), Action: action, Tenant: rec.ID.Tenant,
+	now := time.Now()
+	if c, ok := store.(idemkv.Clock); ok {
+		now = c.Now()
+	}
+	e := AuditEntry{Time: now.UTC().Truncate(time.Second), Action: action, Tenant: rec.ID.Tenant,
 		Endpoint: rec.ID.Endpoint, Key: rec.ID.Key, Was: was, Token: rec.Token, Outcome: outcome, Note: note}
 	if rec.Mode == idemkv.ModeRemote {
 		e.OperationID = rec.OperationID.String()

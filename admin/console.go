@@ -81,7 +81,7 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.login(w, r)
 		return
 	}
-	sess, ok := c.sessions.lookup(r, time.Now())
+	sess, ok := c.sessions.lookup(r, c.a.o.Now())
 	if !ok {
 		if r.Method == http.MethodGet {
 			http.Redirect(w, r, consolePath+"login", http.StatusSeeOther)
@@ -177,7 +177,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 			c.render(w, http.StatusUnauthorized, "login", view{Title: "Sign in", Flash: "That is not the admin token."})
 			return
 		}
-		id, _ := c.sessions.start(time.Now())
+		id, _ := c.sessions.start(c.a.o.Now())
 		setSessionCookie(w, r, id, int(SessionLifetime/time.Second))
 		c.a.o.Logger.Info("admin: console sign-in", "remote", r.RemoteAddr)
 		http.Redirect(w, r, consolePath, http.StatusSeeOther)

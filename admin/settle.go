@@ -159,7 +159,7 @@ func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req Resol
 			outcome = "removed, if the downstream says the operation did not happen"
 		}
 	}
-	entry := newAuditEntry("resolve", &rec, outcome, req.Note)
+	entry := newAuditEntry(store, "resolve", &rec, outcome, req.Note)
 	entry.Verified = req.Verify
 	return audited(audit, entry, func(entry *AuditEntry) error {
 		if err := o.settlement(ctx, &rec, &req, &sr, entry); err != nil {
@@ -192,7 +192,7 @@ func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRe
 	if req.Token != 0 && rec.Token != req.Token {
 		return AuditEntry{}, fmt.Errorf("%w: the record's token is %d, not %d: it changed since it was read", idemkv.ErrFenced, rec.Token, req.Token)
 	}
-	entry := newAuditEntry("evict", &rec, "removed: the next request with its key runs anew", req.Reason)
+	entry := newAuditEntry(store, "evict", &rec, "removed: the next request with its key runs anew", req.Reason)
 	return audited(audit, entry, func(*AuditEntry) error {
 		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token})
 		return err
