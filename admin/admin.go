@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,6 +110,7 @@ func New(store idemkv.Store, o *Options) (http.Handler, error) {
 	if a.o.Now == nil {
 		a.o.Now = time.Now
 	}
+	a.guard = newThrottle(a.o.Now)
 	if a.o.Logger == nil {
 		a.o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -157,16 +157,27 @@ type api struct {
 	store idemkv.Store
 	o     Options
 	token [sha256.Size]byte
+	guard *throttle // wrong tokens, by client address
 }
 
 // authenticate lets through only requests with the bearer token. The
 // digests are compared in constant time, so the comparison's time says
-// nothing of the token.
+// nothing of the token; an address that sent too many wrong tokens has
+// its next ones refused uncompared (throttle.go).
 func (a *api) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], a.token[:]) != 1 {
+		if ok {
+			if d := a.guard.wait(r); d > 0 {
+				w.Header().Set("Retry-After", retryAfter(d))
+				writeProblem(w, http.StatusTooManyRequests, ProblemThrottled, throttledDetail(d))
+				return
+			}
+		}
+		if !ok || !a.validToken(got) {
+			if ok {
+				a.guard.failed(r)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemkv admin"`)
 			writeProblem(w, http.StatusUnauthorized, httpidem.ProblemUnauthenticated, "a valid admin bearer token is required")
 			return

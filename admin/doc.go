@@ -55,8 +55,13 @@
 //     in between is trusted: the token is a bearer secret, sent in the
 //     clear over plain HTTP, and so is the console's session cookie.
 //   - The console's sessions live in the process: a restart signs its
-//     operators out. Its sign-in is not rate limited; the token's length
-//     (MinTokenLen) is what stands against guessing.
+//     operators out.
+//   - Wrong tokens are throttled by client address (IPv6: by /64): after
+//     100, an address gets one try a second, and meanwhile its tokens,
+//     right ones too, are answered 429 uncompared. Behind a proxy every
+//     client shares the proxy's address, and a client guessing holds
+//     back the operators there. The throttle slows guessing; the token's
+//     length (MinTokenLen) is what stands against it.
 //   - A record's answer holds its key and result pointer (the operator
 //     asked for them); its response body only as a size.
 //   - A backup's directory is a path on the service's machine.

@@ -20,6 +20,7 @@ const (
 	ProblemConflict       = "admin-conflict"        // 409: the record is not in a state the call takes, or the backup's dir exists
 	ProblemUnavailable    = "admin-unavailable"     // 503: the store is closed or failed
 	ProblemInternal       = "admin-internal"        // 500
+	ProblemThrottled      = "admin-throttled"       // 429: too many wrong tokens from the client's address
 
 	// Refusals of a resolve through the application (ResolveOptions);
 	// each wrote nothing.
