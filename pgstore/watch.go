@@ -25,6 +25,12 @@ import (
 // commit that notifies queues on a lock every notifying commit takes,
 // which is why settling a record nobody waits for notifies nobody.
 //
+// Only settling notifies. A takeover, an eviction or an operator's
+// resolve of an attempt in progress can happen only once its lease has
+// run out, and a watcher waits no longer than that (the InProgress
+// claim's RetryAfter): by then it claims again and meets whatever came
+// next, so a notification would wake it no sooner.
+//
 // Only the first watcher of an attempt writes its row: a completion that
 // read business data runs SERIALIZABLE, and fails to serialize if its
 // record's row changes under it, so a count that every duplicate raised
