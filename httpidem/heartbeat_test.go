@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/internal/logtest"
 )
 
 // watchedStore is the fixture's engine with its renewals watched: it
@@ -180,10 +181,10 @@ func TestHeartbeatKeepsASlowHandlersLease(t *testing.T) {
 func TestHeartbeatStopsWhenFenced(t *testing.T) {
 	h := newSlowFirst()
 	ws := &watchedStore{}
-	sink := &logSink{}
+	sink, logger := logtest.New(slog.LevelInfo)
 	f := buildFixture(t, httpidem.Route{Lease: 3 * time.Second}, h.ServeHTTP, nil, func(o *httpidem.Options) {
 		ws.wrap(o)
-		o.Logger = slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		o.Logger = logger
 	})
 	t.Cleanup(h.unblock)
 	id := idemkv.ID{Tenant: "acct_1", Endpoint: "POST " + route, Key: "k"}
@@ -217,7 +218,7 @@ func TestHeartbeatStopsWhenFenced(t *testing.T) {
 	assert.Equal(t, "call 2", string(f.do("POST", route, `{}`, "k").body))
 
 	var mine []map[string]any
-	for _, r := range sink.take(t) {
+	for _, r := range sink.Records(t) {
 		if r["request_id"] == "req-first" {
 			mine = append(mine, r)
 		}

@@ -2,13 +2,11 @@ package httpidem_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,52 +15,15 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/internal/logtest"
 )
 
-// logSink collects the JSON records of a logger, safe for the server's
-// goroutines to write while the test reads.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *logSink) text() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
-// take returns the records logged since the last take, decoded.
-func (s *logSink) take(t *testing.T) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	lines := strings.Split(strings.TrimSpace(s.buf.String()), "\n")
-	s.buf.Reset()
-	s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range lines {
-		if l == "" {
-			continue
-		}
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
-		out = append(out, rec)
-	}
-	return out
-}
-
 // newLoggedFixture is a fixture whose middleware logs, at Debug and up,
-// as JSON into the returned sink (keeping all of it in all, for searches
-// over everything a test logged).
-func newLoggedFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc, rawKeys bool) (*fixture, *logSink, *logSink) {
+// as JSON into the returned sink, for the test to take record by record
+// (keeping all of it in all, for searches over everything a test logged).
+func newLoggedFixture(t *testing.T, rt httpidem.Route, h http.HandlerFunc, rawKeys bool) (*fixture, *logtest.Log, *logtest.Log) {
 	t.Helper()
-	sink, all := &logSink{}, &logSink{}
+	sink, all := &logtest.Log{}, &logtest.Log{}
 	f := buildFixture(t, rt, h, nil, func(o *httpidem.Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(io.MultiWriter(sink, all), &slog.HandlerOptions{Level: slog.LevelDebug}))
 		o.LogRawKeys = rawKeys
@@ -149,7 +110,7 @@ func TestLogOneRecordPerStateChange(t *testing.T) {
 	r, rep := f.doWith(secretBody, secretKey, rid)
 	require.Equal(t, http.StatusCreated, r.status)
 	require.Equal(t, httpidem.Stored, rep.Disposition)
-	recs := sink.take(t)
+	recs := sink.Take(t)
 	checkRecords(t, recs, id, "req-0001",
 		want{"httpidem: key claimed", "INFO", map[string]any{"attempt": 1, "mode": "local"}},
 		want{"httpidem: outcome stored", "INFO", map[string]any{"disposition": "stored", "status": 201}},
@@ -160,25 +121,25 @@ func TestLogOneRecordPerStateChange(t *testing.T) {
 	// A replay changes nothing: one Debug record.
 	_, rep = f.doWith(secretBody, secretKey, rid)
 	require.Equal(t, httpidem.Replayed, rep.Disposition)
-	checkRecords(t, sink.take(t), id, "req-0001",
+	checkRecords(t, sink.Take(t), id, "req-0001",
 		want{"httpidem: outcome replayed", "DEBUG", map[string]any{"disposition": "replayed", "status": 201}})
 
 	// The key reused with another body: refused, one Info record.
 	_, rep = f.doWith(`{"other":1}`, secretKey, rid)
 	require.Equal(t, httpidem.Mismatch, rep.Disposition)
-	checkRecords(t, sink.take(t), id, "req-0001",
+	checkRecords(t, sink.Take(t), id, "req-0001",
 		want{"httpidem: key reused with a different request", "INFO", map[string]any{"disposition": "mismatch"}})
 
 	// A transient answer: claimed, then released.
 	id2 := idemkv.ID{Tenant: id.Tenant, Endpoint: id.Endpoint, Key: secretKey + "-2"}
 	_, rep = f.doWith(`{"fail":true}`, id2.Key, rid)
 	require.Equal(t, httpidem.Released, rep.Disposition)
-	checkRecords(t, sink.take(t), id2, "req-0001",
+	checkRecords(t, sink.Take(t), id2, "req-0001",
 		want{"httpidem: key claimed", "INFO", map[string]any{"attempt": 1}},
 		want{"httpidem: key released", "INFO", map[string]any{"disposition": "released", "status": 503}},
 	)
 
-	out := all.text()
+	out := all.String()
 	assert.NotContains(t, out, secretKey, "the raw key is never logged by default")
 	assert.NotContains(t, out, "jane.doe", "nor any part of it")
 	assert.NotContains(t, out, "SECRET-BODY-MARKER", "bodies are never logged")
@@ -196,7 +157,7 @@ func TestLogUncertainAndReconciling(t *testing.T) {
 
 	_, rep := f.doWith(secretBody, secretKey, rid)
 	require.Equal(t, httpidem.Uncertain, rep.Disposition)
-	recs := sink.take(t)
+	recs := sink.Take(t)
 	checkRecords(t, recs, id, "req-u",
 		want{"httpidem: key claimed", "INFO", map[string]any{"attempt": 1, "mode": "remote"}},
 		want{"httpidem: key marked uncertain", "INFO", map[string]any{"disposition": "uncertain", "status": 504, "note": "provider timed out"}},
@@ -207,9 +168,9 @@ func TestLogUncertainAndReconciling(t *testing.T) {
 
 	_, rep = f.doWith(secretBody, secretKey, rid)
 	require.Equal(t, httpidem.Reconciling, rep.Disposition)
-	checkRecords(t, sink.take(t), id, "req-u",
+	checkRecords(t, sink.Take(t), id, "req-u",
 		want{"httpidem: key awaiting reconciliation", "DEBUG", map[string]any{"disposition": "reconciling"}})
-	assert.NotContains(t, all.text(), secretKey)
+	assert.NotContains(t, all.String(), secretKey)
 }
 
 func TestLogTakeoverAndLeaseLost(t *testing.T) {
@@ -232,7 +193,7 @@ func TestLogTakeoverAndLeaseLost(t *testing.T) {
 	f.report()
 
 	byRequest := map[string][]map[string]any{}
-	for _, r := range sink.take(t) {
+	for _, r := range sink.Take(t) {
 		byRequest[r["request_id"].(string)] = append(byRequest[r["request_id"].(string)], r)
 	}
 	checkRecords(t, byRequest["req-first"], id, "req-first",
@@ -244,7 +205,7 @@ func TestLogTakeoverAndLeaseLost(t *testing.T) {
 		want{"httpidem: outcome stored", "INFO", map[string]any{"disposition": "stored", "status": 201}},
 	)
 	assert.Contains(t, byRequest["req-first"][1]["err"], "fenced")
-	assert.NotContains(t, all.text(), secretKey)
+	assert.NotContains(t, all.String(), secretKey)
 }
 
 func TestLogStoreFailure(t *testing.T) {
@@ -253,13 +214,13 @@ func TestLogStoreFailure(t *testing.T) {
 	require.NoError(t, f.eng.Close())
 	_, rep := f.doWith(secretBody, secretKey, nil)
 	require.Equal(t, httpidem.StoreError, rep.Disposition)
-	recs := sink.take(t)
+	recs := sink.Take(t)
 	require.Len(t, recs, 1)
 	assert.Equal(t, "httpidem: claim failed", recs[0]["msg"])
 	assert.Equal(t, "ERROR", recs[0]["level"])
 	assert.Equal(t, idemkv.ID{Tenant: "acct_1", Endpoint: "POST " + route, Key: secretKey}.Hash(), recs[0]["key_hash"])
 	assert.Contains(t, recs[0]["err"], "closed")
-	assert.NotContains(t, all.text(), secretKey)
+	assert.NotContains(t, all.String(), secretKey)
 }
 
 func TestLogRawKeysOptIn(t *testing.T) {
@@ -267,13 +228,13 @@ func TestLogRawKeysOptIn(t *testing.T) {
 	f, sink, all := newLoggedFixture(t, httpidem.Route{}, h, true)
 	_, rep := f.doWith(secretBody, secretKey, nil)
 	require.Equal(t, httpidem.Stored, rep.Disposition)
-	recs := sink.take(t)
+	recs := sink.Take(t)
 	require.Len(t, recs, 2)
 	for _, r := range recs {
 		assert.Equal(t, secretKey, r["key"], "%s carries the key when asked to", r["msg"])
 		assert.NotEmpty(t, r["key_hash"], "and the hash still, to match records logged without the key")
 	}
-	assert.NotContains(t, all.text(), "SECRET-BODY-MARKER", "the opt-in is for keys, not bodies")
+	assert.NotContains(t, all.String(), "SECRET-BODY-MARKER", "the opt-in is for keys, not bodies")
 }
 
 func TestLogRequestID(t *testing.T) {
@@ -298,7 +259,7 @@ func TestLogRequestID(t *testing.T) {
 			}
 			_, rep := f.doWith(`{}`, "k-"+string(rune('a'+i)), hdr)
 			require.Equal(t, httpidem.Stored, rep.Disposition)
-			recs := sink.take(t)
+			recs := sink.Take(t)
 			require.Len(t, recs, 2)
 			got := recs[0]["request_id"].(string)
 			assert.Equal(t, got, recs[1]["request_id"], "one id for all of a request's records")
@@ -313,13 +274,13 @@ func TestLogRequestID(t *testing.T) {
 
 func TestLogLevelLeavesRecordsOut(t *testing.T) {
 	h, _ := counting()
-	var sink logSink
+	sink, logger := logtest.New(slog.LevelWarn)
 	f := buildFixture(t, httpidem.Route{}, h, nil, func(o *httpidem.Options) {
-		o.Logger = slog.New(slog.NewJSONHandler(&sink, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		o.Logger = logger
 	})
 	_, rep := f.doWith(`{}`, "k", nil)
 	require.Equal(t, httpidem.Stored, rep.Disposition)
 	_, rep = f.doWith(`{}`, "k", nil)
 	require.Equal(t, httpidem.Replayed, rep.Disposition)
-	assert.Empty(t, sink.text(), "state changes are Info, replays Debug")
+	assert.Empty(t, sink.String(), "state changes are Info, replays Debug")
 }

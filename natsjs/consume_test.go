@@ -1,14 +1,12 @@
 package natsjs_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/inbox"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/natsjs"
 	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
@@ -339,8 +338,7 @@ func TestConsumeLogs(t *testing.T) {
 	v, br := newEnv(t), newBroker(t)
 	events := []idemkv.StoredEvent{payment(1), payment(2)}
 	br.publish(events...)
-	var buf bytes.Buffer
-	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs, logger := logtest.New(slog.LevelInfo)
 	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
 	require.NoError(t, err)
 	b := &book{}
@@ -359,7 +357,7 @@ func TestConsumeLogs(t *testing.T) {
 
 	var got []string
 	var failure map[string]any
-	for _, m := range records(t, &buf) {
+	for _, m := range logs.Records(t) {
 		got = append(got, fmt.Sprint(m["msg"]))
 		if m["msg"] == "inbox: reading the stream failed; retrying" {
 			failure = m
@@ -387,8 +385,7 @@ func TestConsumeLogs(t *testing.T) {
 func TestConsumeLogsRecovery(t *testing.T) {
 	v, br := newEnv(t), newBroker(t)
 	br.publish(payment(1), payment(2), payment(3))
-	var buf bytes.Buffer
-	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs, logger := logtest.New(slog.LevelInfo)
 	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
 	require.NoError(t, err)
 	b := &book{}
@@ -407,7 +404,7 @@ func TestConsumeLogsRecovery(t *testing.T) {
 
 	var got []string
 	var again map[string]any
-	for _, m := range records(t, &buf) {
+	for _, m := range logs.Records(t) {
 		got = append(got, fmt.Sprint(m["level"], " ", m["msg"], " ", m["failures"]))
 		if m["msg"] == "inbox: reading the stream again" {
 			again = m
@@ -427,21 +424,6 @@ func TestConsumeLogsRecovery(t *testing.T) {
 	assert.Equal(t, "inbox", again["tenant"])
 	assert.Equal(t, "ledger", again["endpoint"])
 	assert.Equal(t, paymentsStream, again["stream"])
-}
-
-// records decodes the JSON records a slog.JSONHandler wrote to buf.
-func records(t *testing.T, buf *bytes.Buffer) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-		out = append(out, m)
-	}
-	return out
 }
 
 // env is a real store, the engine in a temporary directory, with the

@@ -51,6 +51,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/reconcile"
 )
 
@@ -60,7 +61,7 @@ const adminTestToken = "adm1n-t0ken-9f8e7d6c5b4a"
 // listener's, url the payments service's, logs what serve logged.
 type adminRig struct {
 	addr, url string
-	logs      *syncBuffer
+	logs      *logtest.Log
 }
 
 // startAdmin runs serve with the admin API, its limits l (nil: serve's
@@ -71,7 +72,7 @@ func startAdmin(t *testing.T, l *serverLimits, mods ...func(*serveConfig)) *admi
 	require.NoError(t, os.WriteFile(tokFile, []byte(adminTestToken+"\n"), 0o600))
 	aln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	r := &adminRig{addr: aln.Addr().String(), logs: &syncBuffer{}}
+	r := &adminRig{addr: aln.Addr().String(), logs: &logtest.Log{}}
 	cfg := serveConfig{dir: t.TempDir(), adminLn: aln, adminTokenFile: tokFile, adminLimits: l, log: logFlags{out: r.logs}}
 	for _, mod := range mods {
 		mod(&cfg)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkv/idemkv/client"
 	"github.com/idemkv/idemkv/examples/payments"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/natsjs"
 	"github.com/idemkv/idemkv/natsjs/natstest"
 	"github.com/idemkv/idemkv/outbox"
@@ -37,7 +38,7 @@ func testServeEventsToJetStream(t *testing.T, sc storeCase) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out logtest.Log
 	done := make(chan error, 1)
 	cfg := sc.config(t)
 	cfg.events, cfg.reconcile = ns.URL(), reconcile.Options{Interval: time.Second, Grace: time.Second}
@@ -107,7 +108,7 @@ func TestServeEventsEmbedded(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &logtest.Log{}
 	done := make(chan error, 1)
 	cfg := serveConfig{dir: dir, events: "embedded", reconcile: reconcile.Options{Interval: time.Second, Grace: time.Second}}
 	go func() { done <- serve(ctx, ln, cfg, out) }()

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/examples/processor"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/internal/tier"
 )
 
@@ -83,7 +84,7 @@ func startTestProcessor(t *testing.T, o processor.Options) string {
 	pln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	pctx, pcancel := context.WithCancel(context.Background())
-	var pout syncBuffer
+	var pout logtest.Log
 	pdone := make(chan error, 1)
 	go func() {
 		pdone <- runProcessor(pctx, pln, processorConfig{dir: t.TempDir(), retention: time.Hour, o: o}, &pout)

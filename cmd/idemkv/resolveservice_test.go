@@ -24,6 +24,7 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/examples/processor"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/reconcile"
 )
 
@@ -44,7 +45,7 @@ func testProcessor(t *testing.T, charge *atomic.Bool) string {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var out syncBuffer
+	var out logtest.Log
 	go func() {
 		done <- runProcessor(ctx, ln, processorConfig{dir: t.TempDir(), retention: time.Hour,
 			o: processor.Options{Hold: time.Millisecond, Fault: func(context.Context, string) error { return processor.ErrTimeout }}}, &out)

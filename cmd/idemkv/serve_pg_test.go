@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/pgstore/pgtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,7 +24,7 @@ func startServeOn(t *testing.T, cfg serveConfig) (url string, stop func() error)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out logtest.Log
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, ln, cfg, &out) }()
 	var once sync.Once

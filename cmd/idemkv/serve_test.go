@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,26 +20,9 @@ import (
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/examples/processor"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/reconcile"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while serve writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestServeOverLoopback runs the command's server on a loopback port,
 // pays twice with one key, restarts it on the same store and checks that
@@ -51,7 +33,7 @@ func TestServeOverLoopback(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
-		var out syncBuffer
+		var out logtest.Log
 		done := make(chan error, 1)
 		go func() { done <- serve(ctx, ln, serveConfig{dir: dir}, &out) }()
 		return "http://" + ln.Addr().String(), func() error {
@@ -143,7 +125,7 @@ func TestServeMetricsOnTheirOwnAddress(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var out syncBuffer
+	var out logtest.Log
 	go func() { done <- serve(ctx, ln, serveConfig{dir: t.TempDir(), metricsLn: mln}, &out) }()
 	get := func(url string) (int, string) {
 		resp, err := http.Get(url)
@@ -175,7 +157,7 @@ func TestServeAuthenticatesWithAPIKeys(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var out syncBuffer
+	var out logtest.Log
 	go func() { done <- serve(ctx, ln, serveConfig{dir: t.TempDir(), apiKeys: keys}, &out) }()
 	defer func() {
 		cancel()
@@ -232,7 +214,7 @@ func testServeReconcilesATimedOutPayment(t *testing.T, sc storeCase) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out logtest.Log
 	done := make(chan error, 1)
 	cfg := sc.config(t)
 	cfg.provider = payments.ProviderOptions{TimeoutRate: 1}
@@ -277,7 +259,7 @@ func TestServeWithAnHTTPProcessor(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var pout, sout syncBuffer
+	var pout, sout logtest.Log
 	pdone := make(chan error, 1)
 	go func() {
 		pdone <- runProcessor(ctx, pln, processorConfig{dir: t.TempDir(), retention: time.Hour,
@@ -330,7 +312,7 @@ func testServeResumesAnOrder(t *testing.T, sc storeCase) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out logtest.Log
 	done := make(chan error, 1)
 	cfg := sc.config(t)
 	cfg.lease, cfg.provider = 300*time.Millisecond, payments.ProviderOptions{TimeoutRate: 1}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/logtest"
 )
 
 // TestServeLogsStateChangesAsJSON: serve logs, as JSON, one record per
@@ -22,7 +22,7 @@ func TestServeLogsStateChangesAsJSON(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs, out syncBuffer
+	var logs, out logtest.Log
 	c := serveConfig{dir: t.TempDir(), log: logFlags{format: "json", out: &logs}}
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, ln, c, &out) }()
@@ -45,9 +45,7 @@ func TestServeLogsStateChangesAsJSON(t *testing.T) {
 
 	hash := idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: key}.Hash()
 	var msgs []string
-	for _, l := range bytes.Split(bytes.TrimSpace([]byte(logs.String())), []byte("\n")) {
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal(l, &rec), "a JSON object a line: %s", l)
+	for _, rec := range logs.Records(t) { // a JSON object a line
 		if rec["key_hash"] == hash {
 			assert.Equal(t, "req-42", rec["request_id"])
 			msgs = append(msgs, rec["msg"].(string))

@@ -1,12 +1,9 @@
 package inbox_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/inbox"
+	"github.com/idemkv/idemkv/internal/logtest"
 )
 
 // An event id carries what a key can (an email); a payload what a body
@@ -23,34 +21,13 @@ const (
 	secretData = "card-4111-1111-1111-1111"
 )
 
-// jsonLog is a JSON logger into a buffer, and its records decoded.
-type jsonLog struct{ buf bytes.Buffer }
-
-func newJSONLog(level slog.Level) (*jsonLog, *slog.Logger) {
-	g := &jsonLog{}
-	return g, slog.New(slog.NewJSONHandler(&g.buf, &slog.HandlerOptions{Level: level}))
-}
-
-func (g *jsonLog) records(t *testing.T) []map[string]any {
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(g.buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-		out = append(out, m)
-	}
-	return out
-}
-
 // TestLogsEveryOutcome: applied, duplicate, rejected, an id reused with
 // other content, a handler's failure and a store's each log one record,
 // naming the event by its mark's key_hash and position, and no line holds
 // the event's id or its payload, not even the errors that quote them.
 func TestLogsEveryOutcome(t *testing.T) {
 	v := newEnv(t)
-	g, logger := newJSONLog(slog.LevelDebug)
+	g, logger := logtest.New(slog.LevelDebug)
 	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
 	require.NoError(t, err)
 	b := &book{}
@@ -75,7 +52,7 @@ func TestLogsEveryOutcome(t *testing.T) {
 	require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
 
 	var got []string
-	for _, m := range g.records(t) {
+	for _, m := range g.Records(t) {
 		assert.Equal(t, "inbox", m["tenant"])
 		assert.NotEmpty(t, m["key_hash"])
 		assert.Equal(t, "payments.created", m["subject"])
@@ -89,7 +66,7 @@ func TestLogsEveryOutcome(t *testing.T) {
 		"WARN inbox: handler failed; the message is to be redelivered @4",
 		"ERROR inbox: store error; the message is to be redelivered @5",
 	}, got)
-	recs := g.records(t)
+	recs := g.Records(t)
 	first, err := v.mark("id/" + applied.ID)
 	require.NoError(t, err)
 	assert.Equal(t, first.ID.Hash(), recs[0]["key_hash"], "the hash idemkv inspect shows for the mark")
@@ -100,14 +77,14 @@ func TestLogsEveryOutcome(t *testing.T) {
 	assert.Contains(t, recs[2]["reason"], "not a credit")
 	assert.Contains(t, recs[4]["err"], "account service down for [key "+fmt.Sprint(recs[4]["key_hash"])+"]")
 
-	assert.NotContains(t, g.buf.String(), "jane.doe", "no event id in any line")
-	assert.NotContains(t, g.buf.String(), secretData, "no payload in any line")
+	assert.NotContains(t, g.String(), "jane.doe", "no event id in any line")
+	assert.NotContains(t, g.String(), secretData, "no payload in any line")
 }
 
 // TestLogLevel: at Warn a consumer logs its failures, not each event.
 func TestLogLevel(t *testing.T) {
 	v := newEnv(t)
-	g, logger := newJSONLog(slog.LevelWarn)
+	g, logger := logtest.New(slog.LevelWarn)
 	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
 	require.NoError(t, err)
 	b := &book{}
@@ -117,7 +94,7 @@ func TestLogLevel(t *testing.T) {
 	}
 	_, err = c.Process(ctx, msg("ev-4", 4, []byte("not json")), b.handle)
 	require.NoError(t, err)
-	recs := g.records(t)
+	recs := g.Records(t)
 	require.Len(t, recs, 1)
 	assert.Equal(t, "inbox: event rejected", recs[0]["msg"])
 }
@@ -127,7 +104,7 @@ func TestLogLevel(t *testing.T) {
 // (unless LogRawKeys), and wraps the failure.
 func TestMessageError(t *testing.T) {
 	v := newEnv(t)
-	_, logger := newJSONLog(slog.LevelInfo)
+	_, logger := logtest.New(slog.LevelInfo)
 	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox", Logger: logger})
 	require.NoError(t, err)
 	assert.Same(t, logger, c.Logger())

@@ -1,13 +1,10 @@
 package once_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/once"
 )
 
@@ -25,32 +23,18 @@ const (
 	payload = "4111-1111-1111-1111"
 )
 
-// logged is a JSON log in a buffer, decoded line by line.
-type logged struct{ buf bytes.Buffer }
+// logged is a JSON log kept for a test, with what the tests ask of it.
+type logged struct{ *logtest.Log }
 
 func newLogged(level slog.Level) (*logged, *slog.Logger) {
-	g := &logged{}
-	return g, slog.New(slog.NewJSONHandler(&g.buf, &slog.HandlerOptions{Level: level}))
-}
-
-// lines returns the records, each as its decoded attributes.
-func (g *logged) lines(t *testing.T) []map[string]any {
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(g.buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-		out = append(out, m)
-	}
-	return out
+	g, logger := logtest.New(level)
+	return &logged{g}, logger
 }
 
 // byKey returns the "LEVEL msg" of each record about key, in order.
 func (g *logged) byKey(t *testing.T, key string) []string {
 	var out []string
-	for _, m := range g.lines(t) {
+	for _, m := range g.Records(t) {
 		if m["key_hash"] == id(key).Hash() {
 			out = append(out, fmt.Sprint(m["level"], " ", m["msg"]))
 		}
@@ -60,12 +44,12 @@ func (g *logged) byKey(t *testing.T, key string) []string {
 
 // find returns the record about key with message msg.
 func (g *logged) find(t *testing.T, key, msg string) map[string]any {
-	for _, m := range g.lines(t) {
+	for _, m := range g.Records(t) {
 		if m["key_hash"] == id(key).Hash() && m["msg"] == msg {
 			return m
 		}
 	}
-	t.Fatalf("no %q record about %q in\n%s", msg, key, g.buf.String())
+	t.Fatalf("no %q record about %q in\n%s", msg, key, g.String())
 	return nil
 }
 
@@ -147,7 +131,7 @@ func TestLogsEveryTransition(t *testing.T) {
 	assert.Equal(t, []string{"DEBUG once: key in progress"}, g.byKey(t, busy))
 	assert.Equal(t, []string{"ERROR once: claim failed"}, g.byKey(t, "bad-"+secret))
 
-	for _, m := range g.lines(t) {
+	for _, m := range g.Records(t) {
 		assert.Equal(t, "acct_1", m["tenant"])
 		assert.Equal(t, "jobs.send", m["endpoint"])
 		assert.NotContains(t, m, "key", "no raw key without LogRawKeys")
@@ -167,8 +151,8 @@ func TestLogsEveryTransition(t *testing.T) {
 	assert.Contains(t, g.find(t, unknown, "once: key marked uncertain")["note"], "once: the function failed: psp: timed out")
 	assert.Contains(t, g.find(t, lost, "once: lease lost")["err"], "fenced")
 
-	assert.NotContains(t, g.buf.String(), secret, "no raw key in any line")
-	assert.NotContains(t, g.buf.String(), payload, "no payload in any line")
+	assert.NotContains(t, g.String(), secret, "no raw key in any line")
+	assert.NotContains(t, g.String(), payload, "no payload in any line")
 }
 
 // TestLogLevels: a logger at Info takes the state changes and not the
@@ -208,7 +192,7 @@ func TestLogRawKeys(t *testing.T) {
 		return idemkv.Result{}, errors.New("refused " + secret)
 	})
 	require.Error(t, err)
-	lines := g.lines(t)
+	lines := g.Records(t)
 	require.Len(t, lines, 2)
 	for _, m := range lines {
 		assert.Equal(t, secret, m["key"])

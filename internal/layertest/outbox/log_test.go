@@ -1,14 +1,10 @@
 package outbox_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,26 +13,9 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/layertest/teststore"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/outbox"
 )
-
-// lockedBuffer is a log's buffer, written by Run's goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // failingRead is a store whose first outbox read fails.
 type failingRead struct {
@@ -72,13 +51,13 @@ func TestRunLogsFailuresAndRecovery(t *testing.T) {
 		}
 		return nil
 	}}
-	var buf lockedBuffer
+	logs, logger := logtest.New(slog.LevelDebug)
 	waits := make(chan time.Duration, 10)
 	fire := make(chan time.Time)
 	r, err := outbox.New(&failingRead{Store: e}, b, &outbox.Options{
 		AckInterval: time.Hour,
 		After:       func(d time.Duration) <-chan time.Time { waits <- d; return fire },
-		Logger:      slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:      logger,
 	})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
@@ -94,11 +73,8 @@ func TestRunLogsFailuresAndRecovery(t *testing.T) {
 	require.ErrorIs(t, <-done, context.Canceled)
 
 	var got []string
-	var recs []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-		recs = append(recs, m)
+	recs := logs.Records(t)
+	for _, m := range recs {
 		got = append(got, fmt.Sprint(m["level"], " ", m["msg"], " ", m["failures"]))
 	}
 	assert.Equal(t, []string{
@@ -111,7 +87,7 @@ func TestRunLogsFailuresAndRecovery(t *testing.T) {
 	assert.EqualValues(t, ev.Seq, recs[1]["seq"])
 	assert.Equal(t, ev.ID, recs[1]["event_id"])
 	assert.Contains(t, recs[1]["err"], "no responders")
-	assert.NotContains(t, buf.String(), secret, "no payload in any line")
+	assert.NotContains(t, logs.String(), secret, "no payload in any line")
 }
 
 // TestLogfStillWorks: without a Logger, the deprecated Logf gets the

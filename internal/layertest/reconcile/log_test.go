@@ -1,12 +1,9 @@
 package reconcile_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/reconcile"
 )
 
@@ -42,10 +40,10 @@ func TestLogsNameRecordsByHash(t *testing.T) {
 		}
 		return d.Reconcile(ctx, rec)
 	})
-	var buf bytes.Buffer
+	logs, logger := logtest.New(slog.LevelDebug)
 	w := v.worker(r, reconcile.Options{
 		MaxAttempts: 2, MinBackoff: time.Second, MaxBackoff: time.Second, Concurrency: 1,
-		Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger: logger,
 	})
 	require.NoError(t, w.Pass(ctx))
 	v.clock.Advance(time.Second)
@@ -56,9 +54,7 @@ func TestLogsNameRecordsByHash(t *testing.T) {
 	for _, k := range []string{applied, gone, unknown, raced} {
 		hashes[id(k).Hash()] = k
 	}
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var raw map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &raw))
+	for _, raw := range logs.Records(t) {
 		var ln logLine
 		for k, val := range raw {
 			s := fmt.Sprint(val)
@@ -90,7 +86,7 @@ func TestLogsNameRecordsByHash(t *testing.T) {
 			}
 		}
 		key, ok := hashes[ln.KeyHash]
-		require.True(t, ok, "a record names its key by hash: %s", l)
+		require.True(t, ok, "a record names its key by hash: %v", raw)
 		assert.Equal(t, "acct_1", ln.Tenant)
 		assert.Equal(t, "POST /v1/payments", ln.Endpoint)
 		assert.NotZero(t, ln.Token)
@@ -112,7 +108,7 @@ func TestLogsNameRecordsByHash(t *testing.T) {
 	assert.Equal(t, "reconcile: settled by another", byKey[raced][0].Msg)
 	assert.Contains(t, byKey[raced][0].Err, id(raced).Hash(), "the record is named by its hash")
 
-	assert.NotContains(t, buf.String(), secret, "no raw key in any line")
+	assert.NotContains(t, logs.String(), secret, "no raw key in any line")
 }
 
 // logLine is one decoded record of the worker's log.

@@ -1,32 +1,25 @@
 package reconcile_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// logged decodes a JSON log and returns its records with message msg.
-func logged(t *testing.T, buf *bytes.Buffer, msg string) []map[string]any {
+// logged returns the records of g with message msg.
+func logged(t *testing.T, g *logtest.Log, msg string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m))
+	for _, m := range g.Records(t) {
 		if m["msg"] == msg {
 			out = append(out, m)
 		}
@@ -54,12 +47,12 @@ func panickingApply(_ context.Context, rec idemkv.Record) (reconcile.Answer, err
 func TestPanicInApplyIsRecovered(t *testing.T) {
 	v := newEnv(t)
 	l := v.uncertain("k")
-	var buf bytes.Buffer
+	logs, logger := logtest.New(slog.LevelDebug)
 	var escalated []string
 	w := v.worker(reconcile.ReconcilerFunc(panickingApply), reconcile.Options{MaxAttempts: 2,
 		MinBackoff: time.Second, MaxBackoff: time.Second,
 		OnEscalate: func(_ idemkv.Record, note string) { escalated = append(escalated, note) },
-		Logger:     slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Logger:     logger})
 
 	require.NotPanics(t, func() { require.NoError(t, w.Pass(ctx)) })
 	rec, ok := v.state("k")
@@ -71,7 +64,7 @@ func TestPanicInApplyIsRecovered(t *testing.T) {
 	require.ErrorIs(t, err, idemkv.ErrNotFound, "nothing the panicking Apply wrote is stored")
 	st := w.Stats()
 	assert.Equal(t, [5]int64{1, 1, 1, 1, 0}, [5]int64{st.Asked, st.Panics, st.Errors, st.Unknown, st.Applied})
-	lines := logged(t, &buf, "reconcile: the application's code panicked")
+	lines := logged(t, logs, "reconcile: the application's code panicked")
 	require.Len(t, lines, 1)
 	assert.Equal(t, "ERROR", lines[0]["level"])
 	assert.Equal(t, "Answer.Apply", lines[0]["in"])

@@ -1,12 +1,9 @@
 package saga_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/logtest"
 	"github.com/idemkv/idemkv/saga"
 )
 
@@ -24,35 +22,30 @@ const (
 	payload = "4111-1111-1111-1111"
 )
 
-// loggedRunner returns a runner of the shop's saga logging to a JSON
-// buffer at level.
-func (s *shop) loggedRunner(level slog.Level) (*saga.Runner, *bytes.Buffer) {
-	var buf bytes.Buffer
+// loggedRunner returns a runner of the shop's saga logging as JSON at
+// level, and its log.
+func (s *shop) loggedRunner(level slog.Level) (*saga.Runner, *logtest.Log) {
+	g, logger := logtest.New(level)
 	r, err := saga.New(s.e, s.definition(), &saga.Options{Lease: lease, MaxAttempts: 3,
 		After:  func(time.Duration) <-chan time.Time { return closedTime },
-		Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level}))})
+		Logger: logger})
 	require.NoError(s.t, err)
-	return r, &buf
+	return r, g
 }
 
-// records decodes buf's records about the saga id: each as its
+// records returns g's records about the saga id: each as its
 // attributes, and as "LEVEL msg [step action]".
-func records(t *testing.T, buf *bytes.Buffer, id string) ([]map[string]any, []string) {
+func records(t *testing.T, g *logtest.Log, id string) ([]map[string]any, []string) {
 	hash := idemkv.ID{Tenant: "acct_1", Endpoint: "saga/order", Key: id}.Hash()
 	var recs []map[string]any
 	var lines []string
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+	for _, m := range g.Records(t) {
 		if m["key_hash"] != hash {
 			continue
 		}
-		assert.Equal(t, "acct_1", m["tenant"], l)
-		assert.Equal(t, "saga/order", m["endpoint"], l)
-		assert.NotZero(t, m["token"], l)
+		assert.Equal(t, "acct_1", m["tenant"], m)
+		assert.Equal(t, "saga/order", m["endpoint"], m)
+		assert.NotZero(t, m["token"], m)
 		recs = append(recs, m)
 		line := fmt.Sprint(m["level"], " ", m["msg"])
 		switch {
