@@ -65,8 +65,9 @@ type Options struct {
 	// the Reconciler. Default: DefaultResolveTimeout.
 	ResolveTimeout time.Duration
 	// Now is the time listings measure age and lapsed leases against,
-	// and console sessions their lifetime: the store's clock (default
-	// time.Now). Audit entries take the store's own Now.
+	// and console sessions their lifetime. Default: the store's clock,
+	// when it is an idemkv.Clock (both stores are), else time.Now. Audit
+	// entries take the store's own Now.
 	Now func() time.Time
 	// Logger, if set, is told of every call the store failed (answered
 	// 500 or 503): the answer says only that it failed. Keys are not
@@ -109,6 +110,9 @@ func New(store idemkv.Store, o *Options) (http.Handler, error) {
 	a := &api{store: store, o: *o, token: sha256.Sum256([]byte(o.Token))}
 	if a.o.Now == nil {
 		a.o.Now = time.Now
+		if c, ok := store.(idemkv.Clock); ok {
+			a.o.Now = c.Now
+		}
 	}
 	a.guard = newThrottle(a.o.Now)
 	if a.o.Logger == nil {
@@ -168,16 +172,15 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if ok {
-			if d := a.guard.wait(r); d > 0 {
-				w.Header().Set("Retry-After", retryAfter(d))
-				writeProblem(w, http.StatusTooManyRequests, ProblemThrottled, throttledDetail(d))
+			right, wait := a.checkToken(r, got)
+			if wait > 0 {
+				w.Header().Set("Retry-After", retryAfter(wait))
+				writeProblem(w, http.StatusTooManyRequests, ProblemThrottled, throttledDetail(wait))
 				return
 			}
+			ok = right
 		}
-		if !ok || !a.validToken(got) {
-			if ok {
-				a.guard.failed(r)
-			}
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemkv admin"`)
 			writeProblem(w, http.StatusUnauthorized, httpidem.ProblemUnauthenticated, "a valid admin bearer token is required")
 			return

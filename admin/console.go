@@ -172,13 +172,13 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 			c.render(w, http.StatusForbidden, "login", view{Title: "Sign in", Flash: "Sign in from the console's own page."})
 			return
 		}
-		if d := c.a.guard.wait(r); d > 0 {
-			w.Header().Set("Retry-After", retryAfter(d))
-			c.render(w, http.StatusTooManyRequests, "login", view{Title: "Sign in", Flash: "Too many wrong tokens from this address: try again in " + retryAfter(d) + " seconds."})
+		right, wait := c.a.checkToken(r, r.PostFormValue("token"))
+		if wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			c.render(w, http.StatusTooManyRequests, "login", view{Title: "Sign in", Flash: "Too many wrong tokens from this address: try again in " + retryAfter(wait) + " seconds."})
 			return
 		}
-		if !c.a.validToken(r.PostFormValue("token")) {
-			c.a.guard.failed(r)
+		if !right {
 			c.a.o.Logger.Warn("admin: console sign-in refused", "remote", r.RemoteAddr)
 			c.render(w, http.StatusUnauthorized, "login", view{Title: "Sign in", Flash: "That is not the admin token."})
 			return

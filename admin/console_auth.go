@@ -141,11 +141,14 @@ func validCSRF(r *http.Request, sess session) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(sess.csrf)) == 1
 }
 
-// validToken reports whether tok is the admin token (a constant-time
-// comparison of digests).
-func (a *api) validToken(tok string) bool {
-	sum := sha256.Sum256([]byte(tok))
-	return subtle.ConstantTimeCompare(sum[:], a.token[:]) == 1
+// checkToken reports whether tok, sent in r, is the admin token (a
+// constant-time comparison of digests), or, when wait is positive, that
+// r's address has sent too many wrong ones and must wait that long
+// (throttle.go).
+func (a *api) checkToken(r *http.Request, tok string) (right bool, wait time.Duration) {
+	return a.guard.admit(r, sha256.Sum256([]byte(tok)), func(sum [sha256.Size]byte) bool {
+		return subtle.ConstantTimeCompare(sum[:], a.token[:]) == 1
+	})
 }
 
 // consoleHeaders are on every console answer: nothing but the console's

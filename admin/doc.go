@@ -57,11 +57,15 @@
 //   - The console's sessions live in the process: a restart signs its
 //     operators out.
 //   - Wrong tokens are throttled by client address (IPv6: by /64): after
-//     100, an address gets one try a second, and meanwhile its tokens,
-//     right ones too, are answered 429 uncompared. Behind a proxy every
-//     client shares the proxy's address, and a client guessing holds
-//     back the operators there. The throttle slows guessing; the token's
-//     length (MinTokenLen) is what stands against it.
+//     100 different ones, an address gets one try a second, and meanwhile
+//     its tokens, right ones too, are answered 429 uncompared. A wrong
+//     token sent again (one of the address's last 16) is not counted.
+//     Every client on one address shares its budget: on loopback or
+//     through an SSH tunnel, all local clients; behind a proxy, all of
+//     its clients. Past 4,096 addresses, new ones share one budget too.
+//     A client guessing holds back the operators who share its budget.
+//     The throttle slows guessing; the token's length (MinTokenLen) is
+//     what stands against it.
 //   - A record's answer holds its key and result pointer (the operator
 //     asked for them); its response body only as a size.
 //   - A backup's directory is a path on the service's machine.

@@ -1,9 +1,11 @@
 package admin
 
 import (
+	"crypto/sha256"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -12,21 +14,24 @@ import (
 )
 
 // Wrong tokens are throttled per client address. A client gets
-// failedBurst wrong tokens at once (an operator's typos, a script's
-// misconfigured runs, never reach it), then one each failedEvery; while it
-// has none left, every request of its address that carries a token (a
-// bearer header, or the console's sign-in form) is refused with 429
-// before the token is compared, so that a guess made meanwhile learns
-// nothing, right or wrong. Only that address waits: a client guessing
-// cannot lock out an operator at another address. IPv6 addresses are
-// counted by their /64, which one host usually holds whole.
+// failedBurst different wrong tokens at once, then one each failedEvery;
+// while it has none left, every token its address sends (a bearer
+// header, or the console's sign-in form), the right one too, is refused
+// with 429 before it is compared, so that a guess made meanwhile learns
+// nothing. A wrong token the address sent lately (one of its last
+// recentWrong different ones) costs nothing again: a script retrying
+// with a stale token is not guessing, and does not hold back the
+// operators who share its address. IPv6 addresses are counted by their
+// /64, which one host usually holds whole.
 //
-// The addresses tracked are bounded; a new address beyond the bound
-// shares one budget with every other such address, so a client that
-// holds many addresses gets no more guesses than one.
+// The addresses tracked are bounded: past maxThrottled, a new address
+// shares one budget with every other new one (while the tracked ones
+// have spent some of theirs), so that a client holding many addresses
+// gets no more guesses than one.
 const (
 	failedBurst  = 100
 	failedEvery  = time.Second
+	recentWrong  = 16
 	maxThrottled = 4096
 )
 
@@ -34,41 +39,51 @@ const (
 type throttle struct {
 	now func() time.Time
 	mu  sync.Mutex
-	by  map[netip.Prefix]*rate.Limiter
+	by  map[netip.Prefix]*budget
+}
+
+// budget is an address's wrong tokens: what it may still send, and the
+// digests of its last different ones.
+type budget struct {
+	lim    *rate.Limiter
+	recent [][sha256.Size]byte // at most recentWrong, oldest first
 }
 
 func newThrottle(now func() time.Time) *throttle {
-	return &throttle{now: now, by: make(map[netip.Prefix]*rate.Limiter)}
+	return &throttle{now: now, by: make(map[netip.Prefix]*budget)}
 }
 
-// wait returns how long r's address must wait before a token it sends is
-// compared; zero when it need not.
-func (t *throttle) wait(r *http.Request) time.Duration {
-	now := t.now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	l := t.by[t.addressLocked(r, now)]
-	if l == nil {
-		return 0
-	}
-	if n := l.TokensAt(now); n < 1 {
-		return time.Duration((1 - n) * float64(failedEvery))
-	}
-	return 0
-}
-
-// failed counts a wrong token sent from r's address.
-func (t *throttle) failed(r *http.Request) {
+// admit decides a token sent from r's address, whose digest is sum:
+// right says whether it is the admin token (matches), and wait, when
+// positive, that the address must wait that long and the token was not
+// compared. Deciding and counting in one locked step keeps concurrent
+// guesses within the budget.
+func (t *throttle) admit(r *http.Request, sum [sha256.Size]byte, matches func([sha256.Size]byte) bool) (right bool, wait time.Duration) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.addressLocked(r, now)
-	l := t.by[a]
-	if l == nil {
-		l = rate.NewLimiter(rate.Every(failedEvery), failedBurst)
-		t.by[a] = l
+	b := t.by[a]
+	if b != nil {
+		if n := b.lim.TokensAt(now); n < 1 {
+			return false, time.Duration((1 - n) * float64(failedEvery))
+		}
 	}
-	l.AllowN(now, 1)
+	if matches(sum) {
+		return true, 0
+	}
+	if b == nil {
+		b = &budget{lim: rate.NewLimiter(rate.Every(failedEvery), failedBurst)}
+		t.by[a] = b
+	}
+	if !slices.Contains(b.recent, sum) {
+		if len(b.recent) == recentWrong {
+			b.recent = b.recent[1:]
+		}
+		b.recent = append(b.recent, sum)
+		b.lim.AllowN(now, 1)
+	}
+	return false, 0
 }
 
 // addressLocked is the address r's budget is kept under: its client's
@@ -80,8 +95,8 @@ func (t *throttle) addressLocked(r *http.Request, now time.Time) netip.Prefix {
 	if _, ok := t.by[a]; ok || len(t.by) < maxThrottled {
 		return a
 	}
-	for p, l := range t.by {
-		if p.IsValid() && l.TokensAt(now) >= failedBurst {
+	for p, b := range t.by {
+		if p.IsValid() && b.lim.TokensAt(now) >= failedBurst {
 			delete(t.by, p)
 		}
 	}

@@ -27,9 +27,11 @@ import (
 //
 // Only settling notifies. A takeover, an eviction or an operator's
 // resolve of an attempt in progress can happen only once its lease has
-// run out, and a watcher waits no longer than that (the InProgress
-// claim's RetryAfter): by then it claims again and meets whatever came
-// next, so a notification would wake it no sooner.
+// run out by the store's clock, and a watcher waits no longer than that
+// (the InProgress claim's RetryAfter): by then it claims again and meets
+// whatever came next, so a notification would wake it no sooner. (With
+// Options.Clock set to each process's own clock, a takeover can come
+// early by the clocks' skew, and the watcher learns of it that late.)
 //
 // Only the first watcher of an attempt writes its row: a completion that
 // read business data runs SERIALIZABLE, and fails to serialize if its
