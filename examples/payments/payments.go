@@ -274,7 +274,6 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	// takeover of this key resumes: the processor sees one charge request,
 	// and a retry never mints a new payment id.
 	opID := op.Lease().OperationID
-	key := opID.StepKey("charge")
 	// Every give-back of the hold below goes with the attempt's own
 	// release or outcome, in the commit fenced on its lease: an attempt
 	// that has lost its lease to a retry gives back nothing, since the
@@ -296,6 +295,16 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err)
 		return
 	}
+	s.charge(w, r, op, ChargeRequest{Key: opID.StepKey("charge"), Amount: amount, Currency: *req.Currency, Description: req.Description})
+}
+
+// charge makes the payment's one call to the processor, under the lease
+// op holds and the hold begin took, and answers the client by what the
+// processor said: a charge is stored with its payment, a refusal before
+// charging gives the hold back, and an answer that may hide a charge
+// leaves the payment to the reconciler.
+func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op, c ChargeRequest) {
+	tenant, opID, key := op.Lease().ID.Tenant, op.Lease().OperationID, c.Key
 	// A call never sent charged nothing: a client gone before it is
 	// released. Once it is sent, only the processor's own answer can say
 	// that nothing was charged; a call cut short by the client going away
@@ -307,7 +316,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 			"the request ended before the card processor was called; nothing was charged: "+err.Error(), time.Second)
 		return
 	}
-	ch, err := s.cfg.Processor.Charge(r.Context(), ChargeRequest{Key: key, Amount: amount, Currency: *req.Currency, Description: req.Description})
+	ch, err := s.cfg.Processor.Charge(r.Context(), c)
 	switch {
 	case errors.Is(err, ErrProviderTimeout):
 		s.provider.WithLabelValues("timeout").Inc()
