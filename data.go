@@ -124,7 +124,9 @@ type Counts struct {
 	InProgress int64
 	Completed  int64 // Completes that committed
 	// Conflicts counts transactions that read something another changed
-	// before they committed, each run again or refused with ErrConflict.
+	// before they committed, each run again or refused with ErrConflict;
+	// on a store that can abort writes that read nothing (pgstore: see
+	// its package doc), those runs again too.
 	Conflicts int64
 	Fenced    int64 // writes refused with ErrFenced
 }

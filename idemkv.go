@@ -505,7 +505,8 @@ type Store interface {
 	// in the same atomic commit applies the writes that apply (if non-nil)
 	// makes to Effects. It returns only once both are durable. If apply
 	// returns an error, nothing is written, the lease is still held, and
-	// the error is returned. Errors: ErrFenced, ErrInvalidResult,
+	// the error is returned. Errors: ErrFenced, ErrConflict (apply read
+	// data that changed before the commit), ErrInvalidResult,
 	// ErrInvalidArgument, ErrClosed, ErrFailed, or an I/O error.
 	Complete(ctx context.Context, l Lease, r Result, apply func(Effects) error) error
 

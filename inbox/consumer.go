@@ -68,7 +68,9 @@ type Outcome struct {
 	// Tenant and the consumer's name).
 	Key string
 	// Duplicate: the event had been settled before (applied or rejected),
-	// and the handler did not run.
+	// and nothing the handler wrote now was kept (settled in one step,
+	// Options.WritesOnly, it runs before the claim; otherwise it did not
+	// run).
 	Duplicate bool
 	// Rejected: the handler rejected the event (Reject), now or, if
 	// Duplicate, when it was first handled; nothing of it was applied.
@@ -277,8 +279,10 @@ const (
 // h read kept changing, idemkv.ErrInvalidArgument for a retention class
 // the store lacks or writes past its bounds, idemkv.ErrClosed, an I/O
 // error), and once.ErrInProgress if another Process of the same event is
-// running in this process; after any of them nothing was written, and the
-// message may be processed again.
+// running in this process; after any of them but an I/O error nothing was
+// written, and the message may be processed again. After an I/O error
+// the commit may have been made (a connection lost as it went out):
+// processing the message again settles it, as a duplicate or anew.
 func (c *Consumer) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
 	if h == nil {
 		return Outcome{}, fmt.Errorf("%w: inbox: nil handler", idemkv.ErrInvalidArgument)

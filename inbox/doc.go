@@ -18,8 +18,10 @@
 //
 //   - An event's writes commit at most once, and with its mark: a copy
 //     delivered later, however, finds the mark and is answered
-//     Outcome.Duplicate without running the handler, for as long as the
-//     mark is retained (Options.Retention).
+//     Outcome.Duplicate, its handler's writes dropped (settled in one
+//     step, Options.WritesOnly, the handler runs before the claim;
+//     otherwise it does not run), for as long as the mark is retained
+//     (Options.Retention).
 //   - The position never runs ahead of the effects: it commits with them,
 //     so after a crash both are there or neither. A consumer that reads
 //     its stream in order resumes at Position(ctx)+1 and re-reads nothing it

@@ -112,9 +112,11 @@ func (x *Exec) runLocal(ctx context.Context, fn Func) (Outcome, error) {
 		case last.panicked:
 			_ = x.release(bg, slog.String("note", "the function panicked"))
 			panic(last.value)
-		case last.err != nil:
+		case last.err != nil && errors.Is(err, last.err):
 			// Complete returns apply's error as it is: fn's, nothing
-			// written, the lease still held.
+			// written, the lease still held. (Another error is the
+			// store's: a run of fn whose read failed to serialize and
+			// whose runs ran out, ErrConflict, say.)
 			return Outcome{}, x.giveUp(bg, last.err)
 		case errors.Is(err, errResultChanged) && round < maxResultRounds:
 			settled = false
@@ -205,7 +207,7 @@ func runOneStep(ctx context.Context, lr idemkv.LocalRunner, req idemkv.ClaimRequ
 	})
 	x.Effects, x.ended = nil, true
 	switch {
-	case last.panicked, last.err != nil:
+	case last.panicked, last.err != nil && errors.Is(err, last.err):
 		return Outcome{}, idemkv.Claim{}, errFuncFailed
 	case err != nil:
 		err = fmt.Errorf("once: %s: %w", name(req.ID), err)

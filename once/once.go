@@ -172,10 +172,14 @@ type Func func(ctx context.Context, x *Exec) (idemkv.Result, error)
 //     then answers as above.
 //
 // Errors of the store (a claim that fails, ErrNoSpace, ErrClosed, an
-// invalid ID or fingerprint) are returned wrapped, fn not having run. If
-// the local commit fails after fn ran, nothing was written and the key is
-// released: the error (idemkv.ErrConflict, idemkv.ErrFenced, an I/O
-// error) is returned wrapped. Once fn has started, the key is settled even
+// invalid ID or fingerprint) are returned wrapped, fn not having run
+// (with Call.WritesOnly on an idemkv.LocalRunner, fn runs before the
+// claim: it may have run, and what it wrote is dropped). If the local commit fails after fn ran, the
+// error is returned wrapped: after idemkv.ErrConflict or
+// idemkv.ErrFenced nothing was written and the key is released; after an
+// I/O error (a connection lost as the commit went out, say) the commit
+// may have been made, and a call again with the same key settles it,
+// replaying what was stored or running anew. Once fn has started, the key is settled even
 // if ctx ends: the store writes that settle it run without ctx's
 // cancellation.
 func Do(ctx context.Context, st idemkv.Store, c Call, fn Func) (Outcome, error) {

@@ -82,11 +82,18 @@
 // that met do not meet again at once), up to 16 times, then fails with
 // idemkv.ErrConflict. One that only writes goes out in one statement, its
 // writes, events and outcome together, in a SERIALIZABLE transaction of
-// its own (BEGIN, the statement and COMMIT in one round trip): a write
-// made at READ COMMITTED would be invisible to the check, and three
-// operations, one of which read a key as absent, could commit in no
-// serial order. Statements that write no data key (claims, outcomes
-// without effects, the relay's) stay at READ COMMITTED.
+// its own (BEGIN, the statement and COMMIT in one round trip, once pgx
+// has prepared the statement on the connection): a write made at READ
+// COMMITTED would be invisible to the check, and three operations, one of
+// which read a key as absent, could commit in no serial order. Such an
+// operation can still be aborted (PostgreSQL's locks cover the index
+// pages the store's own statements read, so writers of neighbouring keys
+// meet, and of two writers of one row the first wins), but it read
+// nothing that could have changed: the store runs it again, up to 1,000
+// times, and never answers it with idemkv.ErrConflict. A read aborted
+// itself runs its operation again whatever the apply function made of
+// the error. Statements that write no data key (claims, outcomes without
+// effects, the relay's) stay at READ COMMITTED.
 //
 // A commit writes no row that another operation's commit writes unless
 // both write the same data key or the same record: an event's Seq and

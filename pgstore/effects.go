@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/idemkv/idemkv"
 	"github.com/jackc/pgx/v5"
@@ -35,6 +36,9 @@ type effects struct {
 	// blind: the writes go out in RunLocal's statement, which cannot
 	// check reads (Get refuses, and says so in readRefused).
 	blind, readRefused bool
+	// serialErr is a read's failure to serialize: the run must be run
+	// again, whatever the apply function made of the error.
+	serialErr error
 }
 
 func (s *Store) newEffects(ctx context.Context) *effects {
@@ -79,7 +83,11 @@ func (fx *effects) Get(key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
 	}
 	if err != nil {
-		return nil, fx.s.dbErr("read data", err)
+		err = fx.s.dbErr("read data", err)
+		if serialization(err) {
+			fx.serialErr = err
+		}
+		return nil, err
 	}
 	return v, nil
 }
@@ -180,9 +188,14 @@ type writeArgs struct {
 	eventIDs                  []string
 }
 
+// args are the statement's parameters for fx's writes. The keys go in
+// their order, so that two operations writing the same rows lock them in
+// one order, not into a deadlock that PostgreSQL breaks only after
+// deadlock_timeout.
 func (fx *effects) args() (writeArgs, error) {
 	var a writeArgs
-	for _, k := range fx.keys {
+	keys := slices.SortedFunc(slices.Values(fx.keys), bytes.Compare)
+	for _, k := range keys {
 		if w := fx.writes[string(k)]; !w.deleted {
 			a.setKeys, a.setVals = append(a.setKeys, k), append(a.setVals, w.value)
 		} else {
@@ -210,24 +223,36 @@ func newEventID() string {
 // runs apply, then write with the effects (in the transaction apply's
 // reads began, if any), and commits. A transaction that fails to
 // serialize with another runs again from apply after a short random
-// pause, up to maxConflictRuns times, then fails with idemkv.ErrConflict.
+// pause: if it read, up to maxConflictRuns times, then it fails with
+// idemkv.ErrConflict; if it read nothing, up to maxBlindRuns times.
 func (s *Store) transact(ctx context.Context, apply func(idemkv.Effects) error, write func(fx *effects, q querier) error) error {
-	for run := 1; ; run++ {
-		err := s.transactOnce(ctx, apply, write)
+	var reading, blind int
+	for {
+		read, err := s.transactOnce(ctx, apply, write)
 		if !serialization(err) {
 			return err
 		}
 		s.counter.conflicts.Add(1)
-		if run == maxConflictRuns {
-			return fmt.Errorf("%w: its transaction failed to serialize %d times in a row: %w", idemkv.ErrConflict, run, err)
+		if read {
+			reading++
+		} else {
+			blind++
 		}
-		if perr := pauseAfterConflict(ctx, run); perr != nil {
+		switch {
+		case reading == maxConflictRuns:
+			return fmt.Errorf("%w: its transaction failed to serialize %d times in a row: %w", idemkv.ErrConflict, reading+blind, err)
+		case blind == maxBlindRuns:
+			return fmt.Errorf("pgstore: a write that read nothing failed to serialize %d times in a row: %w", blind, err)
+		}
+		if perr := pauseAfterConflict(ctx, reading+blind); perr != nil {
 			return perr
 		}
 	}
 }
 
-func (s *Store) transactOnce(ctx context.Context, apply func(idemkv.Effects) error, write func(fx *effects, q querier) error) (err error) {
+// transactOnce is one run of transact; read says that apply read (began
+// the transaction).
+func (s *Store) transactOnce(ctx context.Context, apply func(idemkv.Effects) error, write func(fx *effects, q querier) error) (read bool, err error) {
 	fx := s.newEffects(ctx)
 	defer func() {
 		if fx.tx != nil {
@@ -235,21 +260,25 @@ func (s *Store) transactOnce(ctx context.Context, apply func(idemkv.Effects) err
 		}
 	}()
 	if apply != nil {
-		if err := apply(fx); err != nil {
-			return err
+		err := apply(fx)
+		if fx.serialErr != nil { // a read failed to serialize: whatever apply made of it
+			return true, fx.serialErr
+		}
+		if err != nil {
+			return fx.tx != nil, err
 		}
 	}
 	if fx.tx == nil {
-		return write(fx, s.blind(len(fx.keys) > 0)) // one statement, its own transaction
+		return false, write(fx, s.blind(len(fx.keys) > 0)) // one statement, its own transaction
 	}
 	if err := write(fx, fx.tx); err != nil {
-		return err
+		return true, err
 	}
 	if err := fx.tx.Commit(ctx); err != nil {
-		return s.dbErr("commit", err)
+		return true, s.dbErr("commit", err)
 	}
 	fx.tx = nil
-	return nil
+	return true, nil
 }
 
 // blind is where a statement without a transaction of its own runs: in

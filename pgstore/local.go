@@ -117,18 +117,21 @@ func (s *Store) RunLocal(ctx context.Context, req idemkv.ClaimRequest, r idemkv.
 		return idemkv.Claim{}, err
 	}
 	s.counter.claims.Add(1)
-	conflicts := 0
-	for run := 0; run < maxClaimRuns; run++ {
+	// It reads nothing of apply's, so a failure to serialize is never a
+	// conflict of the caller's (maxBlindRuns), and is not a run of the
+	// claim that found the record changing (maxClaimRuns).
+	for run, conflicts := 0, 0; run < maxClaimRuns; {
 		c, again, err := s.runLocalOnce(ctx, conflicts, &req, class, r, &a)
 		if errors.Is(err, errSerialization) {
-			if conflicts++; conflicts == maxConflictRuns {
-				return idemkv.Claim{}, fmt.Errorf("%w: its transaction failed to serialize %d times", idemkv.ErrConflict, conflicts)
+			if conflicts++; conflicts == maxBlindRuns {
+				return idemkv.Claim{}, fmt.Errorf("pgstore: a local operation that read nothing failed to serialize %d times in a row", conflicts)
 			}
 			continue
 		}
 		if err != nil || !again {
 			return c, err
 		}
+		run++
 	}
 	return idemkv.Claim{}, fmt.Errorf("pgstore: claim of key_hash %s: the record kept changing", req.ID.Hash())
 }

@@ -72,9 +72,17 @@ type Options struct {
 	readCommittedData bool
 }
 
-// maxConflictRuns bounds the runs of an apply function whose transaction
-// failed to serialize.
-const maxConflictRuns = 16
+// maxConflictRuns bounds the runs of an operation that read and failed
+// to serialize: then something it read kept changing (ErrConflict).
+// maxBlindRuns bounds those of an operation that read nothing, which
+// fails to serialize only over PostgreSQL's locks on the index pages the
+// store's own statements read (neighbouring keys), or as the side SSI
+// aborts of a conflict with a reader: running it again is always right,
+// and its caller has nothing to resolve.
+const (
+	maxConflictRuns = 16
+	maxBlindRuns    = 1000
+)
 
 func (o *Options) withDefaults() *Options {
 	var c Options

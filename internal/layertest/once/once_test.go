@@ -888,3 +888,30 @@ func TestResultThatNeverSettles(t *testing.T) {
 
 // TestMain runs the suite on the engine, then on PostgreSQL (teststore).
 func TestMain(m *testing.M) { teststore.Main(m) }
+
+// ranOut is a store whose Complete, when the apply function fails,
+// answers as pgstore does when a read of the function failed to
+// serialize in every run it had: ErrConflict, not the function's error,
+// which says only that its read failed.
+type ranOut struct{ idemkv.Store }
+
+func (s ranOut) Complete(ctx context.Context, l idemkv.Lease, r idemkv.Result, apply func(idemkv.Effects) error) error {
+	if err := s.Store.Complete(ctx, l, r, apply); err != nil {
+		return fmt.Errorf("%w: its transaction failed to serialize 16 times in a row", idemkv.ErrConflict)
+	}
+	return nil
+}
+
+// TestStoresConflictOutranksTheFunctionsError: when the store answers
+// a failed run with its own error, Do returns the store's (ErrConflict:
+// retry), not the function's, and gives the key back.
+func TestStoresConflictOutranksTheFunctionsError(t *testing.T) {
+	v := newEnv(t, nil)
+	readFailed := errors.New("reading the counter: could not serialize access")
+	_, err := once.Do(ctx, ranOut{v.e}, call("a"), func(context.Context, *once.Exec) (idemkv.Result, error) {
+		return idemkv.Result{}, readFailed
+	})
+	require.ErrorIs(t, err, idemkv.ErrConflict)
+	require.NotErrorIs(t, err, readFailed)
+	assert.Zero(t, v.state("a"), "the key given back")
+}
