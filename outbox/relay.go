@@ -23,7 +23,8 @@ type Options struct {
 	PublishTimeout time.Duration
 	// AckInterval and AckEvery say how often Run acknowledges to the store
 	// what the broker has: once AckEvery events are unacknowledged, or
-	// AckInterval after the first of them was published. Each
+	// AckInterval after the first of them was published, however many
+	// commits come meanwhile. Each
 	// acknowledgement is a range deletion in the store; fewer keep reads
 	// of the outbox cheap. A crash republishes what was not acknowledged
 	// (with the same ids). Defaults 100 ms and 4,096.
@@ -156,6 +157,10 @@ func New(src idemkv.Outbox, pub Publisher, o *Options) (*Relay, error) {
 // meanwhile, and none is ever skipped.
 func (r *Relay) Run(ctx context.Context) error {
 	failures := 0
+	// ackDue is armed once events are published and not acknowledged,
+	// and kept across wakes: commits that keep coming must not put the
+	// acknowledgement off.
+	var ackDue <-chan time.Time
 	for {
 		_, err := r.drain(ctx, false)
 		if ctx.Err() != nil {
@@ -179,13 +184,16 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			failures = 0
 		}
-		var ackDue <-chan time.Time
-		if r.published > r.acked {
+		switch {
+		case r.published <= r.acked:
+			ackDue = nil
+		case ackDue == nil:
 			ackDue = r.o.After(r.o.AckInterval)
 		}
 		select {
 		case <-r.src.OutboxNotify():
 		case <-ackDue:
+			ackDue = nil
 			if err := r.ack(ctx); err != nil {
 				r.logFailure(ctx, err, 0)
 			}

@@ -278,6 +278,38 @@ func TestRunAcknowledgesOnItsInterval(t *testing.T) {
 	require.Equal(t, uint64(4), acked)
 }
 
+// TestSteadyCommitsDoNotPutTheAcknowledgementOff: commits that wake the
+// relay more often than AckInterval do not restart its wait: the
+// events are acknowledged AckInterval after the first was published,
+// so that a crash republishes few, within the broker's duplicate window.
+func TestSteadyCommitsDoNotPutTheAcknowledgementOff(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	b := &broker{sent: make(chan idemkv.StoredEvent, 10)}
+	timers := make(chan chan time.Time, 10)
+	src := ackSignal{Store: e, acks: make(chan uint64, 10)}
+	r, err := outbox.New(src, b, &outbox.Options{AckInterval: time.Second,
+		After: func(time.Duration) <-chan time.Time { c := make(chan time.Time); timers <- c; return c }})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- r.Run(rctx) }()
+	for i := range 5 { // each commit wakes the relay
+		emit(t, e, i, 1)
+		<-b.sent
+	}
+	first := <-timers // armed after the first publish
+	select {
+	case first <- time.Time{}: // the interval has passed since then
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay no longer waits on the interval begun at its first unacknowledged publish")
+	}
+	require.Equal(t, uint64(5), <-src.acks)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Empty(t, timers, "one wait for the five")
+}
+
 // ackSignal tells of every acknowledgement the store took.
 type ackSignal struct {
 	teststore.Store
