@@ -149,11 +149,23 @@ type SharedOutbox interface {
 	ClaimOutbox(ctx context.Context, limit int) (OutboxClaim, error)
 }
 
+// An OutboxHolder is an Outbox that holds what its relay read or claimed
+// for a while only: pgstore keeps the outbox with one process's relay by
+// a lease that ReadOutbox renews, and a claim (SharedOutbox) by a
+// transaction the database ends once it has idled too long. Once
+// OutboxHold has passed since a ReadOutbox or ClaimOutbox returned, by
+// the store's clock, another relay may publish the same events, so a
+// relay publishes no more of them and reads or claims again. A store
+// without it holds them until the relay is done with them.
+type OutboxHolder interface {
+	OutboxHold() time.Duration
+}
+
 // An OutboxClaim is a relay's hold on some events (SharedOutbox).
 type OutboxClaim interface {
 	// Events are the events held, in Seq order.
 	Events() []StoredEvent
-	// Finish removes the first published of Events as published and gives
+	// Finish marks the first published of Events as published and gives
 	// the rest back to be claimed again. It must be called once, even
 	// after ctx ended (it then only gives the events back). A claim
 	// whose process dies is given back by the store.

@@ -35,9 +35,10 @@ type Options struct {
 	// between half of and the whole of its bound). Defaults 50 ms and 5 s.
 	MinBackoff, MaxBackoff time.Duration
 	// Clock tells the lag's age (Stats.LagSeconds), compared with the
-	// events' times. Default: the store's own clock when it tells time
-	// (an idemkv.Clock: *engine.Engine, *pgstore.Store); else the system
-	// clock.
+	// events' times, and how long the relay has held what it read or
+	// claimed (idemkv.OutboxHolder). Default: the store's own clock when
+	// it tells time (an idemkv.Clock: *engine.Engine, *pgstore.Store);
+	// else the system clock.
 	Clock idemkv.Clock
 	// After waits for a backoff; default time.After. Tests inject one.
 	After func(time.Duration) <-chan time.Time
@@ -110,6 +111,9 @@ type Relay struct {
 	shared idemkv.SharedOutbox // src, if Options.Shared
 	pub    Publisher
 	o      Options
+	// hold is how long a read or a claim holds its events for this relay
+	// (idemkv.OutboxHolder); 0 is for as long as it takes.
+	hold time.Duration
 
 	mu    sync.Mutex
 	stats Stats
@@ -140,6 +144,9 @@ func New(src idemkv.Outbox, pub Publisher, o *Options) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{src: src, pub: pub, o: c}
+	if h, ok := src.(idemkv.OutboxHolder); ok {
+		r.hold = h.OutboxHold()
+	}
 	if c.Shared {
 		so, ok := src.(idemkv.SharedOutbox)
 		if !ok {
@@ -206,7 +213,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // stop acknowledges what the broker has, so that a restart publishes
 // less again, and returns ctx's error.
 func (r *Relay) stop(ctx context.Context) error {
-	_ = r.ack(context.WithoutCancel(ctx))
+	_ = r.ack(ctx)
 	return ctx.Err()
 }
 
@@ -226,7 +233,11 @@ func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !r.read {
+	if !r.read || last < r.published {
+		// The first read; or the store no longer has events the broker
+		// has (restored from a backup, or failed over to a replica that
+		// lacked them): it is the truth, and the relay goes on from what
+		// it holds as acknowledged.
 		r.published, r.acked, r.read = acked, acked, true
 	}
 	n := 0
@@ -235,14 +246,18 @@ func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 		if err != nil {
 			return n, err
 		}
+		readAt := r.o.Clock.Now()
 		if len(evs) == 0 {
 			r.setLag(r.published, r.published, time.Time{}) // published everything committed
 			break
 		}
 		for i := range evs {
+			if i > 0 && r.heldPast(readAt) {
+				break // read again, which renews the hold
+			}
 			r.setLag(evs[i].Seq-1, max(last, evs[len(evs)-1].Seq), evs[i].Created)
 			if err := r.publish(ctx, evs[i]); err != nil {
-				return n, errors.Join(err, r.ack(context.WithoutCancel(ctx))) // keep what the broker has
+				return n, errors.Join(err, r.ack(ctx)) // keep what the broker has
 			}
 			r.published = evs[i].Seq
 			n++
@@ -272,10 +287,14 @@ func (r *Relay) drainShared(ctx context.Context) (int, error) {
 		if err != nil {
 			return n, err
 		}
+		claimedAt := r.o.Clock.Now()
 		evs := c.Events()
 		published := 0
 		var perr error
 		for i := range evs {
+			if i > 0 && r.heldPast(claimedAt) {
+				break // give the rest back, and claim again
+			}
 			r.setLag(acked, max(last, evs[i].Seq), evs[i].Created)
 			if perr = r.publish(ctx, evs[i]); perr != nil {
 				break
@@ -297,12 +316,27 @@ func (r *Relay) drainShared(ctx context.Context) (int, error) {
 	}
 }
 
+// heldPast reports whether what the relay read or claimed at since is no
+// longer held for it alone (idemkv.OutboxHolder): it publishes no more of
+// it. The first event of each read or claim is published regardless, so
+// that the relay moves on however short the hold.
+func (r *Relay) heldPast(since time.Time) bool {
+	return r.hold > 0 && r.o.Clock.Now().Sub(since) >= r.hold
+}
+
+// ackTimeout bounds an acknowledgement. One is made whether or not ctx
+// has ended (what the broker has is worth recording as the relay stops),
+// and a store that hangs must not hang the relay's stop.
+const ackTimeout = 10 * time.Second
+
 // ack tells the store that the broker has every event up to published.
 func (r *Relay) ack(ctx context.Context) error {
 	if r.published <= r.acked {
 		return nil
 	}
-	if err := r.src.AckOutbox(context.WithoutCancel(ctx), r.published); err != nil {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	if err := r.src.AckOutbox(actx, r.published); err != nil {
 		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
 	}
 	r.acked = r.published

@@ -28,11 +28,19 @@ import (
 // The relays of several processes may read one outbox. So that no two
 // publish the same events at once, the outbox is held by one store at a
 // time, for Options.RelayLease, renewed as its relay reads: ReadOutbox of
-// another store returns nothing meanwhile. When the holder stops (or
-// closes, which gives the outbox up at once), another takes over from the
-// last acknowledged event: what the holder published and had not
-// acknowledged is published again, which the broker's duplicate window
-// absorbs.
+// another store returns nothing meanwhile. The relay publishes what one
+// read returned only for OutboxHold, the least a read leaves of the
+// lease, and then reads again, so that the lease never runs out under a
+// relay that is publishing. When the holder stops (or closes, which gives
+// the outbox up at once), another takes over from the last acknowledged
+// event: what the holder published and had not acknowledged (at most the
+// relay's AckInterval's worth) is published again, which the broker's
+// duplicate window absorbs.
+
+// OutboxHold implements idemkv.OutboxHolder: what a read leaves of the
+// relay's lease at least (holdRelay renews it once less than half is
+// left), well within a claim's idle limit (claimIdle).
+func (s *Store) OutboxHold() time.Duration { return min(s.opts.RelayLease/2, claimIdle/2) }
 
 // holdRelay reports whether this store holds the outbox, taking or
 // renewing the hold when less than half of it is left.

@@ -43,9 +43,10 @@ WHERE seq IS NOT NULL AND NOT published
 ORDER BY seq LIMIT $3`
 
 // claimIdle bounds how long a claim's transaction may wait, idle, for its
-// relay to publish: a relay that takes longer has its claim ended, and its
-// Finish fails (its events are published again, which the broker's
-// duplicate window absorbs).
+// relay to publish: a relay that takes longer (a process paused, say) has
+// its claim ended, and its Finish fails. A relay stops publishing a
+// claim's events long before (OutboxHold) and claims again, so that a
+// claim ended under it is one whose process stopped.
 const claimIdle = 5 * time.Minute
 
 // advanceLockTimeout bounds how long an advance waits for a row lock. The

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/layertest/teststore"
 	"github.com/idemkv/idemkv/outbox"
 	"github.com/stretchr/testify/require"
@@ -308,6 +309,78 @@ func TestSteadyCommitsDoNotPutTheAcknowledgementOff(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.Empty(t, timers, "one wait for the five")
+}
+
+// holding is a store whose reads hold their events for hold only
+// (idemkv.OutboxHolder), and that counts its reads.
+type holding struct {
+	teststore.Store
+	hold  time.Duration
+	reads *int
+}
+
+func (h holding) OutboxHold() time.Duration { return h.hold }
+
+func (h holding) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error) {
+	*h.reads++
+	return h.Store.ReadOutbox(ctx, after, limit)
+}
+
+// TestRelayPublishesWithinTheHold: a relay publishes what one read
+// returned only while the store holds it for the relay
+// (idemkv.OutboxHolder), then reads again, which renews the hold; the
+// first event of a read goes out however long the read took. Every
+// event is published once, in order.
+func TestRelayPublishesWithinTheHold(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	clock := fakeclock.New(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	b := &broker{fail: func(idemkv.StoredEvent) error { clock.Advance(400 * time.Millisecond); return nil }}
+	reads := 0
+	r, err := outbox.New(holding{Store: e, hold: time.Second, reads: &reads}, b, &outbox.Options{Clock: clock})
+	require.NoError(t, err)
+	emit(t, e, 0, 9)
+	n, err := r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 9, n)
+	require.Equal(t, seq(1, 9), b.seqs())
+	require.Equal(t, 9, b.attempts, "each once")
+	// Three events a read (0, 0.4 and 0.8 s into its hold), three reads,
+	// and the one that finds nothing more.
+	require.Equal(t, 4, reads)
+}
+
+// swapped is an outbox that can be swapped for another under a relay,
+// as a store restored from a backup is.
+type swapped struct{ teststore.Store }
+
+// TestRelayFollowsAStoreThatLostEvents: a store restored to an earlier
+// point holds fewer events than the relay published from it; the relay
+// goes on from what the store holds, and publishes its events, rather
+// than wait for the store to pass a number it will give to other events.
+func TestRelayFollowsAStoreThatLostEvents(t *testing.T) {
+	before := openEngine(t, t.TempDir())
+	defer before.Close()
+	emit(t, before, 0, 5)
+	b := &broker{}
+	src := &swapped{before}
+	r, err := outbox.New(src, b, nil)
+	require.NoError(t, err)
+	n, err := r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+
+	restored := openEngine(t, t.TempDir()) // two events of its own, unpublished
+	defer restored.Close()
+	emit(t, restored, 10, 2)
+	src.Store = restored
+	n, err = r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, []uint64{1, 2, 3, 4, 5, 1, 2}, b.seqs())
+	acked, _, err := restored.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), acked)
 }
 
 // ackSignal tells of every acknowledgement the store took.
