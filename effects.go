@@ -78,14 +78,16 @@ type Event struct {
 	// Key names the entity the event is about ("pay_42"): events of one
 	// (Topic, Key) are published in the order they committed, and each
 	// carries its place in that order (StoredEvent.EntitySeq). May be
-	// empty: all such events of a topic are one entity. No CR or LF. A
+	// empty: all such events of a topic are one entity. No CR or LF, and
+	// no space or tab at either end (a relay sends it as a header). A
 	// store keeps each entity's last sequence for its whole life, so name
 	// long-lived entities (an account, an order), not one per request.
 	Key string
 	// Payload is the message body.
 	Payload []byte
 	// Headers are published with the event: names of printable ASCII
-	// without spaces or separators, values without CR or LF. Nats-* and
+	// without spaces or separators, values without CR or LF or a space
+	// or tab at either end (a broker would trim it). Nats-* and
 	// Idemkv-* names are reserved: the broker's, and the relay's own (the
 	// event id and sequences; see StoredEvent).
 	Headers map[string]string
@@ -197,6 +199,9 @@ func (ev *Event) Validate() error {
 	if strings.ContainsAny(ev.Key, "\r\n") {
 		return fmt.Errorf("%w: event key contains CR or LF", ErrInvalidArgument)
 	}
+	if padded(ev.Key) {
+		return fmt.Errorf("%w: event key %q begins or ends with a space or tab (a relay sends it as a header, which a broker trims)", ErrInvalidArgument, ev.Key)
+	}
 	for name, v := range ev.Headers {
 		if err := validateEventHeader(name, v); err != nil {
 			return err
@@ -223,5 +228,14 @@ func validateEventHeader(name, value string) error {
 	if strings.ContainsAny(value, "\r\n") {
 		return fmt.Errorf("%w: event header %q: value contains CR or LF", ErrInvalidArgument, name)
 	}
+	if padded(value) {
+		return fmt.Errorf("%w: event header %q: value begins or ends with a space or tab, which a broker trims", ErrInvalidArgument, name)
+	}
 	return nil
+}
+
+// padded reports whether s begins or ends with a space or a tab: a
+// header value a broker would send trimmed (nats.go does).
+func padded(s string) bool {
+	return s != "" && (s[0] == ' ' || s[0] == '\t' || s[len(s)-1] == ' ' || s[len(s)-1] == '\t')
 }

@@ -116,6 +116,9 @@ func TestBadEventsWriteNothing(t *testing.T) {
 		"ours":           {Topic: "t", Headers: map[string]string{"idemkv-event-id": "x"}},
 		"header name":    {Topic: "t", Headers: map[string]string{"a:b": "x"}},
 		"header value":   {Topic: "t", Headers: map[string]string{"A": "x\r\ny"}},
+		"padded key":     {Topic: "t", Key: " pay_42\t"},
+		"key, trailing":  {Topic: "t", Key: "pay_42 "},
+		"padded value":   {Topic: "t", Headers: map[string]string{"A": "  two spaces  "}},
 	} {
 		err := v.completeWithEvents("bad-"+name, ev)
 		require.ErrorIs(t, err, idemkv.ErrInvalidArgument, name)

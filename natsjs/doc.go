@@ -58,7 +58,8 @@
 // # Caveats
 //
 // Delivery is at least once. Deduplication by the stream lasts only its
-// duplicate window (EnsureStream's, two minutes by default): if the relay
+// duplicate window (EnsureStream's, two minutes by default, or longer if
+// the stream was given a longer one): if the relay
 // republishes an event more than a window after a copy of it was stored
 // (a long outage of the relay between a publish that landed and the
 // outbox's ack), the stream keeps two copies. Consumers must deduplicate

@@ -20,8 +20,9 @@ const DefaultDuplicateWindow = 2 * time.Minute
 //
 // A missing stream is created with those settings and the server's
 // defaults otherwise (one replica, limits retention, no limits). An
-// existing one keeps its other settings and its other subjects; it is
-// updated only if it lacks one of subjects or has another window. A stream
+// existing one keeps its other settings, its other subjects, and a
+// longer window an operator gave it; it is updated only if it lacks one
+// of subjects or has a shorter window. A stream
 // kept in memory is an error: storage cannot be changed in place, and a
 // memory stream loses the events the relay has already removed from the
 // outbox.
@@ -68,15 +69,15 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subj
 	}
 }
 
-// updateStream adds subjects to an existing file-storage stream and sets
-// its duplicate window, changing nothing else.
+// updateStream adds subjects to an existing file-storage stream and
+// lengthens its duplicate window to duplicates, changing nothing else.
 func updateStream(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, subjects []string, duplicates time.Duration) (jetstream.Stream, error) {
 	cfg := s.CachedInfo().Config
 	if cfg.Storage != jetstream.FileStorage {
 		return nil, fmt.Errorf("natsjs: stream %q has %v storage, not file; recreate it with file storage", cfg.Name, cfg.Storage)
 	}
-	changed := cfg.Duplicates != duplicates
-	cfg.Duplicates = duplicates
+	changed := cfg.Duplicates < duplicates
+	cfg.Duplicates = max(cfg.Duplicates, duplicates)
 	cfg.Subjects = slices.Clone(cfg.Subjects) // not the cached info's
 	for _, subj := range subjects {
 		if !slices.Contains(cfg.Subjects, subj) {

@@ -32,17 +32,23 @@ func TestEnsureStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cfg, s.CachedInfo().Config)
 
-	// A new subject and window are added; the rest stays.
+	// A new subject and a longer window are added; the rest stays.
 	_, err = js.UpdateStream(ctx, func() jetstream.StreamConfig { c := cfg; c.MaxMsgs = 1000; return c }())
 	require.NoError(t, err)
-	_, err = natsjs.EnsureStream(ctx, js, "A", []string{"b.>", "a.>"}, 30*time.Second)
+	_, err = natsjs.EnsureStream(ctx, js, "A", []string{"b.>", "a.>"}, 10*time.Minute)
 	require.NoError(t, err)
 	info, err := js.Stream(ctx, "A")
 	require.NoError(t, err)
 	got := info.CachedInfo().Config
 	require.Equal(t, []string{"a.>", "b.>"}, got.Subjects)
-	require.Equal(t, 30*time.Second, got.Duplicates)
+	require.Equal(t, 10*time.Minute, got.Duplicates)
 	require.Equal(t, int64(1000), got.MaxMsgs)
+
+	// A shorter window (a service started with the default) leaves the
+	// operator's longer one.
+	s, err = natsjs.EnsureStream(ctx, js, "A", []string{"a.>"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Minute, s.CachedInfo().Config.Duplicates)
 
 	// A memory stream is refused, not silently kept.
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.>"}, Storage: jetstream.MemoryStorage})

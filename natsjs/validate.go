@@ -41,7 +41,10 @@ const headerNameForbidden = "\"()/,:;<=>?@[\\]{}"
 // validateHeader reports whether an event header can be published as is.
 // nats.go trims a value's surrounding whitespace and turns CR and LF into
 // spaces; a value it would change in the middle (CR, LF) is refused, so
-// that consumers see what the operation emitted.
+// that consumers see what the operation emitted. (idemkv.Event.Validate
+// refuses surrounding spaces and tabs too, in values and keys, when an
+// event is emitted; one stored before it did is published trimmed rather
+// than held back forever.)
 func validateHeader(name, value string) error {
 	if name == "" {
 		return fmt.Errorf("empty header name")
