@@ -168,6 +168,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	// and kept across wakes: commits that keep coming must not put the
 	// acknowledgement off.
 	var ackDue <-chan time.Time
+	ackFailures := 0
 	for {
 		_, err := r.drain(ctx, false)
 		if ctx.Err() != nil {
@@ -202,7 +203,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-ackDue:
 			ackDue = nil
 			if err := r.ack(ctx); err != nil {
+				// Tried again after a backoff, not every AckInterval.
+				ackFailures++
 				r.logFailure(ctx, err, 0)
+				ackDue = r.o.After(max(r.o.AckInterval, r.backoff(ackFailures)))
+			} else {
+				ackFailures = 0
 			}
 		case <-ctx.Done():
 			return r.stop(ctx)

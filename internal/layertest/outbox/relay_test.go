@@ -383,6 +383,64 @@ func TestRelayFollowsAStoreThatLostEvents(t *testing.T) {
 	require.Equal(t, uint64(2), acked)
 }
 
+// failingAck is a store whose acknowledgements fail until told.
+type failingAck struct {
+	teststore.Store
+	mu   sync.Mutex
+	fail bool
+}
+
+func (s *failingAck) AckOutbox(ctx context.Context, through uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail {
+		return errors.New("disk unplugged")
+	}
+	return s.Store.AckOutbox(ctx, through)
+}
+
+// TestFailedAcknowledgementsBackOff: an acknowledgement that fails is
+// tried again after a growing backoff, not every AckInterval.
+func TestFailedAcknowledgementsBackOff(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	src := &failingAck{Store: e, fail: true}
+	b := &broker{sent: make(chan idemkv.StoredEvent, 10)}
+	type wait struct {
+		d time.Duration
+		c chan time.Time
+	}
+	waits := make(chan wait, 10)
+	r, err := outbox.New(src, b, &outbox.Options{AckInterval: 100 * time.Millisecond, MinBackoff: time.Second, MaxBackoff: 8 * time.Second,
+		After: func(d time.Duration) <-chan time.Time { w := wait{d, make(chan time.Time)}; waits <- w; return w.c }})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- r.Run(rctx) }()
+	emit(t, e, 0, 1)
+	<-b.sent
+	w := <-waits
+	require.Equal(t, 100*time.Millisecond, w.d)
+	var after []time.Duration
+	for range 3 {
+		w.c <- time.Time{} // the acknowledgement is due, and fails
+		w = <-waits
+		after = append(after, w.d)
+	}
+	require.GreaterOrEqual(t, after[0], 500*time.Millisecond, "backoffs: %v", after)
+	require.GreaterOrEqual(t, after[1], time.Second, "backoffs: %v", after)
+	require.GreaterOrEqual(t, after[2], 2*time.Second, "backoffs: %v", after)
+	src.mu.Lock()
+	src.fail = false
+	src.mu.Unlock()
+	w.c <- time.Time{}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	acked, _, err := e.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), acked)
+}
+
 // ackSignal tells of every acknowledgement the store took.
 type ackSignal struct {
 	teststore.Store
