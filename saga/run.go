@@ -359,7 +359,18 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 		select {
 		case <-d.r.o.After(d.r.backoff(attempt)):
 		case <-ctx.Done():
-			return nil, 0, errors.Join(ctx.Err(), store.Release(context.WithoutCancel(ctx), l, nil)) // the last try had no effect
+			bg := context.WithoutCancel(ctx)
+			if kind == "do" && s.Remote && l.Takeover() {
+				// This runner's tries had no effect, but the runner it
+				// took over from may have sent the step: given up, the
+				// step would be claimed afresh, and a runner no longer
+				// taking over could fail it blind. Only the downstream
+				// can say.
+				note := clip(fmt.Sprintf("saga %s: %s taken over from attempt %d, then stopped after %d failed tries, the last: %v",
+					d.r.def.Name, s.Name, l.Attempt-1, attempt, err))
+				return nil, actionWaiting, errors.Join(ctx.Err(), store.MarkUncertain(bg, l, note))
+			}
+			return nil, 0, errors.Join(ctx.Err(), store.Release(bg, l, nil)) // the tries had no effect
 		}
 		var rerr error
 		if l, rerr = store.Renew(ctx, l, d.r.o.Lease); rerr != nil {

@@ -442,6 +442,54 @@ func TestTakenOverRemoteStepIsNeverFailedBlind(t *testing.T) {
 	<-done
 }
 
+// TestTakenOverRemoteStepIsNotGivenUpOnCancel: a runner that took a
+// remote step over and is stopped during a backoff does not give the
+// step up (its record would then be claimed afresh, and the next runner,
+// no longer taking over, could fail it blind while the first runner's
+// call had landed): it marks the step uncertain, and the runners after
+// it wait for the reconciler.
+func TestTakenOverRemoteStepIsNotGivenUpOnCancel(t *testing.T) {
+	s := newShop(t)
+	a := s.runner()
+	stuck := make(chan func())
+	s.block["authorize"] = stuck
+	done := make(chan struct{})
+	go func() { // the checks below run in it, inside a's step
+		defer close(done) // also when a check stops it
+		_, _ = a.Start(ctx, "acct_1", "o10", nil)
+	}()
+	busy := errors.New("processor busy")
+	stuck <- func() { // a's call has landed; a stalls past its lease
+		s.mu.Lock()
+		delete(s.block, "authorize")
+		s.faults["authorize"] = []error{busy}
+		s.mu.Unlock()
+		s.clock.Advance(lease)
+		bctx, cancel := context.WithCancel(ctx)
+		b, err := saga.New(s.e, s.definition(), &saga.Options{Lease: lease, MaxAttempts: 3,
+			After: func(time.Duration) <-chan time.Time { cancel(); return make(chan time.Time) }})
+		require.NoError(t, err)
+		_, err = b.Start(bctx, "acct_1", "o10", nil) // the client hangs up during b's backoff
+		require.ErrorIs(t, err, context.Canceled)
+		rec, err := s.e.Get(ctx, idemkv.ID{Tenant: "acct_1", Endpoint: "saga/order/do/authorize", Key: "o10"})
+		require.NoError(t, err, "the step's record is kept")
+		assert.Equal(t, idemkv.StateUncertain, rec.State)
+
+		s.clock.Advance(lease)
+		s.mu.Lock()
+		s.faults["authorize"] = []error{busy, busy, busy}
+		s.mu.Unlock()
+		c := s.runner()
+		_, err = c.Resume(ctx)
+		require.NoError(t, err)
+		st, err := c.Status(ctx, "acct_1", "o10")
+		require.NoError(t, err)
+		assert.Equal(t, saga.Waiting, st.Phase, "the step's outcome is the reconciler's to find")
+		assert.Zero(t, s.count("unreserve"), "nothing is compensated on a guess")
+	}
+	<-done
+}
+
 // TestSagaOutlivingItsRecordsIsEscalated: a saga still waiting when its
 // input has expired is escalated by Resume, not re-run from nothing.
 func TestSagaOutlivingItsRecordsIsEscalated(t *testing.T) {
