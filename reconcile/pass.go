@@ -235,7 +235,9 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 		if w.o.OnResolve != nil {
 			w.hook(ctx, rec, "OnResolve", func() { w.o.OnResolve(ctx, rec, ans.Verdict) })
 		}
-	case lost(err):
+	case applyErr == nil && lost(err):
+		// (An Apply's error is its own, whatever it wraps: a read of
+		// the Apply's that found nothing is not the record's loss.)
 		w.forget(rec.ID)
 		w.update(func(s *Stats) { s.Lost++ })
 		w.log(ctx, slog.LevelDebug, msgLost, &rec, slog.Any("err", err))

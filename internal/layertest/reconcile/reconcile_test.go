@@ -223,6 +223,33 @@ func TestUnknownBacksOffThenEscalates(t *testing.T) {
 	v.requireSound()
 }
 
+// TestApplyErrorIsNotALostRecord: an Answer whose Apply fails with an
+// error that wraps ErrNotFound (a read of its own that found nothing) is
+// an answer that could not be stored, backed off and in the end
+// escalated, not a record another settled meanwhile.
+func TestApplyErrorIsNotALostRecord(t *testing.T) {
+	v := newEnv(t)
+	v.uncertain("k")
+	asked := 0
+	w := v.worker(reconcile.ReconcilerFunc(func(context.Context, idemkv.Record) (reconcile.Answer, error) {
+		asked++
+		return reconcile.Answer{Verdict: reconcile.Applied, Result: idemkv.Result{Status: 200},
+			Apply: func(fx idemkv.Effects) error {
+				_, err := fx.Get([]byte("intent/k"))
+				return fmt.Errorf("read intent: %w", err)
+			}}, nil
+	}), reconcile.Options{MinBackoff: time.Second, MaxBackoff: time.Second, MaxAttempts: 3})
+	for range 6 {
+		require.NoError(t, w.Pass(ctx))
+		v.clock.Advance(time.Second)
+	}
+	require.Equal(t, 3, asked, "asked after each backoff, and no more once escalated")
+	require.Zero(t, w.Stats().Lost)
+	rec, ok := v.state("k")
+	require.True(t, ok)
+	require.True(t, rec.Escalated)
+}
+
 // TestDueTellsWhenTheNextQuestionIs: Due names the moment from which a
 // pass asks about a record, after its grace and after each Unknown
 // answer's backoff: a pass just before it does not ask, a pass at it does.
