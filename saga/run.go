@@ -26,6 +26,9 @@ func (r *Runner) Start(ctx context.Context, tenant, id string, input []byte) (St
 	}
 	switch c.Outcome {
 	case idemkv.Acquired:
+		if err := r.refuseExpired(ctx, c.Lease, tenant, id); err != nil {
+			return Status{}, err
+		}
 		if err := r.store.Complete(ctx, c.Lease, idemkv.Result{Status: statusDone, Body: input}, nil); err != nil {
 			return Status{}, err
 		}
@@ -35,6 +38,21 @@ func (r *Runner) Start(ctx context.Context, tenant, id string, input []byte) (St
 		return Status{Phase: Running}, nil // another Start of it is storing the input
 	}
 	return r.run(ctx, tenant, id, input)
+}
+
+// refuseExpired gives the input's claim l back and fails with
+// ErrInputExpired when the saga id of tenant is open already: its input
+// had expired (a saga's input is stored before its record, and kept as
+// long), and what is left of its records must not be run again.
+func (r *Runner) refuseExpired(ctx context.Context, l idemkv.Lease, tenant, id string) error {
+	rec, err := r.get(ctx, r.id(tenant, id, ""))
+	switch {
+	case err == nil && (rec == nil || rec.State == idemkv.StateCompleted):
+		return nil
+	case err == nil:
+		err = fmt.Errorf("%w: saga %q stayed open past its records' retention; Resume escalates it for an operator", ErrInputExpired, id)
+	}
+	return errors.Join(err, r.store.Release(context.WithoutCancel(ctx), l, nil))
 }
 
 // Resume takes over the sagas of this definition whose runner went away

@@ -15,7 +15,10 @@ import (
 
 // Errors a step's Do or Undo returns (wrapped or not) to say how it
 // failed. Any other error is transient: the step is tried again, up to
-// Options.MaxAttempts.
+// Options.MaxAttempts, and after the last try a Do fails for good. So a
+// remote step returns a transient error only when its call provably had
+// no effect (refused before it was sent, or by a downstream that says
+// so), and ErrUnknown for any other end of a call that was sent.
 var (
 	// ErrPermanent: the step failed for good (a declined card, stock that
 	// is not there). A Do that fails so is not retried; the steps before
@@ -33,6 +36,11 @@ var (
 	ErrMismatch = errors.New("saga: id already started with other input")
 	// ErrNotFound: no saga was started under the id.
 	ErrNotFound = errors.New("saga: not found")
+	// ErrInputExpired: Start of a saga still open past its records'
+	// retention: its input has expired, and so may the records of its
+	// first steps, so it is not run again from what is left. Resume
+	// escalates it for an operator once its lease has run out.
+	ErrInputExpired = errors.New("saga: its input has expired")
 	// ErrPanicked: a step's Do or Undo panicked. The runner recovered the
 	// panic and stopped, as if it had crashed there: nothing of the
 	// action was stored (a local action's claim is given up, a remote
@@ -141,7 +149,9 @@ const (
 	Waiting Phase = "waiting"
 	// Escalated: an undo kept failing, or an action kept panicking, and
 	// was escalated; an operator settles its record (idemkv resolve), and
-	// Resume then goes on.
+	// Resume then goes on. Or the saga stayed open past its records'
+	// retention, and Resume escalated the saga's own record (Step ""):
+	// an operator settles the saga by hand.
 	Escalated Phase = "escalated"
 	// Completed: every step completed.
 	Completed Phase = "completed"

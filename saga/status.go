@@ -38,6 +38,9 @@ func (r *Runner) Status(ctx context.Context, tenant, id string) (Status, error) 
 		break
 	}
 	switch {
+	case rec.State == idemkv.StateUncertain && rec.Escalated:
+		// Resume escalated the saga itself: its input had expired.
+		return Status{Phase: Escalated, Compensating: st.Compensating, Failure: st.Failure, Outputs: st.Outputs}, nil
 	case rec.State == idemkv.StateCompleted && rec.Result.Status == statusUndone:
 		return Status{Phase: Compensated, Failure: string(rec.Result.Body), Outputs: st.Outputs}, nil
 	case rec.State == idemkv.StateCompleted:

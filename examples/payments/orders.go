@@ -83,10 +83,13 @@ func (s *Service) authorize(ctx context.Context, x *saga.Exec) ([]byte, error) {
 	switch {
 	case errors.Is(err, ErrDeclined):
 		return nil, fmt.Errorf("%w: %w", saga.ErrPermanent, err)
-	case errors.Is(err, ErrProviderTimeout):
-		return nil, fmt.Errorf("%w: %w", saga.ErrUnknown, err)
+	case errors.Is(err, ErrProviderUnavailable):
+		return nil, err // refused before charging: tried again
 	case err != nil:
-		return nil, err // unavailable: nothing charged; tried again
+		// A timeout, or any other end of a call that was sent: it may
+		// have charged (Processor's contract), so only the processor can
+		// say, and the saga waits for the reconciler.
+		return nil, fmt.Errorf("%w: %w", saga.ErrUnknown, err)
 	}
 	return []byte(ch.ID), nil
 }
@@ -129,6 +132,10 @@ func (s *Service) createOrder(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, saga.ErrMismatch):
 		httpidem.WriteProblem(w, httpidem.ProblemKeyMismatch, http.StatusUnprocessableEntity,
 			"this Idempotency-Key started an order with another body", 0)
+		return
+	case errors.Is(err, saga.ErrInputExpired):
+		httpidem.WriteProblem(w, "order-expired", http.StatusConflict,
+			"this order stayed open past its records' retention: an operator settles it; nothing was run again", 0)
 		return
 	case err != nil:
 		s.storeError(w, err)

@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -125,6 +126,50 @@ func TestOrderAuthorizationTimeoutIsVisibleThenReconciled(t *testing.T) {
 	got = f.get(o.ID)
 	assert.Equal(t, "confirmed", got.Status)
 	assert.Equal(t, 1, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+}
+
+// cutAfterCharge is a processor whose first call charges and then ends
+// with an error of no kind the contract names (a connection reset after
+// the request went out), and whose later calls are refused.
+type cutAfterCharge struct {
+	Processor
+	calls int
+}
+
+func (p *cutAfterCharge) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
+	if p.calls++; p.calls > 1 {
+		return Charge{}, ErrProviderUnavailable
+	}
+	if _, err := p.Processor.Charge(ctx, req); err != nil {
+		return Charge{}, err
+	}
+	return Charge{}, errors.New("connection reset by peer")
+}
+
+// TestOrderAuthorizationEndingOddlyIsUnknown: an authorization that
+// ends with an error the Processor contract does not name may have
+// charged: the order waits for the reconciler, and is not failed (and its
+// reservation released) by the refusals that follow.
+func TestOrderAuthorizationEndingOddlyIsUnknown(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2))})
+	svc, err := New(Config{Store: eng, Processor: &cutAfterCharge{Processor: p}, Clock: clock})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &orderFixture{t: t, clock: clock, eng: eng, svc: svc, srv: srv}
+	status, _, body := f.do("POST", "/v1/orders", "ord-9", pen)
+	require.Equal(t, http.StatusAccepted, status, body)
+	o := decodeOrder(t, body)
+	assert.Equal(t, "authorizing", o.Status)
+	assert.True(t, o.Reconciling, "the reconciler asks the processor")
+	assert.Equal(t, 1, p.Stats().Charges)
+	row, err := eng.GetData(t.Context(), orderRowKey("acct_1", o.ID))
+	require.NoError(t, err)
+	assert.NotEqual(t, "released", string(row), "the reservation stands")
 }
 
 func TestDeclinedOrderReleasesItsReservation(t *testing.T) {
