@@ -42,7 +42,8 @@ var checks = []struct{ what, query string }{
 	{"records in progress without a lease, or settled with one", `SELECT count(*) FROM idemkv_records
 		WHERE (state = 1) <> (lease_expires IS NOT NULL)`},
 	{"records with no token or attempt, or a token the sequence has not issued", `SELECT count(*) FROM idemkv_records
-		WHERE token <= 0 OR attempt < 1 OR token > (SELECT last_value FROM idemkv_tokens)`},
+		WHERE token <= 0 OR attempt < 1 OR token > (SELECT last_value FROM pg_sequences
+			WHERE schemaname = current_schema() AND sequencename = 'idemkv_tokens')`}, // (readable with USAGE alone)
 	{"remote records without an operation id", `SELECT count(*) FROM idemkv_records
 		WHERE mode = 1 AND (operation_id IS NULL OR octet_length(operation_id) <> 16)`},
 	{"escalated records that are not uncertain", `SELECT count(*) FROM idemkv_records WHERE escalated AND state <> 2`},

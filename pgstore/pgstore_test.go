@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -187,6 +188,81 @@ func TestMigrateFromVersion1(t *testing.T) {
 	acked, last, err := s.OutboxCursor(ctx)
 	require.NoError(t, err)
 	require.Equal(t, [2]uint64{1, 1}, [2]uint64{acked, last})
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)
+}
+
+// TestMigrationGivesWayToLongTransactions: an older build's relay holds
+// a claim on the outbox (an open transaction that locked its rows) while
+// a new process migrates from version 3. The migration to version 4
+// commits on its own, and the one to version 5, which needs the outbox's
+// lock, waits a bounded time and tries again, so that it never holds the
+// records' lock while it queues: the fleet's reads of records go on, and
+// the migration ends once the claim does.
+func TestMigrationGivesWayToLongTransactions(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, pgstore.MigrateTo(ctx, pool, 3))
+	claim, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = claim.Rollback(ctx) }()                         // also when a check fails: the migration then ends
+	_, err = claim.Exec(ctx, `SELECT * FROM idemkv_outbox FOR UPDATE`) // an older relay's claim
+	require.NoError(t, err)
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- pgstore.MigrateTo(ctx, pool, pgstore.SchemaVersion) }()
+	// Once version 4 has committed, a read of the records, from another
+	// process of the fleet, is not held up by the migration.
+	for v, deadline := 3, time.Now().Add(10*time.Second); v < 4; {
+		require.False(t, time.Now().After(deadline), "version 4 did not commit on its own")
+		require.NoError(t, pool.QueryRow(ctx, `SELECT version FROM idemkv_schema`).Scan(&v))
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var n int
+	require.NoError(t, pool.QueryRow(rctx, `SELECT count(*) FROM idemkv_records`).Scan(&n),
+		"a read of the records waited behind the migration")
+	var v int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT version FROM idemkv_schema`).Scan(&v))
+	require.Equal(t, 4, v, "version 5 waits for the claim")
+	require.NoError(t, claim.Rollback(ctx))
+	require.NoError(t, <-migrated)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT version FROM idemkv_schema`).Scan(&v))
+	require.Equal(t, pgstore.SchemaVersion, v)
+}
+
+// TestLeastPrivilegesOpenAndCheck: a role with SELECT, INSERT, UPDATE and
+// DELETE on the store's tables and USAGE on its sequences, and no CREATE
+// (PostgreSQL 15 grants none on public), opens a migrated store, works
+// on it, and checks it, as docs/operations.md says.
+func TestLeastPrivilegesOpenAndCheck(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	owner := open(t, dsn)
+	require.NoError(t, owner.Close())
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	role := fmt.Sprintf("app_%d", time.Now().UnixNano())
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + role,
+		"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO " + role,
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	u.User = url.User(role)
+	s, err := pgstore.Open(ctx, u.String(), &pgstore.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer s.Close()
+	c, err := s.Claim(ctx, idemkv.ClaimRequest{ID: idemkv.ID{Tenant: "t", Endpoint: "e", Key: "k"}, Fingerprint: []byte{1}})
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(ctx, c.Lease, idemkv.Result{Status: 200}, nil))
 	rep, err := s.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)

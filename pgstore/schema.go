@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -138,8 +139,11 @@ var migrations = []migration{
 		// a sequencer of an earlier build, which sets seq alone, fail on
 		// such an event rather than leave it numbered without an
 		// EntitySeq.
+		// NOT VALID: every row already has its entity_seq (the column
+		// was NOT NULL), so nothing needs scanning under the table's
+		// lock; new and updated rows are checked all the same.
 		`ALTER TABLE idemkv_outbox ALTER COLUMN entity_seq DROP NOT NULL`,
-		`ALTER TABLE idemkv_outbox ADD CONSTRAINT idemkv_outbox_sequenced CHECK (seq IS NULL OR entity_seq IS NOT NULL)`,
+		`ALTER TABLE idemkv_outbox ADD CONSTRAINT idemkv_outbox_sequenced CHECK (seq IS NULL OR entity_seq IS NOT NULL) NOT VALID`,
 	}},
 }
 
@@ -173,33 +177,67 @@ func readSecret(ctx context.Context, pool *pgxpool.Pool) ([]byte, error) {
 }
 
 // migrate brings the schema to SchemaVersion. Several processes may open
-// the same database at once: the version row is locked (FOR UPDATE) for
-// the whole migration, so one migrates and the others wait and then find
-// the work done. Creating the version table itself can race; a process
-// that loses that race retries.
+// the same database at once: the version row is locked (FOR UPDATE) while
+// a version is applied, so one migrates and the others wait and then find
+// the work done. Each version commits on its own, and waits for the locks
+// it needs at most migrateLockWait: a migration queued behind a long
+// transaction of a process still serving (an older build's relay holding
+// a claim, say) would hold every claim of the fleet queued behind it, so
+// it gives way and tries again. Creating the version table itself can
+// race; a process that loses that race retries.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return migrateTo(ctx, pool, SchemaVersion)
 }
 
+const (
+	// migrateLockWait bounds a migration's wait for a table's lock.
+	migrateLockWait = 2 * time.Second
+	// migrateTries bounds the tries of a migration that meets a race or
+	// a lock it could not get.
+	migrateTries = 30
+)
+
 // migrateTo brings the schema to version to.
 func migrateTo(ctx context.Context, pool *pgxpool.Pool, to int) error {
-	for try := 0; ; try++ {
+	for try := 1; ; try++ {
 		err := migrateOnce(ctx, pool, to)
-		if err == nil || try == 5 || !retryableDDL(err) {
+		if err == nil || try == migrateTries || !retryableDDL(err) {
 			return err
+		}
+		if perr := pauseAfterConflict(ctx, try); perr != nil {
+			return errors.Join(err, perr)
 		}
 	}
 }
 
 func migrateOnce(ctx context.Context, pool *pgxpool.Pool, to int) error {
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idemkv_schema (
-		id INT PRIMARY KEY, version INT NOT NULL)`); err != nil {
-		return fmt.Errorf("pgstore: create schema table: %w", err)
+	// CREATE TABLE IF NOT EXISTS needs CREATE on the schema even when the
+	// table exists, which a role that only uses the store lacks.
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('idemkv_schema') IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("pgstore: look for the schema table: %w", err)
+	}
+	if !exists {
+		if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idemkv_schema (
+			id INT PRIMARY KEY, version INT NOT NULL)`); err != nil {
+			return fmt.Errorf("pgstore: create schema table: %w", err)
+		}
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO idemkv_schema (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING`); err != nil {
 		return fmt.Errorf("pgstore: schema version row: %w", err)
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	for {
+		done, err := migrateStep(ctx, pool, to)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// migrateStep applies the next version short of to, in a transaction of
+// its own; done says there was none.
+func migrateStep(ctx context.Context, pool *pgxpool.Pool, to int) (done bool, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var v int
 		if err := tx.QueryRow(ctx, `SELECT version FROM idemkv_schema WHERE id = 1 FOR UPDATE`).Scan(&v); err != nil {
 			return fmt.Errorf("pgstore: read schema version: %w", err)
@@ -207,38 +245,45 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool, to int) error {
 		if v > SchemaVersion {
 			return fmt.Errorf("%w: the database's idemkv schema is version %d; this build knows up to %d", errNewerSchema, v, SchemaVersion)
 		}
-		for ; v < to; v++ {
-			m := migrations[v]
-			for _, stmt := range m.stmts {
-				if _, err := tx.Exec(ctx, stmt); err != nil {
-					return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)
-				}
+		if v >= to {
+			done = true
+			return nil
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockWait.Milliseconds())); err != nil {
+			return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)
+		}
+		m := migrations[v]
+		for _, stmt := range m.stmts {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)
 			}
-			if m.fill != nil {
-				if err := m.fill(ctx, tx); err != nil {
-					return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)
-				}
+		}
+		if m.fill != nil {
+			if err := m.fill(ctx, tx); err != nil {
+				return fmt.Errorf("pgstore: migrate to schema version %d: %w", v+1, err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE idemkv_schema SET version = $1 WHERE id = 1`, v+1); err != nil {
-				return fmt.Errorf("pgstore: record schema version %d: %w", v+1, err)
-			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE idemkv_schema SET version = $1 WHERE id = 1`, v+1); err != nil {
+			return fmt.Errorf("pgstore: record schema version %d: %w", v+1, err)
 		}
 		return nil
 	})
+	return done, err
 }
 
 var errNewerSchema = errors.New("pgstore: schema newer than this build")
 
 // retryableDDL reports a race between processes creating the same
 // object: unique_violation (on the catalog), duplicate_table, or a
-// serialization failure; duplicate_object (42710) is the table's row type.
+// serialization failure; duplicate_object (42710) is the table's row
+// type. Or a lock not got within migrateLockWait (lock_not_available).
 func retryableDDL(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return false
 	}
 	switch pe.Code {
-	case "23505", "42P07", "42710", "40001", "40P01":
+	case "23505", "42P07", "42710", "40001", "40P01", "55P03":
 		return true
 	}
 	return false
