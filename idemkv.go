@@ -440,6 +440,30 @@ type ResolveRequest struct {
 	// settled it and why); at most MaxNoteLen bytes. A resolution with
 	// NoEffect removes the record, and its note with it.
 	Note string
+	// Since, if set, is the moment the resolution was decided from, as
+	// read with the record: an abandoned record's LeaseExpires, or an
+	// uncertain one's Marked. Resolve then refuses (ErrFenced) a record
+	// whose holder has since renewed its lease or marked it uncertain
+	// (later than Since by more than a millisecond): its call may have
+	// been sent after the downstream answered the question the
+	// resolution rests on. Reconcilers set it; an operator's resolution,
+	// made on the operator's word, need not.
+	Since time.Time
+}
+
+// MovedSince reports whether r's attempt may have sent its call after
+// since (ResolveRequest.Since): it is in progress under a lease that
+// runs out later, or uncertain and marked later. A millisecond is
+// allowed for the stores' precision.
+func (r *Record) MovedSince(since time.Time) bool {
+	since = since.Add(time.Millisecond)
+	switch r.State {
+	case StateInProgress:
+		return r.LeaseExpires.After(since)
+	case StateUncertain:
+		return r.Marked.After(since)
+	}
+	return false
 }
 
 // EscalateRequest gives up on reconciling a record: it becomes (or stays)

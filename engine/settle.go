@@ -298,7 +298,7 @@ func (e *Engine) resolve(ctx context.Context, req *idemkv.ResolveRequest) (err e
 			return err
 		}
 	}
-	w, err := e.beginSettle(ctx, req.ID, req.Token)
+	w, err := e.beginSettle(ctx, req.ID, req.Token, req.Since)
 	if err != nil {
 		return err
 	}
@@ -343,7 +343,7 @@ func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err 
 		return err
 	}
 	defer e.gate.exit()
-	w, err := e.beginSettle(ctx, req.ID, req.Token)
+	w, err := e.beginSettle(ctx, req.ID, req.Token, time.Time{})
 	if err != nil {
 		return err
 	}
@@ -386,11 +386,11 @@ type settlingWrite struct {
 
 // beginSettle finds id's record settleable under token and marks it busy
 // (settleableLocked); the caller must end the write with commitRecord.
-func (e *Engine) beginSettle(ctx context.Context, id idemkv.ID, token uint64) (settlingWrite, error) {
+func (e *Engine) beginSettle(ctx context.Context, id idemkv.ID, token uint64, since time.Time) (settlingWrite, error) {
 	w := settlingWrite{k: appendRecordKey(nil, id), now: e.clock.Now()}
 	w.st = e.table.stripe(w.k)
 	var err error
-	w.cur, w.s, err = e.settleable(ctx, w.st, w.k, id, token, w.now)
+	w.cur, w.s, err = e.settleable(ctx, w.st, w.k, id, token, since, w.now)
 	return w, err
 }
 
@@ -462,19 +462,20 @@ func (e *Engine) holdLocked(ctx context.Context, st *stripe, k []byte, l idemkv.
 }
 
 // settleable is settleableLocked under k's stripe mutex.
-func (e *Engine) settleable(ctx context.Context, st *stripe, k []byte, id idemkv.ID, token uint64, now time.Time) (idemkv.Record, *slot, error) {
+func (e *Engine) settleable(ctx context.Context, st *stripe, k []byte, id idemkv.ID, token uint64, since, now time.Time) (idemkv.Record, *slot, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return e.settleableLocked(ctx, st, k, id, token, now)
+	return e.settleableLocked(ctx, st, k, id, token, since, now)
 }
 
 // settleableLocked checks that k's record can be settled under token (it
-// is uncertain, or abandoned at now, and stored), and returns it with k
+// is uncertain, or abandoned at now, and stored, and, if since is set,
+// has not moved since: ResolveRequest.Since), and returns it with k
 // marked busy for the settling write. It waits out a write in flight
 // (another resolution, say) and decides on the record that write leaves.
 //
 // REQUIRES: st.mu held (released and reacquired while waiting).
-func (e *Engine) settleableLocked(ctx context.Context, st *stripe, k []byte, id idemkv.ID, token uint64, now time.Time) (idemkv.Record, *slot, error) {
+func (e *Engine) settleableLocked(ctx context.Context, st *stripe, k []byte, id idemkv.ID, token uint64, since, now time.Time) (idemkv.Record, *slot, error) {
 	s := st.slotLocked(k)
 	for s != nil && s.busy {
 		if err := e.waitLocked(ctx, st, s); err != nil {
@@ -508,6 +509,9 @@ func (e *Engine) settleableLocked(ctx context.Context, st *stripe, k []byte, id 
 	case cur.Token != token:
 		e.counters.fenced.Add(1)
 		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, token, cur.Token)
+	case !since.IsZero() && cur.MovedSince(since):
+		e.counters.fenced.Add(1)
+		err = fmt.Errorf("%w: key_hash %s: its holder renewed it or marked it after %v", idemkv.ErrFenced, id.Hash(), since)
 	}
 	if err != nil {
 		return idemkv.Record{}, nil, err

@@ -14,23 +14,32 @@ import (
 
 // settleableSQL is the condition on a record a reconciler or an operator
 // may settle under token $3 at $5: uncertain, or abandoned (a remote
-// record in progress past its lease).
-const settleableSQL = `tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3
-	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $5::timestamptz))`
+// record in progress past its lease), and not moved since the moment in
+// the parameter since, if it is not NULL (idemkv.Record.MovedSince).
+func settleableSQL(since string) string {
+	return `tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3
+	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $5::timestamptz))
+	AND (` + since + `::timestamptz IS NULL OR CASE WHEN state = 1 THEN lease_expires ELSE marked END IS NULL
+		OR CASE WHEN state = 1 THEN lease_expires ELSE marked END <= ` + since + `::timestamptz + interval '1 millisecond')`
+}
 
 // resolveRecSQL completes a settleable record with the reconciler's
-// result ($9 status, $10 pointer, $11 body, $12 values set, $13 note;
-// %s: expiresSQL); resolveNoEffectRecSQL makes it absent (absentSQL).
-const (
+// result ($9 status, $10 pointer, $11 body, $12 values set, $13 note, $14
+// since; %s: expiresSQL); resolveNoEffectRecSQL makes it absent
+// (absentSQL; $9 since).
+var (
 	resolveRecSQL = `
 	UPDATE idemkv_records SET state = 3, escalated = false, lease_expires = NULL, expires = %s,
 		status = $9, pointer = $10, body = $11, effects = $12, note = $13, marked = NULL
-	WHERE ` + settleableSQL + `
+	WHERE ` + settleableSQL("$14") + `
 	RETURNING 1`
 
 	resolveNoEffectRecSQL = `
-	UPDATE idemkv_records SET ` + absentSQL + ` WHERE ` + settleableSQL + `
+	UPDATE idemkv_records SET ` + absentSQL + ` WHERE ` + settleableSQL("$9") + `
 	RETURNING 1`
+)
+
+const (
 
 	// escalateSQL: $1 now, $2-$4 id, $5 token, $6 note. An uncertain
 	// record keeps its expiry and the moment it was marked; an abandoned
@@ -65,23 +74,27 @@ func (s *Store) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 			}
 			now := s.now()
 			id := req.ID
+			var since *time.Time // NULL: no check
+			if !req.Since.IsZero() {
+				since = &req.Since
+			}
 			var row pgx.Row
 			if req.NoEffect {
-				row = q.QueryRow(ctx, s.sql.resolveNoEffect.pick(&a), a.args(req.Token, now, id.Tenant, id.Endpoint, id.Key)...)
+				row = q.QueryRow(ctx, s.sql.resolveNoEffect.pick(&a), a.args(req.Token, now, id.Tenant, id.Endpoint, id.Key, since)...)
 			} else {
 				r := req.Result
 				if fx.result != nil {
 					r = *fx.result
 				}
 				row = q.QueryRow(ctx, s.sql.resolve.pick(&a), a.args(req.Token, now, id.Tenant, id.Endpoint, id.Key,
-					int32(r.Status), r.Pointer, r.Body, int32(len(a.setKeys)), req.Note)...)
+					int32(r.Status), r.Pointer, r.Body, int32(len(a.setKeys)), req.Note, since)...)
 			}
 			var n int64
 			if err := row.Scan(&n, &events, new(int64)); err != nil {
 				return s.dbErr("resolve", err)
 			}
 			if n == 0 {
-				return s.whyNotSettleable(ctx, q, id, req.Token, now)
+				return s.whyNotSettleable(ctx, q, id, req.Token, req.Since, now)
 			}
 			return nil
 		})
@@ -108,7 +121,7 @@ func (s *Store) Escalate(ctx context.Context, req idemkv.EscalateRequest) error 
 			return s.dbErr("escalate", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.whyNotSettleable(ctx, s.pool, id, req.Token, now)
+			return s.whyNotSettleable(ctx, s.pool, id, req.Token, time.Time{}, now)
 		}
 		return nil
 	})
@@ -126,7 +139,7 @@ func validateSettle(id idemkv.ID, note string) error {
 // (or local), or under another token. q is the settling write's
 // transaction, if it has one: the read must not wait for a second
 // connection from the pool while it holds one.
-func (s *Store) whyNotSettleable(ctx context.Context, q querier, id idemkv.ID, token uint64, now time.Time) error {
+func (s *Store) whyNotSettleable(ctx context.Context, q querier, id idemkv.ID, token uint64, since, now time.Time) error {
 	cur, err := s.get(ctx, q, id, now)
 	switch {
 	case err != nil:
@@ -138,6 +151,9 @@ func (s *Store) whyNotSettleable(ctx context.Context, q querier, id idemkv.ID, t
 	case cur.Token != token:
 		s.counter.fenced.Add(1)
 		return fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, token, cur.Token)
+	case !since.IsZero() && cur.MovedSince(since):
+		s.counter.fenced.Add(1)
+		return fmt.Errorf("%w: key_hash %s: its holder renewed it or marked it after %v", idemkv.ErrFenced, id.Hash(), since)
 	}
 	// It is settleable now: it changed between the write and this read
 	// (a holder marked it uncertain, say). The write runs again.

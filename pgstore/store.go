@@ -71,8 +71,8 @@ func newStatements(o *Options) statements {
 	return statements{
 		complete:        newWriteSQL(fmt.Sprintf(completeRecSQL, at5), 7, notify, woke),
 		release:         newWriteSQL(releaseRecSQL, 3, notify, woke),
-		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 8, notify, noNotifySQL),
-		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 3, notify, noNotifySQL),
+		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 9, notify, noNotifySQL),
+		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 4, notify, noNotifySQL),
 		update:          newWriteSQL("SELECT $5::timestamptz AS at", 0, notify, noNotifySQL), // a row for the writes; $5 is the commit's time
 		local:           newLocalSQL(o, notify),
 		releaseBare:     wakeSQL(releaseBareSQL, woke),

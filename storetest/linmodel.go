@@ -92,6 +92,11 @@ type linInput struct {
 	// Complete, Resolve.
 	Result   linResult
 	NoEffect bool
+	// Resolve: it carried ResolveRequest.Since. The model keeps no
+	// times, so it lets the store refuse such a resolution as fenced (its
+	// record's attempt renewed or marked it since); resolveSince checks
+	// that the store refuses only then.
+	Since bool
 }
 
 type linOutput struct {
@@ -265,6 +270,8 @@ func linSettleRefused(st linState, in linInput, out linOutput) (decided, ok bool
 		return true, out.Err == linWrongState
 	case in.Token != st.Token:
 		return true, out.Err == linFenced
+	case in.Since && out.Err == linFenced:
+		return true, true
 	case out.Err != linOK:
 		return true, false
 	}

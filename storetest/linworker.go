@@ -61,7 +61,8 @@ type linRecorded struct {
 }
 
 func (s linRecorded) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
-	in := linInput{Kind: linResolve, Key: req.ID.Key, Token: req.Token, NoEffect: req.NoEffect, Result: linResultOf(req.Result)}
+	in := linInput{Kind: linResolve, Key: req.ID.Key, Token: req.Token, NoEffect: req.NoEffect, Result: linResultOf(req.Result),
+		Since: !req.Since.IsZero()}
 	var err error
 	s.r.record(s.client, in, linWorkerMeta, func() linOutput {
 		if err = s.Store.Resolve(ctx, req); err != nil {

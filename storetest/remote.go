@@ -182,3 +182,70 @@ func remoteRenewal(t *testing.T, newHarness NewHarness) {
 		t.Fatalf("renew after the outcome: %v, want ErrFenced", err)
 	}
 }
+
+// resolveSince: a resolution decided from a record as read
+// (ResolveRequest.Since) is refused with ErrFenced once the record's
+// holder has renewed its lease, or marked it uncertain, after that
+// moment: its call may have gone out after the downstream was asked. A
+// resolution decided from the record as it stands goes through, and one
+// without Since is the operator's, made on the operator's word.
+func resolveSince(t *testing.T, newHarness NewHarness) {
+	h := newHarness(t, nil)
+	defer h.Close()
+	h.Advance(1337 * time.Millisecond)
+	req := func(key string) idemkv.ClaimRequest {
+		return idemkv.ClaimRequest{ID: idemkv.ID{Tenant: "t", Endpoint: "POST /pay", Key: key}, Fingerprint: []byte("fp"),
+			Mode: idemkv.ModeRemote, Lease: 5 * time.Second}
+	}
+	listed := func(id idemkv.ID) idemkv.Record {
+		t.Helper()
+		rec, err := h.Store().Get(ctx, id)
+		must(t, err)
+		return rec
+	}
+	resolve := func(rec idemkv.Record, since time.Time) error {
+		return h.Store().Resolve(ctx, idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token, NoEffect: true, Since: since})
+	}
+	fenced := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, idemkv.ErrFenced) {
+			t.Fatalf("%s: %v, want ErrFenced", what, err)
+		}
+	}
+
+	// Renewed after its lease ran out, past the moment the resolution
+	// was decided from.
+	r := req("since-renewed")
+	l := claimAcquired(t, h, r)
+	h.Advance(6 * time.Second) // abandoned
+	seen := listed(r.ID)
+	if _, err := h.Store().Renew(ctx, l, 5*time.Second); err != nil {
+		t.Fatalf("a renewal after the lease ran out, before any takeover: %v", err)
+	}
+	h.Advance(6 * time.Second) // abandoned again
+	fenced("renewed since", resolve(seen, seen.LeaseExpires))
+	now := listed(r.ID)
+	must(t, resolve(now, now.LeaseExpires))
+
+	// Marked uncertain by its holder after it was read abandoned.
+	r = req("since-marked")
+	l = claimAcquired(t, h, r)
+	h.Advance(6 * time.Second)
+	seen = listed(r.ID)
+	h.Advance(250 * time.Millisecond)
+	must(t, h.Store().MarkUncertain(ctx, l, "timeout"))
+	fenced("marked since", resolve(seen, seen.LeaseExpires))
+	now = listed(r.ID)
+	must(t, resolve(now, now.Marked))
+
+	// Without Since: the operator's resolution.
+	r = req("since-operator")
+	l = claimAcquired(t, h, r)
+	h.Advance(6 * time.Second)
+	seen = listed(r.ID)
+	if _, err := h.Store().Renew(ctx, l, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(6 * time.Second)
+	must(t, resolve(seen, time.Time{}))
+}

@@ -106,6 +106,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 	t.Run("ReleaseCompensations", func(t *testing.T) { releaseCompensations(t, newHarness) })
 	t.Run("MarkedUncertain", func(t *testing.T) { markedUncertain(t, newHarness) })
 	t.Run("RemoteRenewal", func(t *testing.T) { remoteRenewal(t, newHarness) })
+	t.Run("ResolveSince", func(t *testing.T) { resolveSince(t, newHarness) })
 	t.Run("StateMachine", func(t *testing.T) { stateMachine(t, newHarness) })
 	t.Run("Transactions", func(t *testing.T) { transactions(t, newHarness) })
 	t.Run("Events", func(t *testing.T) { events(t, newHarness) })

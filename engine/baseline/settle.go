@@ -71,6 +71,9 @@ func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		}
 	}
 	return s.settle(ctx, req.ID, req.Token, req.Note, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
+		if !req.Since.IsZero() && cur.MovedSince(req.Since) {
+			return fmt.Errorf("%w: key %q was renewed or marked after %v", idemkv.ErrFenced, req.ID.Key, req.Since)
+		}
 		b := s.db.NewBatch()
 		fx := &effects{b: b}
 		if req.Apply != nil {

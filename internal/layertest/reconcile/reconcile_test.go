@@ -250,6 +250,31 @@ func TestApplyErrorIsNotALostRecord(t *testing.T) {
 	require.True(t, rec.Escalated)
 }
 
+// TestAnswerOlderThanTheAttemptNeverSettles: a pass lists an abandoned
+// record as due; while its question is out, the stalled holder wakes,
+// renews its lease, sends its call, times out and marks the record
+// uncertain. The downstream had not seen that call when it answered
+// "not applied", and the store refuses to settle on that answer
+// (ResolveRequest.Since): the record stays, for a later question.
+func TestAnswerOlderThanTheAttemptNeverSettles(t *testing.T) {
+	v := newEnv(t)
+	l := v.remote("k")
+	v.clock.Advance(lease + time.Second) // abandoned
+	w := v.worker(reconcile.ReconcilerFunc(func(ctx context.Context, rec idemkv.Record) (reconcile.Answer, error) {
+		l2, err := v.e.Renew(ctx, l, lease)
+		if err == nil {
+			err = v.e.MarkUncertain(ctx, l2, "the call timed out")
+		}
+		assert.NoError(t, err, "the holder wakes")
+		return reconcile.Answer{Verdict: reconcile.NotApplied}, nil
+	}), reconcile.Options{})
+	require.NoError(t, w.Pass(ctx))
+	rec, ok := v.state("k")
+	require.True(t, ok, "not removed on an answer older than the holder's call")
+	require.Equal(t, idemkv.StateUncertain, rec.State)
+	require.Zero(t, w.Stats().NotApplied)
+}
+
 // TestDueTellsWhenTheNextQuestionIs: Due names the moment from which a
 // pass asks about a record, after its grace and after each Unknown
 // answer's backoff: a pass just before it does not ask, a pass at it does.
