@@ -306,7 +306,8 @@ type Record struct {
 	// effects.
 	Effects int
 	// Marked is when the record was marked uncertain (StateUncertain), to
-	// the millisecond: by its holder (Store.MarkUncertain), or by a claim
+	// the millisecond at least (the engine keeps milliseconds, pgstore
+	// microseconds): by its holder (Store.MarkUncertain), or by a claim
 	// that found its remote lease run out. A holder sends nothing
 	// downstream once it no longer holds its lease, so every call of the
 	// attempt was sent before it; a reconciler's grace runs from it.

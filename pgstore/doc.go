@@ -100,8 +100,11 @@
 // its entity's EntitySeq are given later, by the sequencer, so two
 // operations emitting events of one entity do not conflict.
 //
-// Fencing tokens come from a sequence, drawn under the record's row lock,
-// so they increase in the order a record is acquired.
+// Fencing tokens come from a sequence. A takeover draws its token under
+// the record's row lock, so tokens increase in the order a record is
+// acquired, but for one narrow case: a claim that waited on a row
+// through another claim's acquisition, its release and the sweeper's
+// delete inserts with the token it drew before (docs/design.md).
 //
 // # What is durable
 //
@@ -159,7 +162,17 @@
 //   - During a rolling upgrade to schema version 3, processes of an
 //     earlier build that are still running draw random operation ids
 //     and mark no record (Marked stays zero); a process of an earlier
-//     build refuses to open the migrated database.
+//     build refuses to open the migrated database. Through the same
+//     upgrade from version 2, a record marked by a new process and then
+//     made absent, taken over and marked again by old ones keeps the
+//     first Marked, earlier than its last mark: a reconciler's grace
+//     then ends early for that attempt. Replace the old processes before
+//     such records are reconciled.
+//   - The database's clock is carried forward between reads on Go's
+//     monotonic clock, which stops while the machine is suspended: a
+//     process whose machine resumes lags the database by the suspension
+//     until its next read, up to 10 seconds later. Its leases then run
+//     out early. Do not suspend the machines of a fleet's processes.
 //   - During a rolling upgrade to schema version 5, processes of an
 //     earlier build that are still running notify no waiter (a duplicate
 //     waiting for their attempts waits out the lease), write data at
