@@ -29,7 +29,7 @@ WITH d AS (
 	DELETE FROM idemkv_records
 	WHERE (tenant, endpoint, key) IN (
 		SELECT tenant, endpoint, key FROM idemkv_records
-		WHERE state = 3 AND expires <= $1 ORDER BY expires LIMIT $2)
+		WHERE state = 3 AND expires <= $1 ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED)
 	AND state = 3 AND expires <= $1
 	RETURNING octet_length(tenant) + octet_length(endpoint) + octet_length(key)
 		+ octet_length(fingerprint) + coalesce(octet_length(body), 0) + octet_length(pointer) + 64 AS size

@@ -74,14 +74,17 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 			if !r.Owns(rec) || rec.State != idemkv.StateInProgress {
 				continue
 			}
-			if err := r.resume(ctx, rec); err != nil {
+			took, err := r.resume(ctx, rec)
+			if err != nil {
 				if ctx.Err() != nil {
 					return n, errors.Join(errs, err)
 				}
 				errs = errors.Join(errs, err) // the others go on
 				continue
 			}
-			n++
+			if took {
+				n++
+			}
 		}
 		if page.Next == "" {
 			return n, errs
@@ -90,39 +93,48 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 	}
 }
 
-// resume takes over the abandoned saga record rec.
-func (r *Runner) resume(ctx context.Context, rec idemkv.Record) error {
+// resume takes over the abandoned saga record rec; took says it did
+// (another runner may have taken it, or it may have ended, meanwhile).
+func (r *Runner) resume(ctx context.Context, rec idemkv.Record) (took bool, err error) {
 	in, err := r.store.Get(ctx, r.id(rec.ID.Tenant, rec.ID.Key, "input"))
 	if errors.Is(err, idemkv.ErrNotFound) {
 		note := "saga " + r.def.Name + ": its input has expired (the saga stayed open past its records' retention); settle it by hand"
 		if err := r.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note}); err != nil {
 			err = fmt.Errorf("saga: %q: its input has expired, and escalating it failed: %w", rec.ID.Key, err)
 			r.log(ctx, slog.LevelError, msgStoreFailed, rec.ID.Tenant, rec.ID.Key, rec.Token, slog.Any("err", err))
-			return err
+			return false, err
 		}
 		r.log(ctx, slog.LevelError, msgEscalated, rec.ID.Tenant, rec.ID.Key, rec.Token, slog.String("note", note))
-		return fmt.Errorf("saga: %q escalated: its input has expired", rec.ID.Key)
+		return false, fmt.Errorf("saga: %q escalated: its input has expired", rec.ID.Key)
 	}
 	if err != nil {
-		return fmt.Errorf("saga: input of %q: %w", rec.ID.Key, err)
+		return false, fmt.Errorf("saga: input of %q: %w", rec.ID.Key, err)
 	}
-	_, err = r.run(ctx, rec.ID.Tenant, rec.ID.Key, in.Result.Body)
-	return err
+	_, took, err = r.runClaimed(ctx, rec.ID.Tenant, rec.ID.Key, in.Result.Body)
+	return took, err
 }
 
 // run claims the saga record and drives the saga.
 func (r *Runner) run(ctx context.Context, tenant, id string, input []byte) (Status, error) {
+	st, _, err := r.runClaimed(ctx, tenant, id, input)
+	return st, err
+}
+
+// runClaimed is run; took says this runner claimed the saga (rather than
+// finding it ended, or held by another runner).
+func (r *Runner) runClaimed(ctx context.Context, tenant, id string, input []byte) (Status, bool, error) {
 	c, err := r.store.Claim(ctx, idemkv.ClaimRequest{ID: r.id(tenant, id, ""), Fingerprint: fingerprint(input),
 		Mode: idemkv.ModeRemote, Resumable: true, Lease: r.o.Lease, Retention: r.o.Retention})
 	if err != nil {
-		return Status{}, err
+		return Status{}, false, err
 	}
 	switch c.Outcome {
 	case idemkv.Acquired:
 	case idemkv.Mismatch:
-		return Status{}, fmt.Errorf("%w: %q", ErrMismatch, id)
+		return Status{}, false, fmt.Errorf("%w: %q", ErrMismatch, id)
 	default: // ended (Replay), or held by another runner
-		return r.Status(ctx, tenant, id)
+		st, err := r.Status(ctx, tenant, id)
+		return st, false, err
 	}
 	r.unpark(tenant, id) // a lease this runner kept of it has run out: this one replaces it
 	d := r.driver(c.Lease, tenant, id, input)
@@ -132,7 +144,8 @@ func (r *Runner) run(ctx context.Context, tenant, id string, input []byte) (Stat
 	}
 	d.log(ctx, slog.LevelInfo, msg, slog.Uint64("attempt", uint64(c.Lease.Attempt)),
 		slog.String("operation_id", c.Lease.OperationID.String()))
-	return d.run(ctx)
+	st, err := d.run(ctx)
+	return st, true, err
 }
 
 // driver returns a driver of the saga id of tenant, whose record it holds

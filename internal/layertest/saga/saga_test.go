@@ -490,6 +490,55 @@ func TestTakenOverRemoteStepIsNotGivenUpOnCancel(t *testing.T) {
 	<-done
 }
 
+// listThen is a store whose List calls then after it has read its page:
+// what happens between a Resume's listing and its claims.
+type listThen struct {
+	teststore.Store
+	then func()
+}
+
+func (l listThen) List(ctx context.Context, req idemkv.ListRequest) (idemkv.ListPage, error) {
+	p, err := l.Store.List(ctx, req)
+	if l.then != nil {
+		l.then()
+	}
+	return p, err
+}
+
+// TestResumeCountsOnlyWhatItTookOver: a saga that another runner takes
+// over between a Resume's listing and its claim is left to it, and not
+// counted as resumed.
+func TestResumeCountsOnlyWhatItTookOver(t *testing.T) {
+	s := newShop(t)
+	a, b := s.runner(), s.runner()
+	stuck := make(chan func())
+	s.block["authorize"] = stuck
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = a.Start(ctx, "acct_1", "o11", nil)
+	}()
+	stuck <- func() { // a stalls inside authorize past its lease
+		s.mu.Lock()
+		delete(s.block, "authorize")
+		s.mu.Unlock()
+		s.clock.Advance(lease)
+		c, err := saga.New(listThen{Store: s.e, then: func() {
+			n, err := b.Resume(ctx) // b takes the saga over, and ends it
+			assert.NoError(t, err)
+			assert.Equal(t, 1, n)
+		}}, s.definition(), &saga.Options{Lease: lease, MaxAttempts: 3,
+			After: func(time.Duration) <-chan time.Time { return closedTime }})
+		if !assert.NoError(t, err) {
+			return
+		}
+		n, err := c.Resume(ctx)
+		assert.NoError(t, err)
+		assert.Zero(t, n, "the saga was b's")
+	}
+	<-done
+}
+
 // TestSagaOutlivingItsRecordsIsEscalated: a saga still waiting when its
 // input has expired is escalated by Resume, not re-run from nothing.
 func TestSagaOutlivingItsRecordsIsEscalated(t *testing.T) {
