@@ -46,8 +46,9 @@
 //   - Nothing settles a record but an answer: an error, a panic, a
 //     timeout, an out-of-range verdict, a result the store refuses or an
 //     Apply that fails all count as Unknown.
-//   - A panic in the application's code (Reconcile, Answer.Apply, the
-//     OnResolve and OnEscalate hooks) is recovered, counted (Stats.Panics) and logged
+//   - A panic in the application's code (Reconcile, Answer.Apply,
+//     Options.Handles, which then takes nothing, the OnResolve and
+//     OnEscalate hooks) is recovered, counted (Stats.Panics) and logged
 //     with its stack at Error; it never ends the process. A panic in
 //     Apply, which runs inside the store's Resolve, writes nothing: the
 //     record stays as it was, is asked about again after the backoff,

@@ -77,7 +77,7 @@ func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error
 		for _, rec := range page.Records {
 			read++
 			seen[rec.ID] = true
-			if w.o.Handles != nil && !w.o.Handles(rec) {
+			if !w.handles(ctx, rec) {
 				continue
 			}
 			if w.isDue(&rec, now) {
@@ -151,7 +151,7 @@ func sentAt(rec *idemkv.Record) time.Time {
 // than MaxAge is escalated at that pass instead of asked. What it
 // reports holds until the record changes or a pass asks.
 func (w *Worker) Due(rec idemkv.Record) (at time.Time, attempts int, asks bool) {
-	if w.o.Handles != nil && !w.o.Handles(rec) {
+	if !w.handles(context.Background(), rec) {
 		return time.Time{}, 0, false
 	}
 	w.mu.Lock()
@@ -392,6 +392,17 @@ func (w *Worker) hook(ctx context.Context, rec idemkv.Record, name string, fn fu
 		}
 	}()
 	fn()
+}
+
+// handles reports whether Options.Handles takes rec (true without it).
+// A Handles that panics takes nothing: the panic is recovered and
+// counted as the other hooks' are, and the record is left alone.
+func (w *Worker) handles(ctx context.Context, rec idemkv.Record) (ok bool) {
+	if w.o.Handles == nil {
+		return true
+	}
+	w.hook(ctx, rec, "Handles", func() { ok = w.o.Handles(rec) })
+	return ok
 }
 
 // lost reports whether a settling write found the record settled (or

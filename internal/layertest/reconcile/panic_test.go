@@ -118,3 +118,29 @@ func TestPanicInHooksIsRecovered(t *testing.T) {
 	assert.Zero(t, st.Errors, "the answers were fine")
 	v.requireSound()
 }
+
+// TestPanicInHandlesIsRecovered: a Handles that panics on a record takes
+// nothing of it: the panic is counted, the record left alone, and the
+// others are settled.
+func TestPanicInHandlesIsRecovered(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	v.uncertain("bad")
+	d.set("bad", reconcile.Applied)
+	v.uncertain("good")
+	d.set("good", reconcile.Applied)
+	w := v.worker(d, reconcile.Options{Handles: func(rec idemkv.Record) bool {
+		if rec.ID.Key == "bad" {
+			panic("handles bug")
+		}
+		return true
+	}})
+	require.NotPanics(t, func() { require.NoError(t, w.Pass(ctx)) })
+	rec, _ := v.state("good")
+	assert.Equal(t, idemkv.StateCompleted, rec.State)
+	rec, _ = v.state("bad")
+	assert.Equal(t, idemkv.StateUncertain, rec.State, "left alone")
+	assert.Equal(t, int64(1), w.Stats().Panics)
+	_, _, asks := w.Due(rec)
+	assert.False(t, asks)
+}
