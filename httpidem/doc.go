@@ -20,7 +20,10 @@
 //   - Kept while it runs. The handler's lease is renewed while it runs
 //     (Route.Heartbeat), so a retry takes a key over only from a holder
 //     that stopped: one that crashed, or stalled for longer than a
-//     lease. Until then a retry gets 409 in progress.
+//     lease. Until then a retry gets 409 in progress. A remote route's
+//     handler calls Op.Sending right before its downstream call: a
+//     handler that stalled renews its lease first, or, if a retry or a
+//     reconciler has the key now, sends nothing.
 //   - Replays are byte-identical: the stored status, the route's
 //     replayable headers and body, plus "Idempotent-Replayed: true".
 //   - Nothing held by accident. In a local route, transient answers (5xx,

@@ -3,6 +3,7 @@ package httpidem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -30,6 +31,12 @@ type Op struct {
 	compensations []func(idemkv.Effects) error
 	note          string
 	settled       bool
+	// renew renews the lease for its route's length, now tells the
+	// middleware's time, and length is the lease's length as claimed:
+	// what Sending needs (nil renew: an Op made without a middleware).
+	renew  func(context.Context, idemkv.Lease) (idemkv.Lease, error)
+	now    func() time.Time
+	length time.Duration
 }
 
 type opKey struct{}
@@ -52,6 +59,31 @@ func (op *Op) Lease() idemkv.Lease {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	return op.lease
+}
+
+// Sending makes sure the request still holds its lease, and is called
+// right before a remote route's handler sends its downstream call. When
+// less than half of the lease is left by the middleware's clock (the
+// handler was slow, or its process paused), it renews the lease, durably,
+// as the heartbeat does: a reconciler that meanwhile judged the record
+// abandoned then settles nothing (idemkv.ResolveRequest.Since). It fails,
+// and the call must not be sent, when the lease is no longer held
+// (idemkv.ErrFenced: another attempt took the key over, or a reconciler
+// or an operator settled it), or when the store could not renew it.
+func (op *Op) Sending(ctx context.Context) error {
+	if op.renew == nil {
+		return nil
+	}
+	l := op.Lease()
+	if op.now().Before(l.Expires.Add(-op.length / 2)) {
+		return nil // most of the lease is left: a reconciler waits it out
+	}
+	renewed, err := op.renew(ctx, l)
+	if err != nil {
+		return fmt.Errorf("httpidem: the lease could not be renewed before the downstream call: %w", err)
+	}
+	op.renewed(renewed.Expires)
+	return nil
 }
 
 // renewed records the lease's end as a heartbeat renewed it.

@@ -316,6 +316,14 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 			"the request ended before the card processor was called; nothing was charged: "+err.Error(), time.Second)
 		return
 	}
+	// The lease must still be this attempt's when the call goes out: a
+	// handler that stalled since its claim renews it first, or, if a
+	// retry or the reconciler has the payment now, sends nothing.
+	if err := op.Sending(r.Context()); err != nil {
+		op.Release(giveBack(tenant, opID)) // fenced, and so giving back nothing, if the lease is gone
+		s.storeError(w, err)
+		return
+	}
 	ch, err := s.cfg.Processor.Charge(r.Context(), c)
 	switch {
 	case errors.Is(err, ErrProviderTimeout):
