@@ -3,9 +3,7 @@ package admin_test
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/admin"
-	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 )
 
@@ -24,17 +21,7 @@ import (
 func TestAdminReadsTheStoresClock(t *testing.T) {
 	at := time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)
 	clock := fakeclock.New(at)
-	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true, Clock: clock})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.Close() })
-	path := filepath.Join(t.TempDir(), "audit.log")
-	audit, err := admin.OpenAuditLog(path)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = audit.Close() })
-	h, err := admin.New(e, &admin.Options{Token: token, Audit: audit, Now: e.Now})
-	require.NoError(t, err)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	e, srv, path := serveAuditedOn(t, clock) // Options.Now defaults to the store's clock
 
 	uncertain(t, e, "p1")
 	status, out, _ := call(t, srv, "POST", "/admin/v1/resolve",

@@ -6,7 +6,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,8 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/admin"
-	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 )
 
@@ -224,16 +221,7 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // claim, never evicted, so its page offers no evict.
 func TestConsoleOffersEvictOnlyWhereTheStoreAllows(t *testing.T) {
 	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true, Clock: clock})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.Close() })
-	audit, err := admin.OpenAuditLog(filepath.Join(t.TempDir(), "audit.log"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = audit.Close() })
-	h, err := admin.New(e, &admin.Options{Token: token, Audit: audit, Now: e.Now})
-	require.NoError(t, err)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	e, srv, _ := serveAuditedOn(t, clock)
 	for _, k := range []struct {
 		key  string
 		mode idemkv.Mode

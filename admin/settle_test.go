@@ -21,7 +21,14 @@ import (
 // serveAudited runs the admin API with an audit log.
 func serveAudited(t *testing.T) (*engine.Engine, *httptest.Server, string) {
 	t.Helper()
-	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
+	return serveAuditedOn(t, nil)
+}
+
+// serveAuditedOn is serveAudited on an engine whose clock is clock (nil:
+// the system's).
+func serveAuditedOn(t *testing.T, clock idemkv.Clock) (*engine.Engine, *httptest.Server, string) {
+	t.Helper()
+	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true, Clock: clock})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close() })
 	path := filepath.Join(t.TempDir(), "audit.log")
