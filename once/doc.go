@@ -62,6 +62,9 @@
 //
 //	out, err := once.Do(ctx, store, once.Call{ID: id, Fingerprint: fp.Bytes, Mode: idemkv.ModeRemote, Resumable: true},
 //		func(ctx context.Context, x *once.Exec) (idemkv.Result, error) {
+//			if err := x.Sending(ctx); err != nil { // the lease must be this run's as the call goes out
+//				return idemkv.Result{}, err // nothing sent; the key is another's, or the store is down
+//			}
 //			ch, err := psp.Charge(ctx, x.Lease.OperationID.StepKey("charge"), amount)
 //			if errors.Is(err, psp.ErrDeclined) {
 //				return idemkv.Result{Status: 402}, nil

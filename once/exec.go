@@ -52,6 +52,7 @@ type Exec struct {
 
 	store    idemkv.Store
 	lease    time.Duration                // Call.Lease, for Renew
+	length   time.Duration                // the lease's length as claimed, for Sending (0: unknown)
 	deferred []func(idemkv.Effects) error // remote mode: what the commit applies
 	ended    bool                         // the Func has returned
 	log      *callLog                     // Call.Logger's records of the key
@@ -90,6 +91,24 @@ func (x *Exec) Renew(ctx context.Context) error {
 	}
 	x.Lease = l
 	return nil
+}
+
+// Sending makes sure a remote Func still holds its lease, and is called
+// right before its downstream call. With less than half of the lease
+// left by the store's clock (the Func was slow, or its process paused) it
+// renews the lease, durably (Renew): a reconciler that judged the record
+// abandoned meanwhile then settles nothing (idemkv.ResolveRequest.Since).
+// It fails, and the call must not be sent, with idemkv.ErrFenced when
+// the lease was lost (another caller took the key over, or a reconciler
+// or an operator settled it), or with the store's error. On a store that
+// tells no time (an idemkv.Clock) it renews every time; in local mode it
+// fails with idemkv.ErrInvalidArgument, as Renew does.
+func (x *Exec) Sending(ctx context.Context) error {
+	if c, ok := x.store.(idemkv.Clock); ok && x.Lease.Mode == idemkv.ModeRemote && x.length > 0 &&
+		c.Now().Before(x.Lease.Expires.Add(-x.length/2)) {
+		return nil // most of the lease is left: a reconciler waits it out
+	}
+	return x.Renew(ctx)
 }
 
 // applyDeferred is the Complete callback of a remote Func's result.

@@ -227,6 +227,9 @@ func Do(ctx context.Context, st idemkv.Store, c Call, fn Func) (Outcome, error) 
 		case idemkv.Acquired:
 			log.claimed(ctx, cl.Lease)
 			x := &Exec{Lease: cl.Lease, store: st, lease: c.Lease, log: log}
+			if clock, ok := st.(idemkv.Clock); ok {
+				x.length = cl.Lease.Expires.Sub(clock.Now())
+			}
 			if cl.Lease.Mode == idemkv.ModeRemote {
 				return x.runRemote(ctx, fn)
 			}

@@ -651,6 +651,50 @@ func TestRenew(t *testing.T) {
 	assert.Zero(t, v.state("local"))
 }
 
+// TestSending: right before its call, a remote Func with most of its
+// lease left writes nothing; one that stalled past half of it renews it,
+// so that a reconciler that judged the record abandoned before settles
+// nothing; and one whose record a reconciler settled meanwhile is told
+// not to send.
+func TestSending(t *testing.T) {
+	v := newEnv(t, nil)
+	c := remote("renewed")
+	c.Lease = 10 * time.Second
+	_, err := once.Do(ctx, v.e, c, func(ctx context.Context, x *once.Exec) (idemkv.Result, error) {
+		first := x.Lease
+		require.NoError(t, x.Sending(ctx))
+		assert.Equal(t, first, x.Lease, "most of the lease left: no renewal")
+		v.clock.Advance(12 * time.Second) // the process paused past the lease
+		judged, err := v.e.Get(ctx, id("renewed"))
+		require.NoError(t, err)
+		require.NoError(t, x.Sending(ctx))
+		assert.True(t, x.Lease.Expires.After(first.Expires), "renewed")
+		v.clock.Advance(12 * time.Second)
+		err = v.e.Resolve(ctx, idemkv.ResolveRequest{ID: judged.ID, Token: judged.Token, NoEffect: true, Since: judged.LeaseExpires})
+		assert.ErrorIs(t, err, idemkv.ErrFenced, "an answer older than the call settles nothing")
+		return created, nil
+	})
+	require.NoError(t, err, "no one took the key: the outcome is stored")
+	assert.Equal(t, idemkv.StateCompleted, v.state("renewed"))
+
+	c = remote("lost")
+	c.Lease = 10 * time.Second
+	sent := false
+	_, err = once.Do(ctx, v.e, c, func(ctx context.Context, x *once.Exec) (idemkv.Result, error) {
+		v.clock.Advance(12 * time.Second)
+		rec, err := v.e.Get(ctx, id("lost"))
+		require.NoError(t, err)
+		require.NoError(t, v.e.Resolve(ctx, idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token, NoEffect: true, Since: rec.LeaseExpires}))
+		if err := x.Sending(ctx); err != nil {
+			return idemkv.Result{}, err
+		}
+		sent = true
+		return created, nil
+	})
+	assert.ErrorIs(t, err, idemkv.ErrFenced)
+	assert.False(t, sent, "nothing sent")
+}
+
 func TestLocalLeaseLost(t *testing.T) {
 	v := newEnv(t, nil)
 	var other idemkv.Lease
