@@ -346,6 +346,8 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 		var buf effectsBuffer
 		if !s.Remote {
 			x.Effects = &buf
+		} else {
+			x.sending = d.sending(&l)
 		}
 		out, err := call(ctx, kind, s, x)
 		bg := context.WithoutCancel(ctx) // settle the action even if ctx ends now
@@ -410,6 +412,23 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 		if rerr = d.renew(ctx); rerr != nil {
 			return nil, 0, rerr
 		}
+	}
+}
+
+// sending is Exec.Sending for the remote action whose lease is *l: it
+// renews *l when less than half of it is left.
+func (d *driver) sending(l *idemkv.Lease) func(context.Context) error {
+	length := l.Expires.Sub(d.r.o.Clock.Now())
+	return func(ctx context.Context) error {
+		if d.r.o.Clock.Now().Before(l.Expires.Add(-length / 2)) {
+			return nil // most of the lease is left: a reconciler waits it out
+		}
+		renewed, err := d.r.store.Renew(ctx, *l, d.r.o.Lease)
+		if err != nil {
+			return fmt.Errorf("saga: the lease could not be renewed before the downstream call: %w", err)
+		}
+		*l = renewed
+		return nil
 	}
 }
 

@@ -79,10 +79,28 @@ type Exec struct {
 	// the action's recovery point. Nil for a remote action.
 	Effects idemkv.Effects
 	outputs map[string][]byte
+	sending func(context.Context) error // a remote action's: see Sending
 }
 
 // Output returns the output of a completed earlier step, or nil.
 func (x *Exec) Output(step string) []byte { return x.outputs[step] }
+
+// Sending makes sure a remote action still holds its lease, and is called
+// right before its downstream call. With less than half of the lease left
+// by the runner's clock (the action was slow, or its process paused) it
+// renews the lease, durably: a reconciler that judged the action's record
+// abandoned meanwhile then settles nothing (idemkv.ResolveRequest.Since).
+// It fails, and the call must not be sent, with idemkv.ErrFenced when the
+// lease was lost (another runner took the action over, or a reconciler or
+// an operator settled it), or with the store's error: the action then
+// returns that error, as one that had no effect. A local action has
+// nothing to send: nil.
+func (x *Exec) Sending(ctx context.Context) error {
+	if x.sending == nil {
+		return nil
+	}
+	return x.sending(ctx)
+}
 
 // Definition is a saga: its name and its steps, in order.
 type Definition struct {
@@ -111,7 +129,8 @@ type Options struct {
 	After func(time.Duration) <-chan time.Time
 	// Clock tells the time that the leases of the sagas this runner
 	// stopped to wait on a step (see Runner.Wake) are compared with, so
-	// that it forgets those that have run out. Default: the store, if it
+	// that it forgets those that have run out, and that Exec.Sending
+	// reads an action's lease by. Default: the store, if it
 	// tells the time (an *engine.Engine and a *pgstore.Store do), else
 	// the wall clock.
 	Clock idemkv.Clock

@@ -79,6 +79,9 @@ func (s *Service) authorize(ctx context.Context, x *saga.Exec) ([]byte, error) {
 	if err := json.Unmarshal(x.Input, &req); err != nil {
 		return nil, fmt.Errorf("%w: order input: %v", saga.ErrPermanent, err)
 	}
+	if err := x.Sending(ctx); err != nil {
+		return nil, err // nothing sent: the step is another's now, or the store is down
+	}
 	ch, err := s.cfg.Processor.Charge(ctx, ChargeRequest{Key: x.Key, Amount: req.Amount, Currency: req.Currency, Description: "order " + x.ID})
 	switch {
 	case errors.Is(err, ErrDeclined):

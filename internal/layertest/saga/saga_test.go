@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -537,6 +538,59 @@ func TestResumeCountsOnlyWhatItTookOver(t *testing.T) {
 		assert.Zero(t, n, "the saga was b's")
 	}
 	<-done
+}
+
+// TestSendingKeepsARemoteStepsLease: a remote step that stalled past
+// its lease renews it right before its call (Exec.Sending), so that a
+// reconciler that judged its record abandoned before settles nothing;
+// one whose record a reconciler settled meanwhile sends nothing.
+func TestSendingKeepsARemoteStepsLease(t *testing.T) {
+	s := newShop(t)
+	var sent int
+	var resolveErr error
+	stalled := func(settleFirst bool) func(context.Context, *saga.Exec) ([]byte, error) {
+		return func(ctx context.Context, x *saga.Exec) ([]byte, error) {
+			s.clock.Advance(2 * lease) // the process paused past the step's lease
+			page, err := s.e.List(ctx, idemkv.ListRequest{})
+			require.NoError(t, err)
+			require.Len(t, page.Records, 2, "the saga and its step, abandoned")
+			var judged idemkv.Record
+			for _, rec := range page.Records {
+				if strings.HasSuffix(rec.ID.Endpoint, "/do/call") {
+					judged = rec
+				}
+			}
+			settle := func() error {
+				return s.e.Resolve(ctx, idemkv.ResolveRequest{ID: judged.ID, Token: judged.Token, NoEffect: true, Since: judged.LeaseExpires})
+			}
+			if settleFirst {
+				require.NoError(t, settle())
+			}
+			if err := x.Sending(ctx); err != nil {
+				return nil, err
+			}
+			sent++
+			if !settleFirst {
+				s.clock.Advance(2 * lease)
+				resolveErr = settle() // the reconciler's answer, older than the call
+			}
+			return []byte("ok"), nil
+		}
+	}
+	run := func(id string, settleFirst bool) error {
+		r, err := saga.New(s.e, saga.Definition{Name: "one", Steps: []saga.Step{{Name: "call", Remote: true, Do: stalled(settleFirst)}}},
+			&saga.Options{Lease: lease, MaxAttempts: 1, After: func(time.Duration) <-chan time.Time { return closedTime }})
+		require.NoError(t, err)
+		_, err = r.Start(ctx, "acct_1", id, nil)
+		return err
+	}
+	require.NoError(t, run("renews", false))
+	assert.Equal(t, 1, sent)
+	assert.ErrorIs(t, resolveErr, idemkv.ErrFenced, "an answer older than the call settles nothing")
+
+	sent = 0
+	assert.ErrorIs(t, run("lost", true), idemkv.ErrFenced, "the runner lost the step")
+	assert.Zero(t, sent, "nothing sent")
 }
 
 // TestSagaOutlivingItsRecordsIsEscalated: a saga still waiting when its
