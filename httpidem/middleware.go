@@ -449,9 +449,7 @@ func (p *protected) awaitSettled(ctx context.Context, q *request, c idemkv.Claim
 // before anything is settled: when the handler returns, or when its
 // response starts to stream and its outcome is committed early.
 func (p *protected) execute(w http.ResponseWriter, r *http.Request, q *request, l idemkv.Lease) {
-	op := &Op{lease: l, now: p.m.clock.Now, renew: func(ctx context.Context, l idemkv.Lease) (idemkv.Lease, error) {
-		return p.m.store.Renew(ctx, l, p.route.Lease)
-	}}
+	op := &Op{lease: l, store: p.m.store, d: p.route.Lease, now: p.m.clock.Now}
 	op.length = l.Expires.Sub(op.now())
 	sctx := context.WithoutCancel(r.Context()) // a gone client must not leave the key stuck
 	c := &capture{w: w, header: make(http.Header), limit: p.route.MaxStoredBody}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/sendlease"
 )
 
 // ErrSettled is returned by Op.Apply once the outcome has been committed:
@@ -31,10 +32,11 @@ type Op struct {
 	compensations []func(idemkv.Effects) error
 	note          string
 	settled       bool
-	// renew renews the lease for its route's length, now tells the
+	// store renews the lease for d (the route's), now tells the
 	// middleware's time, and length is the lease's length as claimed:
-	// what Sending needs (nil renew: an Op made without a middleware).
-	renew  func(context.Context, idemkv.Lease) (idemkv.Lease, error)
+	// what Sending needs (nil store: an Op made without a middleware).
+	store  idemkv.Store
+	d      time.Duration
 	now    func() time.Time
 	length time.Duration
 }
@@ -71,14 +73,10 @@ func (op *Op) Lease() idemkv.Lease {
 // (idemkv.ErrFenced: another attempt took the key over, or a reconciler
 // or an operator settled it), or when the store could not renew it.
 func (op *Op) Sending(ctx context.Context) error {
-	if op.renew == nil {
+	if op.store == nil {
 		return nil
 	}
-	l := op.Lease()
-	if op.now().Before(l.Expires.Add(-op.length / 2)) {
-		return nil // most of the lease is left: a reconciler waits it out
-	}
-	renewed, err := op.renew(ctx, l)
+	renewed, err := sendlease.Renew(ctx, op.store, op.Lease(), op.length, op.d, op.now())
 	if err != nil {
 		return fmt.Errorf("httpidem: the lease could not be renewed before the downstream call: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/sendlease"
 )
 
 // Exec is what a Func is given: the lease it runs under and the writes
@@ -104,11 +105,19 @@ func (x *Exec) Renew(ctx context.Context) error {
 // tells no time (an idemkv.Clock) it renews every time; in local mode it
 // fails with idemkv.ErrInvalidArgument, as Renew does.
 func (x *Exec) Sending(ctx context.Context) error {
-	if c, ok := x.store.(idemkv.Clock); ok && x.Lease.Mode == idemkv.ModeRemote && x.length > 0 &&
-		c.Now().Before(x.Lease.Expires.Add(-x.length/2)) {
-		return nil // most of the lease is left: a reconciler waits it out
+	if x.Lease.Mode != idemkv.ModeRemote {
+		return x.Renew(ctx) // ErrInvalidArgument
 	}
-	return x.Renew(ctx)
+	now, length := time.Time{}, time.Duration(0) // unknown: renew
+	if c, ok := x.store.(idemkv.Clock); ok {
+		now, length = c.Now(), x.length
+	}
+	l, err := sendlease.Renew(ctx, x.store, x.Lease, length, x.lease, now)
+	if err != nil {
+		return err
+	}
+	x.Lease = l
+	return nil
 }
 
 // applyDeferred is the Complete callback of a remote Func's result.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/internal/sendlease"
 )
 
 // Start starts the saga id of tenant with input, or goes on with one
@@ -415,15 +416,12 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 	}
 }
 
-// sending is Exec.Sending for the remote action whose lease is *l: it
-// renews *l when less than half of it is left.
+// sending is Exec.Sending for the remote action whose lease is *l
+// (sendlease's rule, on the runner's clock).
 func (d *driver) sending(l *idemkv.Lease) func(context.Context) error {
 	length := l.Expires.Sub(d.r.o.Clock.Now())
 	return func(ctx context.Context) error {
-		if d.r.o.Clock.Now().Before(l.Expires.Add(-length / 2)) {
-			return nil // most of the lease is left: a reconciler waits it out
-		}
-		renewed, err := d.r.store.Renew(ctx, *l, d.r.o.Lease)
+		renewed, err := sendlease.Renew(ctx, d.r.store, *l, length, d.r.o.Lease, d.r.o.Clock.Now())
 		if err != nil {
 			return fmt.Errorf("saga: the lease could not be renewed before the downstream call: %w", err)
 		}
