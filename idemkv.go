@@ -476,6 +476,11 @@ type EscalateRequest struct {
 	Token uint64
 	// Note says why (at most MaxNoteLen bytes); it replaces the record's.
 	Note string
+	// Since, if set, is the moment the decision to give up was made
+	// from, as ResolveRequest.Since: Escalate refuses (ErrFenced) a
+	// record whose holder has renewed or marked it since, rather than
+	// fence off an attempt that is running again.
+	Since time.Time
 }
 
 // ListRequest asks for a page of the records that need settling.

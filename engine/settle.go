@@ -343,7 +343,7 @@ func (e *Engine) Escalate(ctx context.Context, req idemkv.EscalateRequest) (err 
 		return err
 	}
 	defer e.gate.exit()
-	w, err := e.beginSettle(ctx, req.ID, req.Token, time.Time{})
+	w, err := e.beginSettle(ctx, req.ID, req.Token, req.Since)
 	if err != nil {
 		return err
 	}

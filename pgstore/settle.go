@@ -19,7 +19,14 @@ import (
 func settleableSQL(since string) string {
 	return `tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3
 	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $5::timestamptz))
-	AND (` + since + `::timestamptz IS NULL OR CASE WHEN state = 1 THEN lease_expires ELSE marked END IS NULL
+	AND ` + notMovedSinceSQL(since)
+}
+
+// notMovedSinceSQL is the condition that a settleable record has not
+// moved since the moment in the parameter since, if it is not NULL
+// (idemkv.Record.MovedSince).
+func notMovedSinceSQL(since string) string {
+	return `(` + since + `::timestamptz IS NULL OR CASE WHEN state = 1 THEN lease_expires ELSE marked END IS NULL
 		OR CASE WHEN state = 1 THEN lease_expires ELSE marked END <= ` + since + `::timestamptz + interval '1 millisecond')`
 }
 
@@ -39,18 +46,17 @@ var (
 	RETURNING 1`
 )
 
-const (
-
-	// escalateSQL: $1 now, $2-$4 id, $5 token, $6 note. An uncertain
-	// record keeps its expiry and the moment it was marked; an abandoned
-	// one is marked now, as a claim that found it would have marked it.
-	escalateSQL = `
+// escalateSQL: $1 now, $2-$4 id, $5 token, $6 note, $7 since. An
+// uncertain record keeps its expiry and the moment it was marked; an
+// abandoned one is marked now, as a claim that found it would have
+// marked it.
+var escalateSQL = `
 UPDATE idemkv_records SET escalated = true, lease_expires = NULL, note = $6,
 	expires = CASE WHEN state = 2 THEN expires ELSE %s END,
 	marked = CASE WHEN state = 2 THEN marked ELSE $1::timestamptz END, state = 2
 WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5
-	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $1))`
-)
+	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $1))
+	AND ` + notMovedSinceSQL("$7")
 
 // Resolve implements idemkv.Store.
 func (s *Store) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
@@ -74,10 +80,7 @@ func (s *Store) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 			}
 			now := s.now()
 			id := req.ID
-			var since *time.Time // NULL: no check
-			if !req.Since.IsZero() {
-				since = &req.Since
-			}
+			since := sinceArg(req.Since)
 			var row pgx.Row
 			if req.NoEffect {
 				row = q.QueryRow(ctx, s.sql.resolveNoEffect.pick(&a), a.args(req.Token, now, id.Tenant, id.Endpoint, id.Key, since)...)
@@ -116,15 +119,24 @@ func (s *Store) Escalate(ctx context.Context, req idemkv.EscalateRequest) error 
 	return settleRuns(func() error {
 		now := s.now()
 		id := req.ID
-		tag, err := s.pool.Exec(ctx, s.sql.escalate, now, id.Tenant, id.Endpoint, id.Key, int64(req.Token), req.Note)
+		tag, err := s.pool.Exec(ctx, s.sql.escalate, now, id.Tenant, id.Endpoint, id.Key, int64(req.Token), req.Note, sinceArg(req.Since))
 		if err != nil {
 			return s.dbErr("escalate", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.whyNotSettleable(ctx, s.pool, id, req.Token, time.Time{}, now)
+			return s.whyNotSettleable(ctx, s.pool, id, req.Token, req.Since, now)
 		}
 		return nil
 	})
+}
+
+// sinceArg is a settling request's Since as a query argument: NULL, no
+// check, when it is zero.
+func sinceArg(since time.Time) *time.Time {
+	if since.IsZero() {
+		return nil
+	}
+	return &since
 }
 
 func validateSettle(id idemkv.ID, note string) error {

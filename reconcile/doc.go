@@ -58,9 +58,10 @@
 //     lease if it was abandoned (a slow holder finishes on its own
 //     meanwhile), past Record.Marked if it is uncertain, at full clock
 //     precision. A takeover, a renewal or a late mark moves that moment,
-//     even while the question is out: the Resolve carries the moment the
-//     pass judged from (idemkv.ResolveRequest.Since), and the store
-//     refuses it if the attempt renewed or marked its record since.
+//     even while the question is out: the Resolve (or the Escalate that
+//     gives up) carries the moment the pass judged from
+//     (idemkv.ResolveRequest.Since), and the store refuses it if the
+//     attempt renewed or marked its record since.
 //     Record.Created, the key's first claim rounded down to the second,
 //     never counts. The Resolve that settles a record fences its holder
 //     off, as a takeover would.

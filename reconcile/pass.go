@@ -345,7 +345,7 @@ func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
 	if len(note) > idemkv.MaxNoteLen {
 		note = note[:idemkv.MaxNoteLen]
 	}
-	err := w.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note})
+	err := w.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note, Since: sentAt(&rec)})
 	switch {
 	case err == nil:
 		w.forget(rec.ID)

@@ -92,8 +92,8 @@ type linInput struct {
 	// Complete, Resolve.
 	Result   linResult
 	NoEffect bool
-	// Resolve: it carried ResolveRequest.Since. The model keeps no
-	// times, so it lets the store refuse such a resolution as fenced (its
+	// Resolve, Escalate: it carried a Since. The model keeps no times,
+	// so it lets the store refuse such a settling write as fenced (its
 	// record's attempt renewed or marked it since); resolveSince checks
 	// that the store refuses only then.
 	Since bool

@@ -74,7 +74,7 @@ func (s linRecorded) Resolve(ctx context.Context, req idemkv.ResolveRequest) err
 }
 
 func (s linRecorded) Escalate(ctx context.Context, req idemkv.EscalateRequest) error {
-	in := linInput{Kind: linEscalate, Key: req.ID.Key, Token: req.Token}
+	in := linInput{Kind: linEscalate, Key: req.ID.Key, Token: req.Token, Since: !req.Since.IsZero()}
 	var err error
 	s.r.record(s.client, in, linWorkerMeta, func() linOutput {
 		if err = s.Store.Escalate(ctx, req); err != nil {

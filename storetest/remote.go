@@ -188,7 +188,8 @@ func remoteRenewal(t *testing.T, newHarness NewHarness) {
 // holder has renewed its lease, or marked it uncertain, after that
 // moment: its call may have gone out after the downstream was asked. A
 // resolution decided from the record as it stands goes through, and one
-// without Since is the operator's, made on the operator's word.
+// without Since is the operator's, made on the operator's word. Escalate
+// takes Since as Resolve does.
 func resolveSince(t *testing.T, newHarness NewHarness) {
 	h := newHarness(t, nil)
 	defer h.Close()
@@ -237,6 +238,29 @@ func resolveSince(t *testing.T, newHarness NewHarness) {
 	fenced("marked since", resolve(seen, seen.LeaseExpires))
 	now = listed(r.ID)
 	must(t, resolve(now, now.Marked))
+
+	// Escalate takes Since as Resolve does: giving up on a record whose
+	// holder renewed it since would fence off an attempt running again.
+	r = req("since-escalated")
+	l = claimAcquired(t, h, r)
+	h.Advance(6 * time.Second)
+	seen = listed(r.ID)
+	if _, err := h.Store().Renew(ctx, l, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(6 * time.Second)
+	escalate := func(rec idemkv.Record, since time.Time) error {
+		return h.Store().Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: "gave up", Since: since})
+	}
+	fenced("escalated, renewed since", escalate(seen, seen.LeaseExpires))
+	if got := listed(r.ID); got.State != idemkv.StateInProgress || got.Escalated {
+		t.Fatalf("a refused escalation changed the record: %+v", got)
+	}
+	now = listed(r.ID)
+	must(t, escalate(now, now.LeaseExpires))
+	if got := listed(r.ID); !got.Escalated {
+		t.Fatalf("escalated from the record as it stands: %+v, want escalated", got)
+	}
 
 	// Without Since: the operator's resolution.
 	r = req("since-operator")

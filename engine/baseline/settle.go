@@ -40,7 +40,7 @@ func abandoned(rec *idemkv.Record, now time.Time) bool {
 
 // settle runs fn with the settleable record of id under token, with its
 // stripe mutex held.
-func (s *DB) settle(ctx context.Context, id idemkv.ID, token uint64, note string, fn func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error) error {
+func (s *DB) settle(ctx context.Context, id idemkv.ID, token uint64, since time.Time, note string, fn func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}
@@ -60,6 +60,9 @@ func (s *DB) settle(ctx context.Context, id idemkv.ID, token uint64, note string
 	if err != nil {
 		return err
 	}
+	if !since.IsZero() && cur.MovedSince(since) {
+		return fmt.Errorf("%w: key %q was renewed or marked after %v", idemkv.ErrFenced, id.Key, since)
+	}
 	return fn(st, k, cur, now)
 }
 
@@ -70,10 +73,7 @@ func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 			return err
 		}
 	}
-	return s.settle(ctx, req.ID, req.Token, req.Note, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
-		if !req.Since.IsZero() && cur.MovedSince(req.Since) {
-			return fmt.Errorf("%w: key %q was renewed or marked after %v", idemkv.ErrFenced, req.ID.Key, req.Since)
-		}
+	return s.settle(ctx, req.ID, req.Token, req.Since, req.Note, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
 		b := s.db.NewBatch()
 		fx := &effects{b: b}
 		if req.Apply != nil {
@@ -103,7 +103,7 @@ func (s *DB) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 // Escalate implements idemkv.Store. An uncertain record keeps its mark;
 // an abandoned one is marked uncertain now.
 func (s *DB) Escalate(ctx context.Context, req idemkv.EscalateRequest) error {
-	return s.settle(ctx, req.ID, req.Token, req.Note, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
+	return s.settle(ctx, req.ID, req.Token, req.Since, req.Note, func(st *stripe, k []byte, cur idemkv.Record, now time.Time) error {
 		esc := cur
 		esc.State = idemkv.StateUncertain
 		esc.Escalated = true

@@ -275,6 +275,43 @@ func TestAnswerOlderThanTheAttemptNeverSettles(t *testing.T) {
 	require.Zero(t, w.Stats().NotApplied)
 }
 
+// TestGivingUpNeverFencesAnAttemptThatWoke: as above, but the answer is
+// Unknown and it is the last attempt. The store refuses the escalation
+// decided from the record as listed (EscalateRequest.Since): the holder's
+// call is newer than every question asked, and its record is asked about
+// afresh rather than left to an operator.
+func TestGivingUpNeverFencesAnAttemptThatWoke(t *testing.T) {
+	v := newEnv(t)
+	d := newDownstream()
+	l := v.remote("k")
+	v.clock.Advance(lease + time.Second) // abandoned
+	woke := false
+	w := v.worker(reconcile.ReconcilerFunc(func(ctx context.Context, rec idemkv.Record) (reconcile.Answer, error) {
+		if !woke {
+			woke = true
+			l2, err := v.e.Renew(ctx, l, lease)
+			if err == nil {
+				err = v.e.MarkUncertain(ctx, l2, "the call timed out")
+			}
+			assert.NoError(t, err, "the holder wakes")
+		}
+		return d.Reconcile(ctx, rec)
+	}), reconcile.Options{MaxAttempts: 1})
+	require.NoError(t, w.Pass(ctx))
+	rec, ok := v.state("k")
+	require.True(t, ok)
+	require.Equal(t, idemkv.StateUncertain, rec.State)
+	require.False(t, rec.Escalated, "escalated on a question older than the holder's call")
+	require.Zero(t, w.Stats().Escalated)
+
+	d.set("k", reconcile.Applied)
+	v.clock.Advance(time.Minute)
+	require.NoError(t, w.Pass(ctx))
+	rec, ok = v.state("k")
+	require.True(t, ok)
+	require.Equal(t, idemkv.StateCompleted, rec.State, "asked again about the holder's call")
+}
+
 // TestDueTellsWhenTheNextQuestionIs: Due names the moment from which a
 // pass asks about a record, after its grace and after each Unknown
 // answer's backoff: a pass just before it does not ask, a pass at it does.
