@@ -19,7 +19,10 @@ type CheckReport struct {
 	Expired    int `json:"expired"`
 	// Effects counts the values written through Effects; EffectsPaired
 	// those whose writer's outcome is stored, EffectsStandalone those
-	// written by Update.
+	// written by Update. The rest outlived their writer's record (swept
+	// or evicted): a value keeps only its writer's token, not the
+	// record's expiry, so Check cannot tell them from values whose record
+	// was lost, as the engine's check does.
 	Effects           int `json:"effects"`
 	EffectsPaired     int `json:"effects_paired"`
 	EffectsStandalone int `json:"effects_standalone"`

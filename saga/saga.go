@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -121,7 +122,8 @@ type Options struct {
 	// that often is escalated, Do or Undo. Default: 5.
 	MaxAttempts int
 	// MinBackoff and MaxBackoff bound the wait between tries: doubling
-	// from MinBackoff. Defaults: 100 ms and 5 s.
+	// from MinBackoff. Defaults: 100 ms, and 5 s or MinBackoff if
+	// longer. New refuses a MaxBackoff below MinBackoff.
 	MinBackoff, MaxBackoff time.Duration
 	// After waits between tries. Default: a wait on Clock, through
 	// idemkv.AfterFunc (Go's timers, unless Clock is an
@@ -260,15 +262,15 @@ func New(store idemkv.Store, def Definition, opts *Options) (*Runner, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = 5
+	if o.Lease < 0 || o.MinBackoff < 0 || o.MaxBackoff < 0 || o.MaxAttempts < 0 {
+		return nil, fmt.Errorf("%w: negative Lease, MaxAttempts, MinBackoff or MaxBackoff", idemkv.ErrInvalidArgument)
 	}
-	if o.MinBackoff <= 0 {
-		o.MinBackoff = 100 * time.Millisecond
+	if o.MinBackoff != 0 && o.MaxBackoff != 0 && o.MaxBackoff < o.MinBackoff {
+		return nil, fmt.Errorf("%w: MinBackoff %v above MaxBackoff %v", idemkv.ErrInvalidArgument, o.MinBackoff, o.MaxBackoff)
 	}
-	if o.MaxBackoff < o.MinBackoff {
-		o.MaxBackoff = max(o.MinBackoff, 5*time.Second)
-	}
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, 5)
+	o.MinBackoff = cmp.Or(o.MinBackoff, 100*time.Millisecond)
+	o.MaxBackoff = cmp.Or(o.MaxBackoff, max(o.MinBackoff, 5*time.Second))
 	if o.Clock == nil {
 		if c, ok := store.(idemkv.Clock); ok {
 			o.Clock = c

@@ -406,6 +406,12 @@ func TestBadDefinitions(t *testing.T) {
 		_, err := saga.New(s.e, def, nil)
 		assert.ErrorIs(t, err, idemkv.ErrInvalidArgument, strconv.Itoa(i))
 	}
+	def := saga.Definition{Name: "x", Steps: []saga.Step{{Name: "a", Do: do}}}
+	for _, o := range []saga.Options{{MinBackoff: time.Second, MaxBackoff: time.Millisecond}, {MaxAttempts: -1},
+		{Lease: -time.Second}, {MinBackoff: -1}, {MaxBackoff: -1}} {
+		_, err := saga.New(s.e, def, &o)
+		assert.ErrorIs(t, err, idemkv.ErrInvalidArgument, "%+v", o)
+	}
 	_, err := s.runner().Status(ctx, "acct_1", "never")
 	assert.ErrorIs(t, err, saga.ErrNotFound)
 }
