@@ -93,7 +93,8 @@ func (o *Options) withDefaults() (Options, error) {
 type Stats struct {
 	// Published counts events the broker acknowledged (republishes
 	// included); PublishErrors the Publish calls that failed; Acked the
-	// sequence of the last event acknowledged to the store.
+	// sequence of the last event acknowledged to the store (with
+	// Options.Shared, by any relay, as this one last read it).
 	Published, PublishErrors, Acked uint64
 	// LagEvents is how many committed events the broker has not
 	// acknowledged; LagSeconds is the age of the oldest of them (0 if
@@ -289,6 +290,9 @@ func (r *Relay) drainShared(ctx context.Context) (int, error) {
 		if err != nil {
 			return n, err
 		}
+		r.mu.Lock()
+		r.stats.Acked = acked // the fleet's cursor, moved by every relay
+		r.mu.Unlock()
 		c, err := r.shared.ClaimOutbox(ctx, r.o.Batch)
 		if err != nil {
 			return n, err
@@ -314,9 +318,6 @@ func (r *Relay) drainShared(ctx context.Context) (int, error) {
 		}
 		if len(evs) == 0 {
 			r.setLag(acked, last, time.Time{})
-			r.mu.Lock()
-			r.stats.Acked = acked
-			r.mu.Unlock()
 			return n, nil
 		}
 	}

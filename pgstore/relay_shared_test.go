@@ -213,6 +213,31 @@ func TestClaimOutbox(t *testing.T) {
 	require.Zero(t, rep.Events)
 }
 
+// TestSharedRelayStatsFollowTheCursor: a shared relay's Stats.Acked is
+// the store's cursor as it last read it, whether or not its drain reached
+// an empty claim (a busy fleet's relays seldom do).
+func TestSharedRelayStatsFollowTheCursor(t *testing.T) {
+	s, _ := reviewStore(t, nil)
+	for i := range 5 {
+		_, err := s.RunLocal(ctx, idemkv.ClaimRequest{ID: reviewID(fmt.Sprint("k", i)), Fingerprint: []byte{1}},
+			idemkv.Result{Status: 201}, func(fx idemkv.Effects) error {
+				return fx.Emit(idemkv.Event{Topic: "t", Key: "e", Payload: []byte{byte(i)}})
+			})
+		require.NoError(t, err)
+	}
+	b := &sharedBroker{inFlight: map[string]bool{}, by: map[string][]string{}, order: map[string][]uint64{},
+		published: make(chan struct{}, 5), fail: map[string]int{"t/e/5": 1}}
+	r, err := outbox.New(s, sharedPub{b, "a"}, &outbox.Options{Shared: true, Batch: 2, After: immediately})
+	require.NoError(t, err)
+	n, err := r.Drain(ctx)
+	require.ErrorIs(t, err, errInjected)
+	require.Equal(t, 4, n)
+	acked, _, err := s.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, acked)
+	require.EqualValues(t, acked, r.Stats().Acked)
+}
+
 // TestAdvanceDoesNotWaitForRowLocks: a published event still in the
 // outbox whose row another transaction holds locked (as a claim that met
 // and skipped it does, until it ends) does not stall Finish, nor the
