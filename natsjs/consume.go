@@ -102,17 +102,19 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, c *inbo
 		o.Logger = c.Logger()
 	}
 	failures := 0
+	// recovered runs when a read settles its first message: the stream
+	// is read again, and the failures before it are told and forgotten.
+	recovered := func() {
+		if failures > 0 && o.Logger != nil {
+			o.Logger.LogAttrs(ctx, slog.LevelInfo, msgReadAgain, slog.String("tenant", inbox.Tenant), slog.String("endpoint", c.Name()),
+				slog.String("stream", stream), slog.Int("failures", failures))
+		}
+		failures = 0
+	}
 	for {
-		n, err := consumeFrom(ctx, js, stream, c, h, &o)
+		err := consumeFrom(ctx, js, stream, c, h, &o, recovered)
 		if ctx.Err() != nil {
 			return ctx.Err()
-		}
-		if n > 0 && failures > 0 {
-			if o.Logger != nil {
-				o.Logger.LogAttrs(ctx, slog.LevelInfo, msgReadAgain, slog.String("tenant", inbox.Tenant), slog.String("endpoint", c.Name()),
-					slog.String("stream", stream), slog.Int("failures", failures))
-			}
-			failures = 0
 		}
 		failures++
 		if o.Logger != nil {
@@ -137,12 +139,13 @@ func backoff(o *ConsumeOptions, failures int) time.Duration {
 }
 
 // consumeFrom reads stream from c's position and settles each message
-// until an error or ctx's end, and returns how many it settled and the
-// error (never nil).
-func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *inbox.Consumer, h inbox.Handler, o *ConsumeOptions) (int, error) {
+// until an error or ctx's end, and returns the error (never nil). It
+// calls first once the first message is settled.
+func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *inbox.Consumer, h inbox.Handler, o *ConsumeOptions,
+	first func()) error {
 	pos, err := c.Position(ctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.FilterSubjects, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if pos > 0 {
@@ -150,26 +153,29 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
-		return 0, fmt.Errorf("reading stream %q from %d: %w", stream, pos+1, err)
+		return fmt.Errorf("reading stream %q from %d: %w", stream, pos+1, err)
 	}
 	defer deleteConsumer(ctx, js, stream, cons)
 	it, err := cons.Messages()
 	if err != nil {
-		return 0, fmt.Errorf("reading stream %q from %d: %w", stream, pos+1, err)
+		return fmt.Errorf("reading stream %q from %d: %w", stream, pos+1, err)
 	}
 	defer it.Stop()
 	for n := 0; ; n++ {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			return n, fmt.Errorf("reading stream %q: %w", stream, err)
+			return fmt.Errorf("reading stream %q: %w", stream, err)
 		}
 		msg, err := InboxMessage(m)
 		if err != nil {
-			return n, err
+			return err
 		}
 		out, err := c.Process(ctx, msg, h)
 		if err != nil {
-			return n, c.MessageError(stream, msg, err)
+			return c.MessageError(stream, msg, err)
+		}
+		if n == 0 {
+			first()
 		}
 		o.Processed(msg, out)
 	}

@@ -367,7 +367,8 @@ func TestConsumeLogs(t *testing.T) {
 		"inbox: event applied",
 		"inbox: handler failed; the message is to be redelivered",
 		"inbox: reading the stream failed; retrying",
-		"inbox: event applied", // and the driver stops: no failure follows to tell of the recovery
+		"inbox: event applied",
+		"inbox: reading the stream again",
 	}, got)
 	require.NotNil(t, failure)
 	assert.Equal(t, "inbox", failure["tenant"])
@@ -380,8 +381,8 @@ func TestConsumeLogs(t *testing.T) {
 }
 
 // TestConsumeLogsRecovery: after a failure, the first message settled
-// and then another failure log that Consume read the stream again, with
-// the failures before it.
+// logs that Consume reads the stream again, with the failures before it,
+// as soon as it is settled, not at the next failure.
 func TestConsumeLogsRecovery(t *testing.T) {
 	v, br := newEnv(t), newBroker(t)
 	br.publish(payment(1), payment(2), payment(3))
@@ -415,10 +416,11 @@ func TestConsumeLogsRecovery(t *testing.T) {
 		"WARN inbox: handler failed; the message is to be redelivered <nil>",
 		"WARN inbox: reading the stream failed; retrying 1",
 		"INFO inbox: event applied <nil>",
-		"WARN inbox: handler failed; the message is to be redelivered <nil>",
 		"INFO inbox: reading the stream again 1",
+		"WARN inbox: handler failed; the message is to be redelivered <nil>",
 		"WARN inbox: reading the stream failed; retrying 1",
 		"INFO inbox: event applied <nil>",
+		"INFO inbox: reading the stream again 1",
 	}, got)
 	require.NotNil(t, again)
 	assert.Equal(t, "inbox", again["tenant"])
