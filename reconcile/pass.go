@@ -57,15 +57,18 @@ func (w *Worker) Pass(ctx context.Context) error {
 // due pages through the listing, from where the last pass stopped, and
 // returns the records due at now: at most PerPass records are read a
 // pass, and the next pass goes on after them, so that every record is
-// reached however many before it are skipped or backing off. A pass that
-// reads the whole listing forgets the backoff of records no longer in it.
+// reached however many before it are skipped or backing off. The pass
+// that reaches the listing's end forgets the backoff of the records that
+// the passes since its start did not read.
 func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error) {
 	w.mu.Lock()
 	start := w.cursor
+	if start == "" || w.listed == nil {
+		w.listed = make(map[idemkv.ID]bool)
+	}
 	w.mu.Unlock()
 	var (
 		out  []idemkv.Record
-		seen = make(map[idemkv.ID]bool)
 		req  = idemkv.ListRequest{Tenant: w.o.Tenant, Limit: min(w.o.PerPass, 1000), After: start}
 		read int
 	)
@@ -74,9 +77,13 @@ func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error
 		if err != nil {
 			return nil, fmt.Errorf("reconcile: list: %w", err)
 		}
+		w.mu.Lock()
+		for _, rec := range page.Records {
+			w.listed[rec.ID] = true
+		}
+		w.mu.Unlock()
 		for _, rec := range page.Records {
 			read++
-			seen[rec.ID] = true
 			if !w.handles(ctx, rec) {
 				continue
 			}
@@ -88,10 +95,10 @@ func (w *Worker) due(ctx context.Context, now time.Time) ([]idemkv.Record, error
 		if next == "" || read >= w.o.PerPass {
 			w.mu.Lock()
 			w.cursor = next // "" after the last page: the next pass starts over
-			w.mu.Unlock()
-			if next == "" && start == "" {
-				w.forgetAllBut(seen)
+			if next == "" {
+				w.forgetUnlistedLocked()
 			}
+			w.mu.Unlock()
 			return out, nil
 		}
 		req.After = next
@@ -174,14 +181,16 @@ func (w *Worker) Due(rec idemkv.Record) (at time.Time, attempts int, asks bool) 
 	return at, b.attempts, true
 }
 
-func (w *Worker) forgetAllBut(seen map[idemkv.ID]bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// forgetUnlistedLocked forgets the backoff of the records the passes
+// since the listing's start did not read, at its end. REQUIRES: w.mu
+// held.
+func (w *Worker) forgetUnlistedLocked() {
 	for id := range w.backoff {
-		if !seen[id] {
+		if !w.listed[id] {
 			delete(w.backoff, id)
 		}
 	}
+	w.listed = nil
 }
 
 // settle handles one due record.

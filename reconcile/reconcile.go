@@ -241,7 +241,11 @@ type Worker struct {
 	mu      sync.Mutex
 	backoff map[idemkv.ID]retry // records seen without Marked, or that got Unknown, by ID
 	cursor  string              // where the next pass's listing starts
-	stats   Stats
+	// listed are the records the passes since the listing's start have
+	// read: once they reach its end, the backoff of any other is
+	// forgotten (its record was settled or removed meanwhile).
+	listed map[idemkv.ID]bool
+	stats  Stats
 }
 
 // retry is what the worker keeps in memory about one record: when it
