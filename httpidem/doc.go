@@ -92,4 +92,7 @@
 //     higher level to log failures only.
 //   - The request id is not sent back on the response: a client that
 //     wants its requests found in the logs sends X-Request-Id.
+//   - Keys are scoped by the pattern's path, not its host: two patterns
+//     for one path on two hosts share their keys (a key sent to both is
+//     422). Give them distinct Route.Pattern values or principals.
 package httpidem

@@ -297,8 +297,14 @@ func (p *protected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	params, err := pathParams(r, pattern)
+	if err != nil {
+		p.m.log.Error("httpidem: "+err.Error(), "pattern", pattern, "path", r.URL.Path)
+		p.reject(w, q, ProblemMisconfigured, http.StatusInternalServerError, "")
+		return
+	}
 	q.fpReq = fingerprint.Request{
-		Tenant: tenant, Method: r.Method, Route: pattern, Params: pathParams(r, pattern),
+		Tenant: tenant, Method: r.Method, Route: pattern, Params: params,
 		Query: r.URL.Query(), Header: r.Header, Body: body,
 	}
 	fp, err := fingerprint.Compute(q.fpReq, p.route.Fingerprint)
@@ -546,40 +552,4 @@ func clip(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "")
-}
-
-// patternPath returns the path part of an http.ServeMux pattern
-// ("POST example.com/v1/{id}" -> "/v1/{id}").
-func patternPath(pattern string) string {
-	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
-		pattern = strings.TrimLeft(pattern[i:], " \t")
-	}
-	if i := strings.IndexByte(pattern, '/'); i >= 0 {
-		return pattern[i:]
-	}
-	return ""
-}
-
-// pathParams returns the values of pattern's wildcards in r.
-func pathParams(r *http.Request, pattern string) map[string]string {
-	var params map[string]string
-	for rest := pattern; ; {
-		i := strings.IndexByte(rest, '{')
-		if i < 0 {
-			return params
-		}
-		j := strings.IndexByte(rest[i:], '}')
-		if j < 0 {
-			return params
-		}
-		name := strings.TrimSuffix(rest[i+1:i+j], "...")
-		rest = rest[i+j+1:]
-		if name == "" || name == "$" {
-			continue
-		}
-		if params == nil {
-			params = make(map[string]string)
-		}
-		params[name] = r.PathValue(name)
-	}
 }

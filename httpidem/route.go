@@ -14,10 +14,12 @@ import (
 // down.
 type Route struct {
 	// Pattern is the route pattern that scopes keys and is fingerprinted,
-	// for example "/v1/payments/{id}"; its {wildcards} are the path
+	// for example "/v1/payments/{id}"; its {wildcards}, as the router set
+	// them (Request.PathValue), and the path past it are the path
 	// parameters fingerprinted. Default: the pattern the request matched
 	// in an http.ServeMux (Request.Pattern), without its method and host.
-	// A request with neither is answered 500 (a configuration error).
+	// A request with neither, or with no value for one of its wildcards,
+	// is answered 500 (a configuration error).
 	Pattern string
 
 	// Methods are the methods protected. Default: POST and PATCH. Other

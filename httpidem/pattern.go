@@ -1,0 +1,89 @@
+package httpidem
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// restParam names, among a fingerprint's path parameters, the part of
+// the request's path past the route pattern: what a subtree pattern
+// ("/v1/") matched, or what a request under a mounted router has past
+// Route.Pattern. It is not a valid wildcard name, so it never meets one.
+const restParam = "..."
+
+// patternPath returns the path part of an http.ServeMux pattern
+// ("POST example.com/v1/{id}" -> "/v1/{id}").
+func patternPath(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		pattern = strings.TrimLeft(pattern[i:], " \t")
+	}
+	if i := strings.IndexByte(pattern, '/'); i >= 0 {
+		return pattern[i:]
+	}
+	return ""
+}
+
+// pathParams returns what of r's path the fingerprint covers beyond the
+// pattern itself: the values of pattern's wildcards, and the path past
+// the pattern's last segment (restParam), if any. Two requests for two
+// resources must never share a fingerprint, or one would be answered
+// with the other's response. A wildcard with no value (other than a
+// {name...} one, which may match nothing) means the router names it
+// otherwise, or does not set Request.PathValue: every resource would
+// look alike, and it is an error.
+func pathParams(r *http.Request, pattern string) (map[string]string, error) {
+	var params map[string]string
+	set := func(name, value string) {
+		if params == nil {
+			params = make(map[string]string)
+		}
+		params[name] = value
+	}
+	segs := strings.Split(strings.TrimPrefix(pattern, "/"), "/")
+	rest := true // whether the path may go on past the pattern
+	for i, seg := range segs {
+		if !strings.HasPrefix(seg, "{") || !strings.HasSuffix(seg, "}") {
+			continue
+		}
+		name, multi := strings.CutSuffix(seg[1:len(seg)-1], "...")
+		switch {
+		case name == "$":
+			rest = false
+			continue
+		case name == "":
+			continue
+		}
+		v := r.PathValue(name)
+		if v == "" && !multi {
+			return nil, fmt.Errorf("the wildcard {%s} of route pattern %q has no value in the request: "+
+				"name it as the router does, or serve through an http.ServeMux", name, pattern)
+		}
+		if multi && i == len(segs)-1 {
+			rest = false
+		}
+		set(name, v)
+	}
+	if rest {
+		if tail := pathPast(r.URL.EscapedPath(), segs); tail != "" {
+			set(restParam, tail)
+		}
+	}
+	return params, nil
+}
+
+// pathPast returns what of the escaped path lies past a pattern of the
+// given segments: under a subtree pattern ("/v1/", whose last segment is
+// empty) the path from that segment on, else the segments past the
+// pattern's; "" if nothing.
+func pathPast(path string, pattern []string) string {
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	n := len(pattern)
+	if pattern[n-1] == "" {
+		n-- // the subtree's own segment is past the pattern
+	}
+	if len(segs) <= n {
+		return ""
+	}
+	return strings.Join(segs[n:], "/")
+}

@@ -1,0 +1,82 @@
+package httpidem_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkv/idemkv/httpidem"
+)
+
+// servePaths serves a handler that answers with the path it ran for,
+// wrapped with rt and registered by mount on a fresh mux, and returns
+// the fixture and the handler's call count.
+func servePaths(t *testing.T, rt httpidem.Route, mount func(mux *http.ServeMux, h http.Handler)) (*fixture, *atomic.Int32) {
+	t.Helper()
+	f := newFixture(t, rt, func(http.ResponseWriter, *http.Request) {})
+	var calls atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "%s\n", r.URL.Path)
+	})
+	m, err := httpidem.New(&httpidem.Options{Store: f.eng, Tenant: bearer, Clock: f.clock, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	wrapped, err := m.Wrap(h, rt)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mount(mux, wrapped)
+	f.srv.Close()
+	f.srv = httptest.NewServer(mux)
+	return f, &calls
+}
+
+// TestKeyNeverCrossesResources: one key sent for two resources under one
+// route pattern never answers the second with the first's response. A
+// subtree pattern ("/v1/") and a pattern shorter than the path (a router
+// mounted under Route.Pattern) fingerprint the path past the pattern, so
+// the second is 422; a request for the same resource replays.
+func TestKeyNeverCrossesResources(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rt    httpidem.Route
+		mount string
+	}{
+		"subtree":          {httpidem.Route{}, "/v1/"},
+		"mounted router":   {httpidem.Route{Pattern: "/v1/payments"}, "/v1/payments/"},
+		"subtree wildcard": {httpidem.Route{}, "/v1/{acct}/"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, calls := servePaths(t, tc.rt, func(mux *http.ServeMux, h http.Handler) { mux.Handle(tc.mount, h) })
+			a := f.do("POST", "/v1/payments/pay_A/refunds", `{"amount":1}`, "k")
+			require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+			require.Equal(t, "/v1/payments/pay_A/refunds\n", string(a.body))
+			problem(t, f.do("POST", "/v1/payments/pay_B/refunds", `{"amount":1}`, "k"), http.StatusUnprocessableEntity, httpidem.ProblemKeyMismatch)
+			again := f.do("POST", "/v1/payments/pay_A/refunds", `{"amount":1}`, "k")
+			require.Equal(t, "true", again.header.Get(httpidem.HeaderReplayed))
+			require.Equal(t, a.body, again.body)
+			require.EqualValues(t, 1, calls.Load())
+		})
+	}
+}
+
+// TestUnfilledWildcardIsMisconfigured: a Route.Pattern whose wildcard the
+// router names otherwise would make every resource look alike; such a
+// request is answered 500 misconfigured, and the handler does not run.
+func TestUnfilledWildcardIsMisconfigured(t *testing.T) {
+	f, calls := servePaths(t, httpidem.Route{Pattern: "/v1/payments/{id}/refunds"}, func(mux *http.ServeMux, h http.Handler) {
+		mux.Handle("/v1/payments/{pid}/refunds", h)
+	})
+	problem(t, f.do("POST", "/v1/payments/pay_A/refunds", `{}`, "k"), http.StatusInternalServerError, httpidem.ProblemMisconfigured)
+	require.Zero(t, calls.Load())
+
+	// A {name...} wildcard may match nothing.
+	f, calls = servePaths(t, httpidem.Route{}, func(mux *http.ServeMux, h http.Handler) { mux.Handle("/v1/files/{path...}", h) })
+	require.Equal(t, http.StatusCreated, f.do("POST", "/v1/files/", `{}`, "k").status)
+	problem(t, f.do("POST", "/v1/files/a/b", `{}`, "k"), http.StatusUnprocessableEntity, httpidem.ProblemKeyMismatch)
+	require.EqualValues(t, 1, calls.Load())
+}
