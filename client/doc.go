@@ -18,9 +18,13 @@
 //		// an earlier attempt did the work; this is its stored answer
 //	}
 //
-// To retry a request later, after the process has given up (a job queue,
-// a user pressing the button again), send it with the same key: set the
-// Idempotency-Key header yourself and the Transport keeps it.
+// To retry a request later, after the Transport has given up (a job
+// queue, a user pressing the button again), send it with the same key:
+// give it one before the first send and keep it, and the Transport keeps
+// it on every attempt.
+//
+//	key := client.SetKey(req) // stored with the job
+//	resp, err := c.Do(req)
 //
 // # Caveats
 //
@@ -28,13 +32,15 @@
 //     http.NewRequest sets for *bytes.Buffer, *bytes.Reader and
 //     *strings.Reader; other bodies are copied up to
 //     Options.MaxBufferedBody, and a larger one is sent once, unretried.
-//   - The key is fresh per RoundTrip: a caller that builds a new request
-//     for its own retry gets a new key, and with it a second operation.
-//     Reuse the request, or set the header.
+//   - A key the Transport chose is fresh per RoundTrip, and is not set
+//     on the caller's request: sending the same request again, or a new
+//     one, without SetKey is a second operation.
 //   - After MaxAttempts, or when the next wait would end past MaxElapsed
 //     or the request's deadline, the last answer (a 409, a 503) or error
 //     is returned as it is; the operation may still complete on the
 //     server, and a later request with the same key learns its outcome.
+//     Key(resp) tells the key of an answer; an error tells none, so a
+//     caller that would retry after an error sets the key first.
 //   - Retrying is safe only against a server that honours the key. A
 //     server that ignores it runs a retried POST twice.
 package client

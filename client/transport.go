@@ -124,6 +124,33 @@ func Replayed(resp *http.Response) bool {
 	return resp != nil && resp.Header.Get(HeaderReplayed) == "true"
 }
 
+// SetKey gives req a fresh idempotency key unless it has one, and
+// returns its key. The Transport gives a request without a key a fresh
+// one on each RoundTrip, and never changes the caller's request: a
+// caller that may send the request again once the Transport has given up
+// (a job queue, a user pressing the button again) calls SetKey first and
+// keeps the key, and the same operation is retried rather than run anew.
+func SetKey(req *http.Request) string {
+	if k := req.Header.Get(HeaderKey); k != "" {
+		return k
+	}
+	if req.Header == nil {
+		req.Header = make(http.Header)
+	}
+	k := newKey()
+	req.Header.Set(HeaderKey, k)
+	return k
+}
+
+// Key returns the idempotency key resp's request was sent with ("" if
+// none): the key the Transport chose, if the caller set none.
+func Key(resp *http.Response) string {
+	if resp == nil || resp.Request == nil {
+		return ""
+	}
+	return resp.Request.Header.Get(HeaderKey)
+}
+
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	o := t.Options.withDefaults()
