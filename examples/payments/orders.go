@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/fingerprint"
 	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/reconcile"
 	"github.com/idemkv/idemkv/saga"
@@ -45,6 +47,59 @@ type orderRequest struct {
 	Amount   int64  `json:"amount"`
 	Currency string `json:"currency"`
 	SKU      string `json:"sku"`
+}
+
+// maxOrderBody bounds the body of POST /v1/orders.
+const maxOrderBody = 4 << 10
+
+// readOrder reads an order as payments are read (decodePayment): one
+// JSON object with no duplicate members and nothing after it, members
+// named exactly, a whole-number amount. A body that Go's decoder alone
+// would take (the first of two "amount"s, "AMOUNT", trailing bytes)
+// could be read one way by the saga and another by whatever in front of
+// the service reads it too.
+func readOrder(body io.Reader) (orderRequest, error) {
+	var req orderRequest
+	b, err := io.ReadAll(io.LimitReader(body, maxOrderBody+1))
+	switch {
+	case err != nil:
+		return req, fmt.Errorf("reading the body: %w", err)
+	case len(b) > maxOrderBody:
+		return req, fmt.Errorf("the body exceeds %d bytes", maxOrderBody)
+	}
+	if _, err := fingerprint.Canonical(b, nil); err != nil {
+		return req, err
+	}
+	var members map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if dec.Decode(&members) != nil || members == nil {
+		return req, errors.New("the body must be a JSON object")
+	}
+	for name, raw := range members {
+		var err error
+		switch name {
+		case "amount":
+			var n json.Number
+			if raw[0] == '"' || json.Unmarshal(raw, &n) != nil {
+				err = errors.New("amount must be a JSON number")
+			} else if v, ok := wholeNumber(n.String()); ok {
+				req.Amount = v
+			} else {
+				err = errors.New("amount must be a whole number of minor units")
+			}
+		case "currency":
+			err = json.Unmarshal(raw, &req.Currency)
+		case "sku":
+			err = json.Unmarshal(raw, &req.SKU)
+		default:
+			err = fmt.Errorf("unknown member %q (members: amount, currency, sku)", name)
+		}
+		if err != nil {
+			return req, err
+		}
+	}
+	return req, nil
 }
 
 // orderID is the order (and saga) id of the client's idempotency key: the
@@ -116,10 +171,8 @@ func (s *Service) createOrder(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, kind, http.StatusBadRequest, "an order needs an Idempotency-Key: "+err.Error(), 0)
 		return
 	}
-	var req orderRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	req, err := readOrder(r.Body)
+	if err != nil {
 		httpidem.WriteProblem(w, "invalid-order", http.StatusBadRequest, err.Error(), 0)
 		return
 	}

@@ -214,6 +214,14 @@ func TestOrderBadInput(t *testing.T) {
 		{"k", `{"amount": 0, "currency": "USD", "sku": "pen"}`, http.StatusUnprocessableEntity},
 		{"k", `{"amount": 1, "currency": "usd", "sku": "pen"}`, http.StatusUnprocessableEntity},
 		{"k", `{"amount": 1, "currency": "USD", "sku": ""}`, http.StatusUnprocessableEntity},
+		// Read as the fingerprint reads payments: one object, names exact,
+		// no member twice (a proxy may read the first "amount").
+		{"k", `{"amount": 1200, "currency": "USD", "sku": "pen"} trailing`, http.StatusBadRequest},
+		{"k", `{"AMOUNT": 1200, "Currency": "USD", "SKU": "pen"}`, http.StatusBadRequest},
+		{"k", `{"amount": 1200, "currency": "USD", "sku": "pen", "amount": 1}`, http.StatusBadRequest},
+		{"k", `{"amount": "1200", "currency": "USD", "sku": "pen"}`, http.StatusBadRequest},
+		{"k", `{"amount": 12.5, "currency": "USD", "sku": "pen"}`, http.StatusBadRequest},
+		{"k", `[1]`, http.StatusBadRequest},
 	} {
 		status, h, body := f.do("POST", "/v1/orders", tc.key, tc.body)
 		assert.Equal(t, tc.status, status, "%s %s: %s", tc.key, tc.body, body)
@@ -233,4 +241,8 @@ func TestOrderBadInput(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
 	assert.Equal(t, 1, f.svc.cfg.Processor.(*Provider).Stats().Charges)
+	// A whole number written 1200.0 is 1200, as for payments.
+	status, _, body = f.do("POST", "/v1/orders", "ord-5", `{"amount": 1200.0, "currency": "USD", "sku": "pen"}`)
+	assert.Equal(t, http.StatusCreated, status, "%s", body)
+	assert.Equal(t, int64(1200), decodeOrder(t, body).Amount)
 }

@@ -387,13 +387,21 @@ func (s *Service) outcomeUnknown(w http.ResponseWriter, op *httpidem.Op, note st
 
 // rebuild answers a replay: the payment the stored pointer names, encoded
 // as the first answer was. A payment the store no longer has (its row
-// deleted by hand) is answered with the stored status and no body.
+// deleted by hand) is answered with the stored status and no body. A
+// store that fails to read it is answered 503, not as a replay: the
+// client retries, and gets the payment once the store is back.
 func (s *Service) rebuild(w http.ResponseWriter, r *http.Request, res idemkv.Result) {
 	id, _ := strings.CutPrefix(res.Pointer, "/v1/payments/")
 	tenant, err := s.tenantOf(r) // the principal whose record this is
 	var p stored
 	if err == nil {
 		p, err = s.load(r.Context(), tenant, id)
+		if err != nil && !errors.Is(err, idemkv.ErrNotFound) && !errors.Is(err, errUnreadablePayment) {
+			w.Header().Del(httpidem.HeaderReplayed)
+			w.Header().Del("Location")
+			s.storeError(w, err)
+			return
+		}
 	}
 	if err != nil {
 		w.Header().Set("Content-Length", "0")
@@ -413,9 +421,14 @@ func (s *Service) load(ctx context.Context, tenant, id string) (stored, error) {
 	if err != nil {
 		return p, err
 	}
-	err = json.Unmarshal(v, &p)
-	return p, err
+	if err := json.Unmarshal(v, &p); err != nil {
+		return p, fmt.Errorf("%w: %s: %v", errUnreadablePayment, id, err)
+	}
+	return p, nil
 }
+
+// errUnreadablePayment is a stored payment that does not decode.
+var errUnreadablePayment = errors.New("payments: stored payment unreadable")
 
 func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.tenantOf(r)

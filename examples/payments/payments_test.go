@@ -526,3 +526,48 @@ func TestIDsDeriveFromTheOperation(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, ch.ID, p.Charge)
 }
+
+// failingReads is a store whose data reads fail while fail is set.
+type failingReads struct {
+	*engine.Engine
+	fail atomic.Bool
+}
+
+func (s *failingReads) GetData(ctx context.Context, k []byte) ([]byte, error) {
+	if s.fail.Load() {
+		return nil, fmt.Errorf("read tcp: connection reset by peer")
+	}
+	return s.Engine.GetData(ctx, k)
+}
+
+// TestReplayDuringAStoreFailureIsRetried: a replay whose payment cannot
+// be read for a store failure is answered 503, not as a replay (a 201
+// with no payment would be the client's final answer), and the retry
+// once the store is back replays the payment.
+func TestReplayDuringAStoreFailureIsRetried(t *testing.T) {
+	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	st := &failingReads{Engine: eng}
+	svc, err := New(Config{Store: st, Processor: NewProvider(ProviderOptions{}), Clock: newTicking()})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		eng.Close()
+	})
+	f := &svcFixture{t: t, eng: eng, srv: srv, svc: svc}
+	first := f.pay("acct_1", "order-1", order)
+	require.Equal(t, http.StatusCreated, first.status, "%s", first.body)
+
+	st.fail.Store(true)
+	during := f.pay("acct_1", "order-1", order)
+	problemOf(t, during, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	require.Empty(t, during.header.Get("Idempotent-Replayed"))
+	require.NotEmpty(t, during.header.Get("Retry-After"))
+
+	st.fail.Store(false)
+	after := f.pay("acct_1", "order-1", order)
+	require.Equal(t, http.StatusCreated, after.status)
+	require.Equal(t, "true", after.header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.body, after.body)
+}
