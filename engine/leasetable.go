@@ -140,6 +140,21 @@ func (t *leaseTable) endWriteLocked(st *stripe, k []byte, s *slot, next *idemkv.
 	s.clearBusy()
 }
 
+// abortWriteLocked ends the busy write on k's slot s that wrote nothing
+// (its checked reads had changed). A holder's slot stays as it was; a
+// slot made for the write alone (beginWriteLocked, for a record no holder
+// here holds: an uncertain one being resolved) goes, for a slot is a
+// holder's to use, and the attempt that left the record uncertain was
+// fenced off.
+//
+// REQUIRES: st.mu held; s busy.
+func (t *leaseTable) abortWriteLocked(st *stripe, k []byte, s *slot) {
+	if s.rec.State != idemkv.StateInProgress {
+		delete(st.mu.slots, string(k))
+	}
+	s.clearBusy()
+}
+
 // dropLocked removes k's slot s, held but not busy or marked busy by its
 // holder, whose record was never written (a local claim released).
 //

@@ -454,7 +454,7 @@ func (e *Engine) holdLocked(ctx context.Context, st *stripe, k []byte, l idemkv.
 		rec.ID = l.ID
 		return e.table.beginWriteLocked(st, k, nil, rec), nil
 	}
-	if s.rec.Token != l.Token {
+	if s.rec.Token != l.Token || s.rec.State != idemkv.StateInProgress {
 		return nil, e.fenced(l)
 	}
 	s.markBusy()
@@ -531,7 +531,7 @@ func (e *Engine) commitRecord(st *stripe, k []byte, s *slot, prev, next *idemkv.
 
 // commitRecordTxn is commitRecord for a batch with reads to check and
 // events to number (t, if not nil). If t's reads have changed, nothing is
-// written, s is no longer busy (its record unchanged), and it returns
+// written, the write on s is aborted (abortWriteLocked), and it returns
 // errConflict.
 func (e *Engine) commitRecordTxn(st *stripe, k []byte, s *slot, prev, next *idemkv.Record, b *pebble.Batch, t *txn) (err error) {
 	defer e.abandonOnPanic(s, &err)
@@ -547,7 +547,7 @@ func (e *Engine) commitRecordTxn(st *stripe, k []byte, s *slot, prev, next *idem
 	if errors.Is(err, errConflict) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		s.clearBusy()
+		e.table.abortWriteLocked(st, k, s)
 		return err
 	}
 	if err != nil {
