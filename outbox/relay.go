@@ -123,10 +123,11 @@ type Relay struct {
 	oldest time.Time
 
 	// published is the sequence of the last event the broker has
-	// acknowledged, acked of the last the store has been told of; read
-	// says they have been read from the store. Only the goroutine in Run
-	// or Drain uses them.
+	// acknowledged, and publishedID its id; acked is the sequence of the
+	// last the store has been told of; read says they have been read
+	// from the store. Only the goroutine in Run or Drain uses them.
 	published, acked uint64
+	publishedID      string
 	read             bool
 }
 
@@ -240,12 +241,17 @@ func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !r.read || last < r.published {
+	lost := false
+	if r.read {
+		if lost, err = r.rolledBack(ctx, acked, last); err != nil {
+			return 0, err
+		}
+	}
+	if !r.read || lost {
 		// The first read; or the store no longer has events the broker
-		// has (restored from a backup, or failed over to a replica that
-		// lacked them): it is the truth, and the relay goes on from what
-		// it holds as acknowledged.
-		r.published, r.acked, r.read = acked, acked, true
+		// has: it is the truth, and the relay goes on from what it holds
+		// as acknowledged.
+		r.published, r.publishedID, r.acked, r.read = acked, "", acked, true
 	}
 	n := 0
 	for {
@@ -266,7 +272,7 @@ func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 			if err := r.publish(ctx, evs[i]); err != nil {
 				return n, errors.Join(err, r.ack(ctx)) // keep what the broker has
 			}
-			r.published = evs[i].Seq
+			r.published, r.publishedID = evs[i].Seq, evs[i].ID
 			n++
 		}
 		if r.published-r.acked >= uint64(r.o.AckEvery) {
@@ -336,13 +342,47 @@ func (r *Relay) heldPast(since time.Time) bool {
 // and a store that hangs must not hang the relay's stop.
 const ackTimeout = 10 * time.Second
 
-// ack tells the store that the broker has every event up to published.
+// rolledBack reports whether the store no longer holds the events this
+// relay published as it published them: restored from a backup, or
+// failed over to a replica that lacked them. Their numbers may already
+// be the numbers of later commits, so a count alone cannot tell: the last
+// event published and not acknowledged must still be in the store, under
+// its id, and the store's acknowledged point must not have gone back.
+func (r *Relay) rolledBack(ctx context.Context, acked, last uint64) (bool, error) {
+	if last < r.published || acked < r.acked {
+		return true, nil
+	}
+	if r.published <= acked || r.publishedID == "" {
+		return false, nil
+	}
+	evs, err := r.src.ReadOutbox(ctx, r.published-1, 1)
+	if err != nil {
+		return false, err
+	}
+	return len(evs) == 0 || evs[0].Seq != r.published || evs[0].ID != r.publishedID, nil
+}
+
+// ack tells the store that the broker has every event up to published,
+// unless the store has rolled back meanwhile: the events under those
+// numbers are then others, and the next drain starts again from what the
+// store holds.
 func (r *Relay) ack(ctx context.Context) error {
 	if r.published <= r.acked {
 		return nil
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
+	acked, last, err := r.src.OutboxCursor(actx)
+	if err != nil {
+		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
+	}
+	switch lost, err := r.rolledBack(actx, acked, last); {
+	case err != nil:
+		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
+	case lost:
+		r.read = false // the next drain starts again from the store's truth
+		return nil
+	}
 	if err := r.src.AckOutbox(actx, r.published); err != nil {
 		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
 	}

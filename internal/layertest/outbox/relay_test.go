@@ -346,8 +346,9 @@ func TestRelayPublishesWithinTheHold(t *testing.T) {
 	require.Equal(t, seq(1, 9), b.seqs())
 	require.Equal(t, 9, b.attempts, "each once")
 	// Three events a read (0, 0.4 and 0.8 s into its hold), three reads,
-	// and the one that finds nothing more.
-	require.Equal(t, 4, reads)
+	// the one that finds nothing more, and the acknowledgement's look at
+	// the last event published (it is still the store's).
+	require.Equal(t, 5, reads)
 }
 
 // swapped is an outbox that can be swapped for another under a relay,
@@ -381,6 +382,33 @@ func TestRelayFollowsAStoreThatLostEvents(t *testing.T) {
 	acked, _, err := restored.OutboxCursor(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), acked)
+}
+
+// TestRelayFollowsAStoreThatLostEventsAndNumberedOthers: as above, but
+// the restored store has committed more events than the relay published
+// before the relay looks again, under the same numbers: its
+// acknowledged point, gone back, tells the rollback, and every one of
+// them is published.
+func TestRelayFollowsAStoreThatLostEventsAndNumberedOthers(t *testing.T) {
+	before := openEngine(t, t.TempDir())
+	defer before.Close()
+	emit(t, before, 0, 5)
+	b := &broker{}
+	src := &swapped{before}
+	r, err := outbox.New(src, b, nil)
+	require.NoError(t, err)
+	n, err := r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+
+	restored := openEngine(t, t.TempDir())
+	defer restored.Close()
+	emit(t, restored, 10, 6)
+	src.Store = restored
+	n, err = r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 6, n)
+	require.Equal(t, []uint64{1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 6}, b.seqs())
 }
 
 // failingAck is a store whose acknowledgements fail until told.
@@ -457,3 +485,84 @@ func (s ackSignal) AckOutbox(ctx context.Context, through uint64) error {
 
 // TestMain runs the suite on the engine, then on PostgreSQL (teststore).
 func TestMain(m *testing.M) { teststore.Main(m) }
+
+// switchable is an outbox that a test can switch to another store while
+// a relay runs on it, and whose commits are told by the test.
+type switchable struct {
+	mu     sync.Mutex
+	cur    idemkv.Outbox
+	notify chan struct{}
+}
+
+func (s *switchable) store() idemkv.Outbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+func (s *switchable) to(o idemkv.Outbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cur = o
+}
+
+func (s *switchable) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error) {
+	return s.store().ReadOutbox(ctx, after, limit)
+}
+func (s *switchable) AckOutbox(ctx context.Context, through uint64) error {
+	return s.store().AckOutbox(ctx, through)
+}
+func (s *switchable) OutboxCursor(ctx context.Context) (uint64, uint64, error) {
+	return s.store().OutboxCursor(ctx)
+}
+func (s *switchable) OutboxNotify() <-chan struct{} { return s.notify }
+
+// TestRelayNeverAcknowledgesAnotherStoresEvents: the store fails over to
+// a replica that lacked the events the relay published and has not yet
+// acknowledged, and commits as many new ones under the same numbers
+// before the relay's acknowledgement is due. The relay must not
+// acknowledge them (removing events no broker has): it tells the
+// rollback by the last event's id, and publishes every event the
+// replica holds.
+func TestRelayNeverAcknowledgesAnotherStoresEvents(t *testing.T) {
+	before := openEngine(t, t.TempDir())
+	defer before.Close()
+	emit(t, before, 0, 5)
+	src := &switchable{cur: before, notify: make(chan struct{}, 1)}
+	b := &broker{sent: make(chan idemkv.StoredEvent, 20)}
+	ackDue := make(chan chan time.Time, 10)
+	r, err := outbox.New(src, b, &outbox.Options{AckInterval: time.Hour,
+		After: func(time.Duration) <-chan time.Time { c := make(chan time.Time, 1); ackDue <- c; return c }})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- r.Run(rctx) }()
+	for range 5 {
+		<-b.sent
+	}
+	due := <-ackDue // the acknowledgement is armed, not yet due
+
+	replica := openEngine(t, t.TempDir())
+	defer replica.Close()
+	emit(t, replica, 10, 6)
+	src.to(replica)
+	due <- time.Time{}
+	for range 6 {
+		select {
+		case <-b.sent:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the replica's events were not all published: %v", b.seqs())
+		}
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+
+	evs, err := replica.ReadOutbox(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Empty(t, evs, "every event of the replica was published and acknowledged")
+	var published []string
+	for _, ev := range b.stream[5:] {
+		published = append(published, string(ev.Payload))
+	}
+	require.Equal(t, []string{"p10", "p11", "p12", "p13", "p14", "p15"}, published)
+}
