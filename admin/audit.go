@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,18 +28,41 @@ type AuditLog struct {
 	size int64 // the file's size after the last whole entry
 }
 
-// OpenAuditLog opens the audit log at path, creating it if need be.
+// OpenAuditLog opens the audit log at path, creating it if need be. A
+// part of an entry that a crash left at its end is cut off, as a failed
+// write's is, so that the next entry starts a line of its own (it was
+// not written whole: if it was a change's begun entry, the change was
+// not made; if its done entry, the begun one says it may have been).
 func OpenAuditLog(path string) (*AuditLog, error) {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("admin: audit log: %w", err)
 	}
-	st, err := f.Stat()
+	size, err := wholeEntries(path)
+	if err == nil {
+		if st, serr := f.Stat(); serr != nil {
+			err = serr
+		} else if size < st.Size() {
+			if err = f.Truncate(size); err == nil {
+				err = f.Sync()
+			}
+		}
+	}
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("admin: audit log: %w", err)
 	}
-	return &AuditLog{f: f, path: path, size: st.Size()}, nil
+	return &AuditLog{f: f, path: path, size: size}, nil
+}
+
+// wholeEntries returns the length of the audit log at path up to the end
+// of its last whole line.
+func wholeEntries(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return int64(bytes.LastIndexByte(b, '\n') + 1), nil
 }
 
 // Close closes the file.

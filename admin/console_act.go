@@ -1,12 +1,14 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/internal/redact"
@@ -45,6 +47,9 @@ var actionHelp = map[string]string{
 type confirmData struct {
 	Action, Label, Help string
 	View                RecordView
+	// Since is the moment the record is judged from (sentAt), sent back
+	// with the form so that a record that moved meanwhile is refused.
+	Since string
 }
 
 func (c *console) confirm(w http.ResponseWriter, r *http.Request, sess session) {
@@ -65,6 +70,9 @@ func (c *console) confirm(w http.ResponseWriter, r *http.Request, sess session) 
 		return
 	}
 	d := confirmData{Action: act, Label: actionLabel[act], Help: actionHelp[act], View: ViewOf(&rec)}
+	if at := sentAt(&rec); !at.IsZero() {
+		d.Since = at.Format(time.RFC3339Nano)
+	}
 	c.render(w, http.StatusOK, "confirm", view{Title: d.Label, Nav: "unsettled", CSRF: sess.csrf, Body: d})
 }
 
@@ -73,8 +81,12 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess session) {
 	act := r.PostFormValue("action")
 	id := recordID(r.PostForm)
 	token, err := strconv.ParseUint(r.PostFormValue("token"), 10, 64)
+	var since time.Time
+	if err == nil && r.PostFormValue("since") != "" {
+		since, err = time.Parse(time.RFC3339Nano, r.PostFormValue("since"))
+	}
 	if err != nil || actionLabel[act] == "" {
-		c.message(w, r, sess, http.StatusBadRequest, "Bad request", "The form names no action or token.")
+		c.message(w, r, sess, http.StatusBadRequest, "Bad request", "The form names no action or token, or a bad time.")
 		return
 	}
 	note := r.PostFormValue("note")
@@ -86,12 +98,12 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess session) {
 			return
 		}
 		entry, err = Evict(r.Context(), c.a.store, c.a.o.Audit, EvictRequest{
-			Tenant: id.Tenant, Endpoint: id.Endpoint, Key: id.Key, Token: token, Reason: note})
+			Tenant: id.Tenant, Endpoint: id.Endpoint, Key: id.Key, Token: token, Since: since, Reason: note})
 	case "verify":
-		entry, err = c.verify(r.Context(), id, token, note)
+		entry, err = c.verify(r.Context(), id, token, since, note)
 	default:
 		entry, err = c.resolve(r.Context(), ResolveRequest{Tenant: id.Tenant, Endpoint: id.Endpoint, Key: id.Key,
-			Token: token, NoEffect: act == "no-effect", Note: note})
+			Token: token, Since: since, NoEffect: act == "no-effect", Note: note})
 	}
 	if err != nil {
 		if errors.Is(err, errUnknownAnswer) {
@@ -125,7 +137,7 @@ var errUnknownAnswer = errors.New("the reconciler could not say what became of t
 
 // verify asks the reconciler, then resolves as it answered, verified (so
 // the downstream is asked again, and a changed answer refuses it).
-func (c *console) verify(ctx context.Context, id idemkv.ID, token uint64, note string) (AuditEntry, error) {
+func (c *console) verify(ctx context.Context, id idemkv.ID, token uint64, since time.Time, note string) (AuditEntry, error) {
 	if c.a.o.Reconciler == nil {
 		return AuditEntry{}, ErrNoReconciler
 	}
@@ -133,9 +145,10 @@ func (c *console) verify(ctx context.Context, id idemkv.ID, token uint64, note s
 	if err != nil {
 		return AuditEntry{}, err
 	}
-	if token != 0 && rec.Token != token {
-		return AuditEntry{}, fmt.Errorf("%w: the record's token is %d now, not %d", idemkv.ErrFenced, rec.Token, token)
+	if err := unmoved(&rec, token, since); err != nil {
+		return AuditEntry{}, err
 	}
+	since = cmp.Or(since, sentAt(&rec)) // the question is asked of the record as read
 	ans, err := (&ResolveOptions{Reconciler: c.a.o.Reconciler, Timeout: c.a.o.ResolveTimeout}).orDefault().
 		call(ctx, "the reconciler", func(ctx context.Context) (reconcile.Answer, error) { return c.a.o.Reconciler.Reconcile(ctx, rec) })
 	switch {
@@ -147,7 +160,7 @@ func (c *console) verify(ctx context.Context, id idemkv.ID, token uint64, note s
 	default:
 		return AuditEntry{}, fmt.Errorf("%w (%s)", errUnknownAnswer, ans.Reason)
 	}
-	return c.resolve(ctx, ResolveRequest{Tenant: id.Tenant, Endpoint: id.Endpoint, Key: id.Key, Token: token,
+	return c.resolve(ctx, ResolveRequest{Tenant: id.Tenant, Endpoint: id.Endpoint, Key: id.Key, Token: token, Since: since,
 		NoEffect: ans.Verdict == reconcile.NotApplied, Verify: true, Note: note})
 }
 

@@ -9,9 +9,11 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/saga"
 )
 
 // The console's read-only pages. Each reads a bounded amount: a page of a
@@ -387,12 +389,24 @@ func (c *console) actions(rec *idemkv.Record, unsettled bool, now time.Time) []s
 	if c.a.o.Audit == nil {
 		return nil
 	}
+	// A saga's records hold its outputs, not HTTP responses: an action's
+	// is settled by the reconciler's answer or released, never with an
+	// HTTP outcome typed here; the saga's own is taken over by its
+	// runner, and is an operator's only once escalated.
+	sagaRec := strings.HasPrefix(rec.ID.Endpoint, saga.EndpointPrefix)
+	sagaOwn := sagaRec && !strings.Contains(strings.TrimPrefix(rec.ID.Endpoint, saga.EndpointPrefix), "/")
+	if sagaOwn && !rec.Escalated {
+		return nil
+	}
 	var acts []string
 	if unsettled {
-		if c.a.o.Reconciler != nil {
+		if c.a.o.Reconciler != nil && !sagaOwn {
 			acts = append(acts, "verify")
 		}
-		acts = append(acts, "applied", "no-effect")
+		if !sagaRec {
+			acts = append(acts, "applied")
+		}
+		acts = append(acts, "no-effect")
 	}
 	// Both stores evict an in-progress record only once it is abandoned:
 	// a remote one whose lease ran out (a local one is taken over).

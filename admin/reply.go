@@ -121,13 +121,17 @@ type RecordView struct {
 	OperationID  string     `json:"operation_id,omitempty"`
 	Created      time.Time  `json:"created"`
 	LeaseExpires *time.Time `json:"lease_expires,omitempty"`
-	Expires      time.Time  `json:"expires"`
-	Class        string     `json:"class,omitempty"`
-	Status       int        `json:"status,omitempty"`
-	Pointer      string     `json:"pointer,omitempty"`
-	BodyBytes    int        `json:"body_bytes,omitempty"`
-	Effects      int        `json:"effects,omitempty"`
-	Note         string     `json:"note,omitempty"`
+	// Marked is when an uncertain record was marked so, if its store
+	// keeps it: with LeaseExpires, the moment a resolution is judged from
+	// (ResolveRequest.Since).
+	Marked    *time.Time `json:"marked,omitempty"`
+	Expires   time.Time  `json:"expires"`
+	Class     string     `json:"class,omitempty"`
+	Status    int        `json:"status,omitempty"`
+	Pointer   string     `json:"pointer,omitempty"`
+	BodyBytes int        `json:"body_bytes,omitempty"`
+	Effects   int        `json:"effects,omitempty"`
+	Note      string     `json:"note,omitempty"`
 	// History is what operators did to the key, from the audit log
 	// (GET /admin/v1/record only).
 	History []AuditEntry `json:"history,omitempty"`
@@ -158,6 +162,10 @@ func ViewOf(r *idemkv.Record) RecordView {
 	if !r.LeaseExpires.IsZero() {
 		le := r.LeaseExpires
 		v.LeaseExpires = &le
+	}
+	if !r.Marked.IsZero() {
+		m := r.Marked
+		v.Marked = &m
 	}
 	return v
 }

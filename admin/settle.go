@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/httpidem"
 	"github.com/idemkv/idemkv/internal/redact"
+	"github.com/idemkv/idemkv/saga"
 )
 
 // An operator's writes: settling a record by hand (Resolve) and evicting
@@ -47,6 +49,13 @@ type ResolveRequest struct {
 	// instead of Status, Pointer and Body. A record the downstream says
 	// happened is never released this way.
 	Verify bool `json:"verify,omitempty"`
+	// Since, if set, is the moment the record was judged from, as it was
+	// shown (Record.LeaseExpires of an abandoned record, Marked of an
+	// uncertain one): a record whose attempt renewed it or marked it
+	// later is refused (idemkv.ErrFenced), for its call may have gone out
+	// after the operator looked. Resolve always refuses one that moved
+	// after its own read.
+	Since time.Time `json:"since,omitzero"`
 	// Note says who settles the record and why (required).
 	Note string `json:"note"`
 }
@@ -82,6 +91,9 @@ type EvictRequest struct {
 	Key      string `json:"key"`
 	// Token, if not zero, must be the record's current token.
 	Token uint64 `json:"token,omitempty"`
+	// Since, if set, refuses a record that moved after it, as
+	// ResolveRequest.Since.
+	Since time.Time `json:"since,omitzero"`
 	// Reason says who evicts the record and why (required); it goes to
 	// the audit log.
 	Reason string `json:"reason"`
@@ -136,10 +148,16 @@ func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req Resol
 	if err != nil {
 		return AuditEntry{}, err
 	}
-	if req.Token != 0 && rec.Token != req.Token {
-		return AuditEntry{}, fmt.Errorf("%w: the record's token is %d, not %d: it changed since it was read", idemkv.ErrFenced, rec.Token, req.Token)
+	if err := unmoved(&rec, req.Token, req.Since); err != nil {
+		return AuditEntry{}, err
 	}
-	sr := idemkv.ResolveRequest{ID: req.ID(), Token: rec.Token, NoEffect: req.NoEffect, Note: req.Note}
+	if !req.NoEffect && !req.Raw && !req.Verify && strings.HasPrefix(rec.ID.Endpoint, saga.EndpointPrefix) {
+		return AuditEntry{}, fmt.Errorf("%w: a saga's record holds its output, not an HTTP response: resolve it raw, with the output as the body, or verified", idemkv.ErrInvalidArgument)
+	}
+	// The store refuses the resolution if the attempt moves after the
+	// record was read here (or shown to the operator).
+	sr := idemkv.ResolveRequest{ID: req.ID(), Token: rec.Token, NoEffect: req.NoEffect, Note: req.Note,
+		Since: cmp.Or(req.Since, sentAt(&rec))}
 	outcome := "removed: the operation did not happen, a retry runs anew"
 	if !req.NoEffect {
 		outcome = fmt.Sprintf("completed with status %d", req.Status)
@@ -189,14 +207,42 @@ func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRe
 	if err != nil {
 		return AuditEntry{}, err
 	}
-	if req.Token != 0 && rec.Token != req.Token {
-		return AuditEntry{}, fmt.Errorf("%w: the record's token is %d, not %d: it changed since it was read", idemkv.ErrFenced, rec.Token, req.Token)
+	if err := unmoved(&rec, req.Token, req.Since); err != nil {
+		return AuditEntry{}, err
 	}
 	entry := newAuditEntry(store, "evict", &rec, "removed: the next request with its key runs anew", req.Reason)
 	return audited(audit, entry, func(*AuditEntry) error {
 		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token})
 		return err
 	})
+}
+
+// unmoved checks that rec, as read now, is the attempt the operator
+// judged: under token (if not zero), and not renewed or marked after
+// since (if set).
+func unmoved(rec *idemkv.Record, token uint64, since time.Time) error {
+	switch {
+	case token != 0 && rec.Token != token:
+		return fmt.Errorf("%w: the record's token is %d, not %d: it changed since it was read", idemkv.ErrFenced, rec.Token, token)
+	case !since.IsZero() && rec.MovedSince(since):
+		return fmt.Errorf("%w: the record's attempt renewed or marked it after %s, when it was read: its call may have gone out since",
+			idemkv.ErrFenced, since.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// sentAt is the last moment rec's attempt may have sent its call, as the
+// record tells (reconcile's rule): an abandoned record's LeaseExpires, an
+// uncertain one's Marked; zero for another, or an uncertain record its
+// store keeps no Marked of.
+func sentAt(rec *idemkv.Record) time.Time {
+	switch rec.State {
+	case idemkv.StateInProgress:
+		return rec.LeaseExpires
+	case idemkv.StateUncertain:
+		return rec.Marked
+	}
+	return time.Time{}
 }
 
 // audited makes change between two synced entries of audit: entry as

@@ -300,7 +300,12 @@ func New(store idemkv.Store, def Definition, opts *Options) (*Runner, error) {
 //	saga/NAME/do/STEP      each step's recovery point: its output, or its
 //	                       permanent failure
 //	saga/NAME/undo/STEP    each compensation's
-func (r *Runner) endpoint() string { return "saga/" + r.def.Name }
+func (r *Runner) endpoint() string { return EndpointPrefix + r.def.Name }
+
+// EndpointPrefix begins the endpoint of every record a saga keeps: its
+// own (saga/NAME) and its actions' (saga/NAME/do/STEP, .../undo/STEP).
+// Their outcomes are a saga's, not HTTP responses.
+const EndpointPrefix = "saga/"
 
 func (r *Runner) id(tenant, id, suffix string) idemkv.ID {
 	e := r.endpoint()
