@@ -122,12 +122,19 @@ func (c *committer) commitTxn(b *pebble.Batch, t *txn) error {
 // returns; without it they commit with the group, synced if any other
 // member needs it. If first, the caller must call wait(g, first), even
 // on error, so that the turn passes on. If t's reads no longer hold, it
-// fails with errConflict before joining any group (g nil).
+// fails with errConflict before joining any group (g nil), as it fails if
+// its events' entity sequences cannot be read.
 func (c *committer) enqueue(b *pebble.Batch, sync bool, t *txn) (g *commitGroup, first bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var seqs []uint64
 	if t != nil {
 		if err := c.checkReadsLocked(t); err != nil {
+			return nil, false, err
+		}
+		// Numbered before anything joins a group: a read that fails
+		// must not leave a group with the writes and some of the events.
+		if seqs, err = c.entitySeqsLocked(t); err != nil {
 			return nil, false, err
 		}
 	}
@@ -147,7 +154,7 @@ func (c *committer) enqueue(b *pebble.Batch, sync bool, t *txn) (g *commitGroup,
 	if err := g.b.Apply(b, nil); err != nil || t == nil {
 		return g, first, err
 	}
-	return g, first, c.addLocked(g, t)
+	return g, first, c.addLocked(g, t, seqs)
 }
 
 // wait waits for the commit of g, leading it if first, and returns its

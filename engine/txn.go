@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -118,19 +119,43 @@ func (c *committer) checkReadsLocked(t *txn) error {
 	return nil
 }
 
+// entitySeqsLocked returns the entity sequence each of t's events takes,
+// after the last its entity has (committed, or pending in a group) and
+// those of t's events before it. REQUIRES: c.mu held.
+func (c *committer) entitySeqsLocked(t *txn) ([]uint64, error) {
+	if len(t.events) == 0 {
+		return nil, nil
+	}
+	seqs := make([]uint64, len(t.events))
+	for i := range t.events {
+		// An entity's earlier event in t, if any (a commit emits few).
+		j := i - 1
+		for j >= 0 && !bytes.Equal(t.entities[j], t.entities[i]) {
+			j--
+		}
+		if j >= 0 {
+			seqs[i] = seqs[j] + 1
+			continue
+		}
+		n, err := c.entitySeqLocked(t, i)
+		if err != nil {
+			return nil, err
+		}
+		seqs[i] = n + 1
+	}
+	return seqs, nil
+}
+
 // addLocked records t's writes as pending in g, and adds t's events to
-// g's batch, numbered. REQUIRES: c.mu held; g open.
-func (c *committer) addLocked(g *commitGroup, t *txn) error {
+// g's batch, numbered seqs (entitySeqsLocked). REQUIRES: c.mu held; g
+// open.
+func (c *committer) addLocked(g *commitGroup, t *txn, seqs []uint64) error {
 	for _, w := range t.writes {
 		c.pendLocked(g, w.key, w.token, w.value)
 	}
 	for i, ev := range t.events {
 		ek := t.entities[i]
-		n, err := c.entitySeqLocked(t, i)
-		if err != nil {
-			return err
-		}
-		n++
+		n := seqs[i]
 		if n == 1 {
 			c.entityFilter.add(ek) // before any later prefetch looks for it
 		}
