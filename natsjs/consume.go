@@ -3,6 +3,7 @@ package natsjs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -84,7 +85,9 @@ func (o *ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 // after it is settled before it: a handler that fails for good blocks
 // the consumer, and should inbox.Reject the event instead. A lost
 // connection or consumer is retried the same way. Invalid options are
-// returned at once.
+// returned at once, and so is an error no retry can pass: the store's
+// idemkv.ErrClosed, or idemkv.ErrInvalidArgument (a retention class the
+// store lacks, writes past its bounds, or a handler's error wrapping it).
 //
 // Each message's inbox.Message comes from InboxMessage. The stream must
 // keep its messages until they are read (limits retention, or an
@@ -115,6 +118,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, c *inbo
 		err := consumeFrom(ctx, js, stream, c, h, &o, recovered)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, idemkv.ErrClosed) || errors.Is(err, idemkv.ErrInvalidArgument) {
+			return err // no retry can pass: a closed store, a class it lacks
 		}
 		failures++
 		if o.Logger != nil {

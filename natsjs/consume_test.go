@@ -539,3 +539,30 @@ func add(fx idemkv.Effects, key string, n int64) error {
 	}
 	return fx.Set([]byte(key), strconv.AppendInt(nil, cur+n, 10))
 }
+
+// TestConsumeReturnsWhatNoRetryPasses: a retention class the store lacks
+// fails every Process; Consume returns that error at once instead of
+// reading the stream again and again.
+func TestConsumeReturnsWhatNoRetryPasses(t *testing.T) {
+	v, br := newEnv(t), newBroker(t)
+	br.publish(payment(1))
+	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "no-such-class"})
+	require.NoError(t, err)
+	b := &book{}
+	retries := 0
+	after := func(time.Duration) <-chan time.Time {
+		retries++
+		ch := make(chan time.Time, 1)
+		ch <- t0
+		return ch
+	}
+	d := br.run(br.ctx, c, b.handle, 0, &natsjs.ConsumeOptions{After: after})
+	select {
+	case err := <-d.done:
+		require.ErrorIs(t, err, idemkv.ErrInvalidArgument)
+	case <-time.After(consumeTimeout):
+		d.cancel()
+		t.Fatal("Consume kept retrying")
+	}
+	require.Zero(t, retries)
+}

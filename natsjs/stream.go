@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,8 +22,11 @@ const DefaultDuplicateWindow = 2 * time.Minute
 // A missing stream is created with those settings and the server's
 // defaults otherwise (one replica, limits retention, no limits). An
 // existing one keeps its other settings, its other subjects, and a
-// longer window an operator gave it; it is updated only if it lacks one
-// of subjects or has a shorter window. A stream
+// longer window an operator gave it; it is updated only if it captures
+// none of subjects (a subject is there if one of the stream's matches it,
+// through wildcards; one that matches some of the stream's replaces them,
+// as the server refuses overlapping subjects) or has a shorter window. A
+// stream
 // kept in memory is an error: storage cannot be changed in place, and a
 // memory stream loses the events the relay has already removed from the
 // outbox.
@@ -80,10 +84,14 @@ func updateStream(ctx context.Context, js jetstream.JetStream, s jetstream.Strea
 	cfg.Duplicates = max(cfg.Duplicates, duplicates)
 	cfg.Subjects = slices.Clone(cfg.Subjects) // not the cached info's
 	for _, subj := range subjects {
-		if !slices.Contains(cfg.Subjects, subj) {
-			cfg.Subjects = append(cfg.Subjects, subj)
-			changed = true
+		if slices.ContainsFunc(cfg.Subjects, func(have string) bool { return covers(have, subj) }) {
+			continue
 		}
+		// The server refuses overlapping subjects in one stream: those
+		// the new one covers go, as it captures them.
+		cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(have string) bool { return covers(subj, have) })
+		cfg.Subjects = append(cfg.Subjects, subj)
+		changed = true
 	}
 	if !changed {
 		return s, nil
@@ -93,4 +101,26 @@ func updateStream(ctx context.Context, js jetstream.JetStream, s jetstream.Strea
 		return nil, fmt.Errorf("natsjs: update stream %q: %w", cfg.Name, err)
 	}
 	return s, nil
+}
+
+// covers reports whether every subject that subject b matches is one
+// that subject a matches, by NATS's rules: tokens split by '.', '*' one
+// token, '>' one or more as the last token.
+func covers(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i, tok := range at {
+		switch {
+		case tok == ">":
+			return i < len(bt) // one or more tokens of b left
+		case i >= len(bt):
+			return false
+		case tok == "*":
+			if bt[i] == ">" {
+				return false
+			}
+		case tok != bt[i]:
+			return false
+		}
+	}
+	return len(at) == len(bt)
 }

@@ -50,6 +50,18 @@ func TestEnsureStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10*time.Minute, s.CachedInfo().Config.Duplicates)
 
+	// A subject the stream already captures through a wildcard is there;
+	// a wildcard that captures the stream's subjects takes their place
+	// (the server refuses overlapping subjects).
+	s, err = natsjs.EnsureStream(ctx, js, "A", []string{"a.created", "b.x.*"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a.>", "b.>"}, s.CachedInfo().Config.Subjects)
+	_, err = natsjs.EnsureStream(ctx, js, "P", []string{"payments.created", "payments.refunded"}, 0)
+	require.NoError(t, err)
+	s, err = natsjs.EnsureStream(ctx, js, "P", []string{"payments.*"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"payments.*"}, s.CachedInfo().Config.Subjects)
+
 	// A memory stream is refused, not silently kept.
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.>"}, Storage: jetstream.MemoryStorage})
 	require.NoError(t, err)
