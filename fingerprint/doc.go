@@ -68,11 +68,13 @@
 //     mean the same order to your business but spell it differently.
 //     Decide what the operation is and choose the mode, the fields and the
 //     headers accordingly.
-//   - Numbers are IEEE-754 doubles, as JCS requires: integers beyond 2^53
-//     and decimals beyond 17 significant digits are rounded, so
-//     9007199254740993 and 9007199254740992 fingerprint the same. Send such
-//     values (ids, big amounts) as strings, or use ModeRaw or a field that
-//     holds them as a string.
+//   - Numbers are IEEE-754 doubles, as JCS requires. A number a double
+//     cannot hold exactly (an integer beyond 2^53, a decimal beyond 17
+//     significant digits) is refused with ErrInexactNumber, since
+//     9007199254740993 and 9007199254740992 would fingerprint the same;
+//     with Options.InexactNumbers it is rounded instead, and they do.
+//     Send such values (ids, big amounts) as strings, or use ModeRaw or a
+//     field that holds them as a string.
 //   - Duplicate member names, invalid UTF-8, lone surrogates, numbers
 //     beyond float64 and nesting beyond Options.MaxDepth are errors, even
 //     where a lenient parser would accept them: the fingerprint must not
