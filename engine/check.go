@@ -238,14 +238,16 @@ func recordName(id idemkv.ID) string { return id.Tenant + "/" + id.Endpoint + "/
 func effectName(k []byte) string { return "data " + strconv.Quote(string(k[1:])) }
 
 // checkPass reads the snapshot once. The first pass (share 0) checks
-// every entry; the others only pair their share.
+// every entry; the others only pair their share, and check the effects
+// and events that name it.
 func (e *Engine) checkPass(ctx context.Context, snap *pebble.Snapshot, pc *pairCheck, epochKnown bool) error {
 	// Records before effects, for pairing: the expiry namespace sorts
 	// after the data namespace, so it is read out of key order.
 	dataStart, dataEnd := []byte{nsData}, []byte{nsData + 1}
 	spans := [][2][]byte{{nil, dataStart}, {expiryStart, expiryEnd}, {dataStart, dataEnd}, {expiryEnd, nil}}
 	if pc.share > 0 {
-		spans = [][2][]byte{{record.EvictedPrefix, prefixEnd(record.EvictedPrefix)}, {recordStart, recordEnd}, {expiryStart, expiryEnd}, {dataStart, dataEnd}}
+		spans = [][2][]byte{{record.EvictedPrefix, prefixEnd(record.EvictedPrefix)}, {recordStart, recordEnd}, {expiryStart, expiryEnd},
+			{dataStart, dataEnd}, {record.OutboxEventPrefix, prefixEnd(record.OutboxEventPrefix)}}
 	}
 	for _, span := range spans {
 		if err := e.checkSpan(ctx, snap, pc, epochKnown, &pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]}); err != nil {
@@ -292,6 +294,12 @@ func (e *Engine) checkSpan(ctx context.Context, snap *pebble.Snapshot, pc *pairC
 				if tok, exp, _, err := record.SplitStamp(v); err == nil && !exp.IsZero() {
 					pc.addEffect(k, tok, exp)
 				}
+			case bytes.HasPrefix(k, record.OutboxEventPrefix):
+				v, err := it.ValueAndErr()
+				if err != nil {
+					return fmt.Errorf("engine: check: %w", err)
+				}
+				pc.pairEvent(k, v)
 			}
 			return nil
 		}

@@ -57,12 +57,7 @@ func (pc *pairCheck) checkOutbox(k, v []byte) {
 			r.add(name, "%v", err)
 			return
 		}
-		// An event commits with its outcome: its token never names a
-		// record still in progress or uncertain. (One whose record has
-		// expired, or was written by Update, names none.)
-		if p, ok := pc.pairs[token]; ok && p.state != idemkv.StateCompleted {
-			pc.named = append(pc.named, namedProblem{name, token, "outbox event " + fmt.Sprint(seq) + " was emitted by token %[2]d, whose record %[1]s is " + p.state.String()})
-		}
+		pc.checkEventToken(name, seq, token)
 		if oc.entities == nil {
 			oc.entities = make(map[string]uint64)
 		}
@@ -79,5 +74,27 @@ func (pc *pairCheck) checkOutbox(k, v []byte) {
 		delete(oc.entities, string(k))
 	default:
 		r.add(name, "unknown outbox key")
+	}
+}
+
+// checkEventToken checks the token of outbox event seq against the
+// records paired in this pass: an event commits with its outcome, so its
+// token never names a record still in progress or uncertain. (One whose
+// record has expired, or was written by Update, names none.)
+func (pc *pairCheck) checkEventToken(name string, seq, token uint64) {
+	if p, ok := pc.pairs[token]; ok && p.state != idemkv.StateCompleted {
+		pc.named = append(pc.named, namedProblem{name, token, "outbox event " + fmt.Sprint(seq) + " was emitted by token %[2]d, whose record %[1]s is " + p.state.String()})
+	}
+}
+
+// pairEvent is checkEventToken for the passes after the first, which
+// pair another share of the tokens and check the events naming them.
+func (pc *pairCheck) pairEvent(k, v []byte) {
+	seq, err := record.OutboxEventSeq(k)
+	if err != nil {
+		return // reported by the first pass
+	}
+	if _, token, err := record.DecodeEvent(seq, v); err == nil && token != 0 && pc.mine(token) {
+		pc.checkEventToken(hex.EncodeToString(k), seq, token)
 	}
 }

@@ -153,6 +153,36 @@ func TestCheckInPasses(t *testing.T) {
 	require.Equal(t, 41, one.Superseded, "the extra outcomes, whose effects a later operation deleted, and the early twin")
 }
 
+// TestCheckInPassesChecksEveryEvent: events that name records still
+// uncertain (a corrupt outbox) are found in every share's pass, not only
+// in the first: as many problems as in one pass.
+func TestCheckInPassesChecksEveryEvent(t *testing.T) {
+	v := newEnv(t)
+	b := v.e.db.NewBatch()
+	for i := range 4 {
+		c := v.claim(id(fmt.Sprint("u", i)), fpA, idemkv.ModeRemote)
+		require.NoError(t, v.e.MarkUncertain(ctx, c.Lease, "timeout"))
+		ev := idemkv.Event{Topic: "t", Key: fmt.Sprint(i)}
+		enc := record.AppendEvent(nil, &ev, c.Lease.Token, v.clock.Now(), [16]byte{1})
+		binary.BigEndian.PutUint64(enc[record.EventEntitySeqOffset:], 1)
+		require.NoError(t, b.Set(record.OutboxEventKey(uint64(i+1)), enc, nil))
+		require.NoError(t, b.Set(record.OutboxEntityKey(ev.Topic, ev.Key), binary.BigEndian.AppendUint64(nil, 1), nil))
+	}
+	require.NoError(t, b.Commit(pebble.Sync))
+	one, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, one.Passes)
+	require.Equal(t, 4, one.ProblemCount, "%v", one.Problems)
+	require.NoError(t, v.e.Close())
+
+	v.opts.CheckMemory = checkPairBytes
+	v.open()
+	many, err := v.e.Check(ctx)
+	require.NoError(t, err)
+	require.Greater(t, many.Passes, 1)
+	require.Equal(t, 4, many.ProblemCount, "%v", many.Problems)
+}
+
 // TestCheckInPassesCorruptTokens: tokens that no share count splits (a
 // corrupt store's) make Check go over its memory budget, not panic or
 // read the store without end.
