@@ -237,32 +237,61 @@ func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 	if r.shared != nil {
 		return r.drainShared(ctx)
 	}
+	n := 0
+	for {
+		last, err := r.resync(ctx)
+		if err != nil {
+			return n, err
+		}
+		k, done, err := r.publishRun(ctx, last)
+		n += k
+		if err != nil {
+			return n, err
+		}
+		if done {
+			break
+		}
+	}
+	if all {
+		return n, r.ack(ctx)
+	}
+	return n, nil
+}
+
+// resync reads the store's cursor, and returns its last sequence. On the
+// first read, or once the store has rolled back (it holds fewer events
+// than the relay published, its acknowledged point went back, or a read
+// found the last event published gone: restored from a backup, failed
+// over to a replica that lacked them), the relay goes on from what the
+// store holds as acknowledged: the store is the truth.
+func (r *Relay) resync(ctx context.Context) (uint64, error) {
 	acked, last, err := r.src.OutboxCursor(ctx)
 	if err != nil {
 		return 0, err
 	}
-	lost := false
-	if r.read {
-		if lost, err = r.rolledBack(ctx, acked, last); err != nil {
-			return 0, err
-		}
-	}
-	if !r.read || lost {
-		// The first read; or the store no longer has events the broker
-		// has: it is the truth, and the relay goes on from what it holds
-		// as acknowledged.
+	if !r.read || last < r.published || acked < r.acked {
 		r.published, r.publishedID, r.acked, r.read = acked, "", acked, true
 	}
-	n := 0
+	return last, nil
+}
+
+// publishRun reads and publishes the events after the last published
+// until the store has no more (done), or until an acknowledgement
+// (AckEvery) or a read that finds the store rolled back, after which the
+// caller resyncs.
+func (r *Relay) publishRun(ctx context.Context, last uint64) (n int, done bool, err error) {
 	for {
-		evs, err := r.src.ReadOutbox(ctx, r.published, r.o.Batch)
+		evs, err := r.readNext(ctx)
 		if err != nil {
-			return n, err
+			return n, false, err
+		}
+		if !r.read {
+			return n, false, nil // rolled back
 		}
 		readAt := r.o.Clock.Now()
 		if len(evs) == 0 {
 			r.setLag(r.published, r.published, time.Time{}) // published everything committed
-			break
+			return n, true, nil
 		}
 		for i := range evs {
 			if i > 0 && r.heldPast(readAt) {
@@ -270,21 +299,34 @@ func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 			}
 			r.setLag(evs[i].Seq-1, max(last, evs[len(evs)-1].Seq), evs[i].Created)
 			if err := r.publish(ctx, evs[i]); err != nil {
-				return n, errors.Join(err, r.ack(ctx)) // keep what the broker has
+				return n, false, errors.Join(err, r.ack(ctx)) // keep what the broker has
 			}
 			r.published, r.publishedID = evs[i].Seq, evs[i].ID
 			n++
 		}
 		if r.published-r.acked >= uint64(r.o.AckEvery) {
-			if err := r.ack(ctx); err != nil {
-				return n, err
-			}
+			return n, false, r.ack(ctx)
 		}
 	}
-	if all {
-		return n, r.ack(ctx)
+}
+
+// readNext reads the events after the last published. While that one is
+// not acknowledged, the read starts with it, and the store must still
+// hold it under its id: if not, the store has rolled back (its numbers
+// may now be other events'), r.read is cleared and nothing is returned.
+func (r *Relay) readNext(ctx context.Context) ([]idemkv.StoredEvent, error) {
+	if r.publishedID == "" || r.published <= r.acked {
+		return r.src.ReadOutbox(ctx, r.published, r.o.Batch)
 	}
-	return n, nil
+	evs, err := r.src.ReadOutbox(ctx, r.published-1, r.o.Batch+1)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 || evs[0].Seq != r.published || evs[0].ID != r.publishedID {
+		r.read = false
+		return nil, nil
+	}
+	return evs[1:], nil
 }
 
 // drainShared claims events and publishes them until a claim comes back
@@ -342,12 +384,9 @@ func (r *Relay) heldPast(since time.Time) bool {
 // and a store that hangs must not hang the relay's stop.
 const ackTimeout = 10 * time.Second
 
-// rolledBack reports whether the store no longer holds the events this
-// relay published as it published them: restored from a backup, or
-// failed over to a replica that lacked them. Their numbers may already
-// be the numbers of later commits, so a count alone cannot tell: the last
-// event published and not acknowledged must still be in the store, under
-// its id, and the store's acknowledged point must not have gone back.
+// rolledBack reports whether the store, whose cursor is acked and last,
+// no longer holds the events this relay published as it published them
+// (resync, readNext): the check made before each acknowledgement.
 func (r *Relay) rolledBack(ctx context.Context, acked, last uint64) (bool, error) {
 	if last < r.published || acked < r.acked {
 		return true, nil
@@ -367,7 +406,7 @@ func (r *Relay) rolledBack(ctx context.Context, acked, last uint64) (bool, error
 // numbers are then others, and the next drain starts again from what the
 // store holds.
 func (r *Relay) ack(ctx context.Context) error {
-	if r.published <= r.acked {
+	if !r.read || r.published <= r.acked {
 		return nil
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)

@@ -566,3 +566,51 @@ func TestRelayNeverAcknowledgesAnotherStoresEvents(t *testing.T) {
 	}
 	require.Equal(t, []string{"p10", "p11", "p12", "p13", "p14", "p15"}, published)
 }
+
+// TestRelayFailoverWithinADrain: the store fails over to a replica that
+// lacked the relay's events, and numbered its own under the same
+// sequences, between two reads of one drain: after the first event of
+// the first read, or just before the acknowledgement that AckEvery calls
+// for. The next read (or the acknowledgement) finds the last event
+// published gone, and the relay starts again from the replica's cursor:
+// every replica event reaches the broker, in order, and none is
+// acknowledged unpublished.
+func TestRelayFailoverWithinADrain(t *testing.T) {
+	for name, tc := range map[string]struct {
+		at       string
+		ackEvery int
+	}{
+		"between reads":          {"p2", 6},
+		"before acknowledgement": {"p2", 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := openEngine(t, t.TempDir())
+			defer before.Close()
+			emit(t, before, 0, 6)
+			replica := openEngine(t, t.TempDir())
+			defer replica.Close()
+			emit(t, replica, 100, 8)
+			src := &switchable{cur: before, notify: make(chan struct{}, 1)}
+			b := &broker{fail: func(ev idemkv.StoredEvent) error {
+				if string(ev.Payload) == tc.at {
+					src.to(replica)
+				}
+				return nil
+			}}
+			r, err := outbox.New(src, b, &outbox.Options{Batch: 3, AckEvery: tc.ackEvery})
+			require.NoError(t, err)
+			_, err = r.Drain(ctx)
+			require.NoError(t, err)
+			var fromReplica []string
+			for _, ev := range b.stream {
+				if len(ev.Payload) == 4 { // p1xx
+					fromReplica = append(fromReplica, string(ev.Payload))
+				}
+			}
+			require.Equal(t, []string{"p100", "p101", "p102", "p103", "p104", "p105", "p106", "p107"}, fromReplica)
+			left, err := replica.ReadOutbox(ctx, 0, 100)
+			require.NoError(t, err)
+			require.Empty(t, left)
+		})
+	}
+}
