@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -41,4 +42,31 @@ func TestFailedNumberingWritesNothing(t *testing.T) {
 	evs, err := e.ReadOutbox(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Empty(t, evs)
+}
+
+// TestNumberingOfManyEventsInOneCommit: one commit emitting more events
+// than are numbered without a map, three entities' interleaved, numbers
+// each entity's events one after the other from its last sequence.
+func TestNumberingOfManyEventsInOneCommit(t *testing.T) {
+	v := newEnv(t)
+	emit := func(n int) {
+		require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error {
+			for i := range n {
+				if err := fx.Emit(idemkv.Event{Topic: "t", Key: fmt.Sprint("e", i%3)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	emit(2)                   // e0#1, e1#1
+	emit(smallEventCount * 3) // past the map's threshold
+	evs, err := v.e.ReadOutbox(ctx, 0, 100)
+	require.NoError(t, err)
+	next := map[string]uint64{}
+	for _, ev := range evs {
+		next[ev.Key]++
+		require.Equal(t, next[ev.Key], ev.EntitySeq, "event %d of %s", ev.Seq, ev.Key)
+	}
+	require.Equal(t, map[string]uint64{"e0": 9, "e1": 9, "e2": 8}, next)
 }

@@ -127,24 +127,40 @@ func (c *committer) entitySeqsLocked(t *txn) ([]uint64, error) {
 		return nil, nil
 	}
 	seqs := make([]uint64, len(t.events))
+	// The last sequence given to each entity of t so far: looked up
+	// among t's earlier events while they are few (most commits emit one
+	// or two), in a map past that.
+	var last map[string]uint64
+	if len(t.events) > smallEventCount {
+		last = make(map[string]uint64, len(t.events))
+	}
 	for i := range t.events {
-		// An entity's earlier event in t, if any (a commit emits few).
-		j := i - 1
-		for j >= 0 && !bytes.Equal(t.entities[j], t.entities[i]) {
-			j--
+		n, seen := uint64(0), false
+		if last != nil {
+			n, seen = last[string(t.entities[i])]
+		} else {
+			for j := i - 1; j >= 0 && !seen; j-- {
+				if bytes.Equal(t.entities[j], t.entities[i]) {
+					n, seen = seqs[j], true
+				}
+			}
 		}
-		if j >= 0 {
-			seqs[i] = seqs[j] + 1
-			continue
-		}
-		n, err := c.entitySeqLocked(t, i)
-		if err != nil {
-			return nil, err
+		if !seen {
+			var err error
+			if n, err = c.entitySeqLocked(t, i); err != nil {
+				return nil, err
+			}
 		}
 		seqs[i] = n + 1
+		if last != nil {
+			last[string(t.entities[i])] = n + 1
+		}
 	}
 	return seqs, nil
 }
+
+// smallEventCount is the most events a commit numbers without a map.
+const smallEventCount = 8
 
 // addLocked records t's writes as pending in g, and adds t's events to
 // g's batch, numbered seqs (entitySeqsLocked). REQUIRES: c.mu held; g
