@@ -3,6 +3,7 @@ package httpidem
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -65,11 +66,22 @@ func pathParams(r *http.Request, pattern string) (map[string]string, error) {
 		set(name, v)
 	}
 	if rest {
-		if tail := pathPast(r.URL.EscapedPath(), segs); tail != "" {
+		if tail := pathPast(requestPath(r), segs); tail != "" {
 			set(restParam, tail)
 		}
 	}
 	return params, nil
+}
+
+// requestPath is the escaped path r was sent to, as the mux that matched
+// the pattern saw it: a handler mounted with http.StripPrefix gets a
+// shortened URL.Path, while Request.Pattern and RequestURI keep the
+// whole.
+func requestPath(r *http.Request) string {
+	if u, err := url.ParseRequestURI(r.RequestURI); err == nil && u.EscapedPath() != "" {
+		return u.EscapedPath()
+	}
+	return r.URL.EscapedPath()
 }
 
 // pathPast returns what of the escaped path lies past a pattern of the
