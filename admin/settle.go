@@ -212,7 +212,7 @@ func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRe
 	}
 	entry := newAuditEntry(store, "evict", &rec, "removed: the next request with its key runs anew", req.Reason)
 	return audited(audit, entry, func(*AuditEntry) error {
-		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token})
+		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token, Since: cmp.Or(req.Since, sentAt(&rec))})
 		return err
 	})
 }

@@ -85,6 +85,9 @@ func (e *Engine) evictable(ctx context.Context, st *stripe, k []byte, req *idemk
 	case req.Token != 0 && cur.Token != req.Token:
 		e.counters.fenced.Add(1)
 		err = fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
+	case !req.Since.IsZero() && cur.MovedSince(req.Since):
+		e.counters.fenced.Add(1)
+		err = fmt.Errorf("%w: key_hash %s: its holder renewed it or marked it after %v", idemkv.ErrFenced, req.ID.Hash(), req.Since)
 	}
 	if err != nil {
 		return idemkv.Record{}, nil, nil, err

@@ -86,16 +86,17 @@ func (s *Store) Scan(ctx context.Context, req idemkv.ScanRequest) (idemkv.ScanPa
 
 // evictSQL makes an evictable record absent in place (absentSQL, so that
 // a claim waiting on its row takes it over with a token drawn under the
-// lock) and returns it as it was: $1 now, $2-$4 id, $5 token or 0. The
-// effects of a completed one stay, under its token (Check accepts
-// effects whose record is absent).
-const evictSQL = `UPDATE idemkv_records r SET ` + absentSQL + `
+// lock) and returns it as it was: $1 now, $2-$4 id, $5 token or 0, $6
+// since or NULL. The effects of a completed one stay, under its token
+// (Check accepts effects whose record is absent).
+var evictSQL = `UPDATE idemkv_records r SET ` + absentSQL + `
 FROM (SELECT tenant, endpoint, key, ` + recordColumns + ` FROM idemkv_records
 	WHERE tenant = $2 AND endpoint = $3 AND key = $4 FOR UPDATE) old
 WHERE r.tenant = old.tenant AND r.endpoint = old.endpoint AND r.key = old.key
 	AND ($5 = 0 OR old.token = $5)
 	AND (old.state = 2 OR (old.state = 1 AND old.mode = 1 AND old.lease_expires <= $1)
 		OR (old.state = 3 AND old.expires > $1))
+	AND ` + notMovedSinceSQL("$6", "old.") + `
 RETURNING old.state, old.mode, old.fingerprint, old.token, old.attempt, old.operation_id, old.created,
 	old.lease_expires, old.expires, old.class, old.status, old.pointer, old.body, old.effects, old.note, old.escalated,
 	old.marked`
@@ -111,7 +112,7 @@ func (s *Store) Evict(ctx context.Context, req idemkv.EvictRequest) (idemkv.Reco
 	}
 	id := req.ID
 	now := s.now()
-	rec, err := scanRecord(s.pool.QueryRow(ctx, evictSQL, now, id.Tenant, id.Endpoint, id.Key, int64(req.Token)), id)
+	rec, err := scanRecord(s.pool.QueryRow(ctx, evictSQL, now, id.Tenant, id.Endpoint, id.Key, int64(req.Token), sinceArg(req.Since)), id)
 	if err == nil {
 		return rec, nil
 	}
@@ -126,6 +127,8 @@ func (s *Store) Evict(ctx context.Context, req idemkv.EvictRequest) (idemkv.Reco
 		return idemkv.Record{}, fmt.Errorf("%w: key_hash %s is in progress under a live lease", idemkv.ErrWrongState, id.Hash())
 	case req.Token != 0 && cur.Token != req.Token:
 		return idemkv.Record{}, fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
+	case !req.Since.IsZero() && cur.MovedSince(req.Since):
+		return idemkv.Record{}, fmt.Errorf("%w: key_hash %s: its holder renewed it or marked it after %v", idemkv.ErrFenced, id.Hash(), req.Since)
 	}
 	return idemkv.Record{}, fmt.Errorf("%w: key_hash %s changed while it was evicted; try again", idemkv.ErrConflict, id.Hash())
 }

@@ -19,15 +19,16 @@ import (
 func settleableSQL(since string) string {
 	return `tenant = $6 AND endpoint = $7 AND key = $8 AND token = $3
 	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $5::timestamptz))
-	AND ` + notMovedSinceSQL(since)
+	AND ` + notMovedSinceSQL(since, "")
 }
 
-// notMovedSinceSQL is the condition that a settleable record has not
-// moved since the moment in the parameter since, if it is not NULL
-// (idemkv.Record.MovedSince).
-func notMovedSinceSQL(since string) string {
-	return `(` + since + `::timestamptz IS NULL OR CASE WHEN state = 1 THEN lease_expires ELSE marked END IS NULL
-		OR CASE WHEN state = 1 THEN lease_expires ELSE marked END <= ` + since + `::timestamptz + interval '1 millisecond')`
+// notMovedSinceSQL is the condition that a settleable record (its
+// columns named with prefix: "" or "old.") has not moved since the moment
+// in the parameter since, if it is not NULL (idemkv.Record.MovedSince).
+func notMovedSinceSQL(since, prefix string) string {
+	moved := `CASE WHEN ` + prefix + `state = 1 THEN ` + prefix + `lease_expires WHEN ` + prefix + `state = 2 THEN ` + prefix + `marked END`
+	return `(` + since + `::timestamptz IS NULL OR ` + moved + ` IS NULL
+		OR ` + moved + ` <= ` + since + `::timestamptz + interval '1 millisecond')`
 }
 
 // resolveRecSQL completes a settleable record with the reconciler's
@@ -56,7 +57,7 @@ UPDATE idemkv_records SET escalated = true, lease_expires = NULL, note = $6,
 	marked = CASE WHEN state = 2 THEN marked ELSE $1::timestamptz END, state = 2
 WHERE tenant = $2 AND endpoint = $3 AND key = $4 AND token = $5
 	AND (state = 2 OR (state = 1 AND mode = 1 AND lease_expires <= $1))
-	AND ` + notMovedSinceSQL("$7")
+	AND ` + notMovedSinceSQL("$7", "")
 
 // Resolve implements idemkv.Store.
 func (s *Store) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {

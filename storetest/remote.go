@@ -189,7 +189,7 @@ func remoteRenewal(t *testing.T, newHarness NewHarness) {
 // moment: its call may have gone out after the downstream was asked. A
 // resolution decided from the record as it stands goes through, and one
 // without Since is the operator's, made on the operator's word. Escalate
-// takes Since as Resolve does.
+// and Evict take Since as Resolve does.
 func resolveSince(t *testing.T, newHarness NewHarness) {
 	h := newHarness(t, nil)
 	defer h.Close()
@@ -260,6 +260,21 @@ func resolveSince(t *testing.T, newHarness NewHarness) {
 	must(t, escalate(now, now.LeaseExpires))
 	if got := listed(r.ID); !got.Escalated {
 		t.Fatalf("escalated from the record as it stands: %+v, want escalated", got)
+	}
+
+	// Evict takes Since too, where the store evicts.
+	if ev, ok := h.Store().(idemkv.Evicter); ok {
+		r = req("since-evicted")
+		l = claimAcquired(t, h, r)
+		h.Advance(6 * time.Second)
+		seen = listed(r.ID)
+		h.Advance(250 * time.Millisecond)
+		must(t, h.Store().MarkUncertain(ctx, l, "timeout"))
+		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: r.ID, Token: seen.Token, Since: seen.LeaseExpires})
+		fenced("evicted, marked since", err)
+		now = listed(r.ID)
+		_, err = ev.Evict(ctx, idemkv.EvictRequest{ID: r.ID, Token: now.Token, Since: now.Marked})
+		must(t, err)
 	}
 
 	// Without Since: the operator's resolution.
