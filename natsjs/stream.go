@@ -25,8 +25,10 @@ const DefaultDuplicateWindow = 2 * time.Minute
 // longer window an operator gave it; it is updated only if it captures
 // none of subjects (a subject is there if one of the stream's matches it,
 // through wildcards; one that matches some of the stream's replaces them,
-// as the server refuses overlapping subjects) or has a shorter window. A
-// stream
+// as the server refuses overlapping subjects) or has a shorter window.
+// Subjects that overlap without either covering the other
+// (payments.*.eu, payments.created.*) cannot share a stream: the server's
+// refusal is returned. A stream
 // kept in memory is an error: storage cannot be changed in place, and a
 // memory stream loses the events the relay has already removed from the
 // outbox.
