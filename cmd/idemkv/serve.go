@@ -208,9 +208,21 @@ func serve(ctx context.Context, ln net.Listener, c serveConfig, stdout io.Writer
 	case err = <-errc: // a listener failed: stop the others too
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// In-flight requests finish: each server bounds a handler's time
+	// (WriteTimeout: the lease, --wait and some), and shutdown waits that
+	// long. A second signal ends the process at once (main).
+	grace := 30 * time.Second
 	for _, srv := range servers {
-		err = errors.Join(err, srv.Shutdown(sctx))
+		grace = max(grace, srv.WriteTimeout+5*time.Second)
+	}
+	log.Info("serve: stopping; in-flight requests finish first", "up_to", grace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	for _, srv := range servers {
+		if serr := srv.Shutdown(sctx); errors.Is(serr, context.DeadlineExceeded) {
+			err = errors.Join(err, fmt.Errorf("requests still running after %v were cut off: their keys are retried or reconciled", grace))
+		} else {
+			err = errors.Join(err, serr)
+		}
 	}
 	cancel()
 	if errors.Is(err, http.ErrServerClosed) {
