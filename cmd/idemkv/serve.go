@@ -119,9 +119,12 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			return usageError{err}
 		}
 		for _, r := range []float64{c.provider.FailRate, c.provider.TimeoutRate, c.provider.FailRate + c.provider.TimeoutRate} {
-			if r < 0 || r > 1 {
+			if !(r >= 0 && r <= 1) { // NaN too
 				return usageError{errors.New("--provider-fail-rate and --provider-timeout-rate are fractions, and together at most 1")}
 			}
+		}
+		if c.processorTimeout <= 0 {
+			return usageError{errors.New("--processor-timeout must be positive")}
 		}
 		if c.processorURL != "" {
 			if _, err := payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil); err != nil {
@@ -367,9 +370,13 @@ func (c *serveConfig) startServers(ln net.Listener, s *service, logger *slog.Log
 // --data, so the processes sharing a store would each charge their own,
 // and ask their own whether a payment another one charged was charged.
 func requireProcessor(c serveConfig) error {
-	if c.store != "" && c.processorURL == "" {
+	switch {
+	case c.store != "" && c.processorURL == "":
 		return errors.New("--store needs --processor URL: the simulated card processor lives in one serve process, " +
 			"so processes sharing a store would each charge, and ask, their own; run idemkv processor and give its URL to every serve")
+	case c.store != "" && c.events == "embedded":
+		return errors.New("--store needs --events nats://HOST:PORT, not embedded: the processes sharing a store share its outbox, " +
+			"and each event would go to whichever process's own broker took it; run one NATS JetStream server and give its URL to every serve")
 	}
 	return nil
 }

@@ -447,3 +447,22 @@ func TestServeRefusesAStoreWithoutAProcessor(t *testing.T) {
 	assert.Contains(t, errOut.String(), "--store needs --processor URL")
 	assert.Contains(t, errOut.String(), "idemkv processor")
 }
+
+// With --store, serve needs a NATS server's URL for --events: each
+// process's embedded broker would get a share of the shared outbox's
+// events. Rates and timeouts out of range are usage errors too.
+func TestServeRefusesFlagsThatCannotHold(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--store", "postgres://app@127.0.0.1:1/pay", "--processor", "http://127.0.0.1:1", "--events", "embedded"}, "--store needs --events nats://"},
+		{[]string{"--provider-fail-rate", "NaN"}, "are fractions"},
+		{[]string{"--processor-timeout", "0s"}, "--processor-timeout must be positive"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, tc.args...), &out, &errOut)
+		assert.Equal(t, exitUsage, code, "%v", tc.args)
+		assert.Contains(t, errOut.String(), tc.want, "%v", tc.args)
+	}
+}
