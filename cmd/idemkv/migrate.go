@@ -59,7 +59,7 @@ func migrateFlags(flags *flag.FlagSet) func(context.Context, io.Writer) error {
 			return usageError{errors.New("--data is required")}
 		case backup != "" && noBackup:
 			return usageError{errors.New("--backup-to and --no-backup: give one")}
-		case backup == "" && !noBackup:
+		case backup == "" && !noBackup && !dryRun:
 			return usageError{errors.New("--backup-to DIR is required (or --no-backup, to migrate without a copy to return to)")}
 		}
 		if _, err := os.Stat(dir); err != nil {

@@ -64,6 +64,8 @@ func TestMigrateCommand(t *testing.T) {
 	require.Equal(t, exitOK, exec("--data", dir, "--backup-to", backup, "--dry-run"), errOut.String())
 	require.Contains(t, out.String(), fmt.Sprintf("layout   3: a read-write Open migrates it to %d (dry run: nothing done)", engine.Layout))
 	require.NoDirExists(t, backup)
+	require.Equal(t, exitOK, exec("--data", dir, "--dry-run"), "a dry run needs no backup: %s", errOut.String())
+	require.Contains(t, out.String(), "dry run: nothing done")
 	require.Equal(t, uint64(3), layout(dir))
 
 	require.Equal(t, exitOK, exec("--data", dir, "--backup-to", backup, "--json"), errOut.String())

@@ -133,12 +133,35 @@ func pendingJSON(r idemkv.Record) map[string]any {
 }
 
 // openExisting opens the store in dir, which must exist (a typo must not
-// create an empty store).
+// create an empty store), and, to be written, must be in this release's
+// layout (writableStore).
 func openExisting(dir string, readOnly bool) (*engine.Engine, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, err
 	}
+	if !readOnly {
+		if err := writableStore(dir); err != nil {
+			return nil, err
+		}
+	}
 	return engine.Open(dir, &engine.Options{ReadOnly: readOnly, NoBackgroundSweep: true})
+}
+
+// writableStore checks that dir holds a store that an operator's command
+// may open read-write: one that exists (not an empty directory that the
+// Open would make a store of), in this release's layout. A read-write
+// Open migrates an older one in place; that is idemkv migrate's to do,
+// with a backup to return to.
+func writableStore(dir string) error {
+	layout, err := engine.StoredLayout(dir, nil)
+	switch {
+	case err != nil:
+		return err
+	case layout != 0 && layout != engine.Layout:
+		return fmt.Errorf("%s holds a store in layout %d, which a read-write open migrates to %d: run idemkv migrate --data %s --backup-to DIR first",
+			dir, layout, engine.Layout, dir)
+	}
+	return nil
 }
 
 // resolveConfig is what the resolve flags set.

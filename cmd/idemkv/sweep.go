@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/idemkv/idemkv/engine"
@@ -57,6 +58,12 @@ func sweepFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		}
 		if rate == 0 {
 			return usageError{fmt.Errorf("--rate 0 would never finish; give a positive rate or a negative one for no limit")}
+		}
+		if _, err := os.Stat(dir); err != nil {
+			return err // do not create a store where none is
+		}
+		if err := writableStore(dir); err != nil {
+			return err
 		}
 		e, err := engine.Open(dir, &engine.Options{NoBackgroundSweep: true, Sweep: ttl.Options{Rate: rate}})
 		if err != nil {

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/upgradetest"
 	"github.com/idemkv/idemkv/ttl"
 	"github.com/stretchr/testify/require"
 )
@@ -52,4 +54,32 @@ func TestSweepCommand(t *testing.T) {
 
 	code = run(ctx, []string{"sweep"}, &out, &errOut)
 	require.Equal(t, exitUsage, code)
+}
+
+// TestOperatorCommandsNeverCreateOrMigrate: sweep, resolve and evict
+// with --data open the store read-write; on a directory that holds no
+// store they fail rather than make one, and on a store of an earlier
+// layout they fail, pointing to migrate, rather than migrate it in place
+// without a backup.
+func TestOperatorCommandsNeverCreateOrMigrate(t *testing.T) {
+	ctx := context.Background()
+	old := upgradetest.Load(t, layout3Fixture).CopyStore(t)
+	empty := t.TempDir()
+	for _, args := range [][]string{
+		{"sweep"},
+		{"resolve", "--tenant", "t", "--endpoint", "POST /x", "--key", "k", "--no-effect", "--note", "ops"},
+		{"evict", "--tenant", "t", "--endpoint", "POST /x", "--key", "k", "--reason", "ops"},
+	} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, exitFail, run(ctx, append(args, "--data", filepath.Join(empty, "nothing")), &out, &errOut), "%v", args)
+		require.NoDirExists(t, filepath.Join(empty, "nothing"))
+		require.Equal(t, exitFail, run(ctx, append(args, "--data", empty), &out, &errOut), "%v", args)
+		require.NoFileExists(t, filepath.Join(empty, "MANIFEST-000001"), "%v made a store", args)
+		errOut.Reset()
+		require.Equal(t, exitFail, run(ctx, append(args, "--data", old), &out, &errOut), "%v", args)
+		require.Contains(t, errOut.String(), "run idemkv migrate", "%v", args)
+		l, err := engine.StoredLayout(old, nil)
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), l, "%v left the store as it was", args)
+	}
 }
