@@ -132,58 +132,95 @@ func restoreFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err := emptyOrAbsent(dir); err != nil {
 			return err
 		}
-		if err := copyTree(from, dir, ""); err != nil {
-			return fmt.Errorf("restore %s into %s: %w", from, dir, err)
-		}
-		layout, err := engine.StoredLayout(dir, nil)
-		if err != nil {
-			return fmt.Errorf("restore: the copy does not open as a store: %w", err)
-		}
-		var earlier uint64 // a backup migrate took before it migrated
-		if layout != 0 && layout != engine.Layout {
-			earlier = layout
-		}
-		e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
-		if earlier != 0 && errors.Is(err, engine.ErrLayout) {
-			// For a rollback to the version that wrote it, or for a
-			// read-write Open of this one, which migrates it; a read-only
-			// Open, and so the check, does not read this layout.
-			out := backupReport{From: from, To: dir, Layout: layout}
-			if out.Bytes, err = dirSize(dir); err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(stdout, out)
-			}
-			_, err = fmt.Fprintf(stdout, "restored %s into %s (%d bytes): layout %d, which this version migrates to %d at a read-write Open; not checked (a read-only Open does not read layout %d)\n",
-				from, dir, out.Bytes, layout, engine.Layout, layout)
+		if err := apart(from, dir); err != nil {
 			return err
 		}
-		if err != nil {
-			return fmt.Errorf("restore: the copy does not open as a store: %w", err)
+		if err := os.MkdirAll(filepath.Dir(filepath.Clean(dir)), 0o755); err != nil {
+			return err
 		}
-		rep, err := e.Check(ctx)
-		if cerr := e.Close(); err == nil {
-			err = cerr
-		}
+		// The copy is made and checked beside dir, and renamed into place
+		// only once it opens as a store: a failed restore leaves nothing
+		// at dir that serve would start an empty store on.
+		staging, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dir)), "."+filepath.Base(filepath.Clean(dir))+".restoring-")
 		if err != nil {
 			return err
 		}
-		out := backupReport{From: from, To: dir, Layout: earlier, Check: &rep}
-		if out.Bytes, err = dirSize(dir); err != nil {
-			return err
+		out, rep, err := restoreInto(ctx, from, staging)
+		if err != nil {
+			return errors.Join(err, os.RemoveAll(staging))
 		}
+		if rep != nil && rep.ProblemCount > 0 {
+			return fmt.Errorf("the restored store breaks %d invariants (idemkv check --data %s); it is left in %s, and nothing is at %s",
+				rep.ProblemCount, staging, staging, dir)
+		}
+		if err := putInPlace(staging, dir); err != nil {
+			return errors.Join(err, os.RemoveAll(staging))
+		}
+		out.From, out.To = from, dir
 		if asJSON {
-			err = printJSON(stdout, out)
-		} else {
-			_, err = fmt.Fprintf(stdout, "restored %s into %s (%d bytes): %d records (%d completed, %d in progress, %d uncertain), %d effects; check: %d problems\n",
-				from, dir, out.Bytes, rep.Records, rep.Completed, rep.InProgress, rep.Uncertain, rep.Effects, rep.ProblemCount)
+			return printJSON(stdout, out)
 		}
-		if err == nil && rep.ProblemCount > 0 {
-			err = fmt.Errorf("the restored store breaks %d invariants (idemkv check --data %s)", rep.ProblemCount, dir)
+		if rep == nil {
+			_, err = fmt.Fprintf(stdout, "restored %s into %s (%d bytes): layout %d, which this version migrates to %d at a read-write Open; not checked (a read-only Open does not read layout %d)\n",
+				from, dir, out.Bytes, out.Layout, engine.Layout, out.Layout)
+			return err
 		}
+		_, err = fmt.Fprintf(stdout, "restored %s into %s (%d bytes): %d records (%d completed, %d in progress, %d uncertain), %d effects; check: %d problems\n",
+			from, dir, out.Bytes, rep.Records, rep.Completed, rep.InProgress, rep.Uncertain, rep.Effects, rep.ProblemCount)
 		return err
 	}
+}
+
+// restoreInto copies the backup from into dir and checks the copy: it
+// must open as a store. The report's check is nil for a store in a layout
+// that a read-only Open does not read (a backup migrate took before it
+// migrated), which is not checked.
+func restoreInto(ctx context.Context, from, dir string) (backupReport, *engine.CheckReport, error) {
+	var out backupReport
+	if err := copyTree(from, dir, ""); err != nil {
+		return out, nil, fmt.Errorf("restore %s: %w", from, err)
+	}
+	layout, err := engine.StoredLayout(dir, nil)
+	if err != nil {
+		return out, nil, fmt.Errorf("restore: the copy does not open as a store: %w", err)
+	}
+	if layout != 0 && layout != engine.Layout {
+		out.Layout = layout
+	}
+	if out.Bytes, err = dirSize(dir); err != nil {
+		return out, nil, err
+	}
+	e, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
+	if out.Layout != 0 && errors.Is(err, engine.ErrLayout) {
+		// For a rollback to the version that wrote it, or for a
+		// read-write Open of this one, which migrates it; a read-only
+		// Open, and so the check, does not read this layout.
+		return out, nil, nil
+	}
+	if err != nil {
+		return out, nil, fmt.Errorf("restore: the copy does not open as a store: %w", err)
+	}
+	rep, err := e.Check(ctx)
+	if cerr := e.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return out, nil, err
+	}
+	out.Check = &rep
+	return out, &rep, nil
+}
+
+// putInPlace renames the restored copy staging to dir, which is absent or
+// an empty directory, and syncs their parent.
+func putInPlace(staging, dir string) error {
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err // not empty after all: emptyOrAbsent checked it before the copy
+	}
+	if err := os.Rename(staging, dir); err != nil {
+		return err
+	}
+	return syncPath(filepath.Dir(filepath.Clean(dir)))
 }
 
 func printJSON(w io.Writer, v any) error {

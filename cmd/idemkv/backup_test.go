@@ -48,7 +48,18 @@ func TestBackupRestoreCommands(t *testing.T) {
 	require.Equal(t, exitFail, run(ctx, []string{"restore", "--from", backup, "--data", filepath.Join(backup, "sub", "restored")}, &out, &errOut))
 	require.Contains(t, errOut.String(), "overlap")
 
+	// A restore that fails (here: not a backup) leaves nothing behind, so
+	// that serve cannot start an empty store there, and the same
+	// directory takes the right backup after.
 	restored := filepath.Join(t.TempDir(), "restored")
+	notBackup := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(notBackup, "notes.txt"), []byte("x"), 0o600))
+	require.Equal(t, exitFail, run(ctx, []string{"restore", "--from", notBackup, "--data", restored}, &out, &errOut))
+	require.Contains(t, errOut.String(), "does not open as a store")
+	require.NoDirExists(t, restored)
+	left, err := os.ReadDir(filepath.Dir(restored))
+	require.NoError(t, err)
+	require.Empty(t, left, "no staging copy is left")
 	out.Reset()
 	errOut.Reset()
 	require.Equal(t, exitOK, run(ctx, []string{"restore", "--from", backup, "--data", restored, "--json"}, &out, &errOut), errOut.String())
