@@ -86,8 +86,9 @@ func (o *ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 // the consumer, and should inbox.Reject the event instead. A lost
 // connection or consumer is retried the same way. Invalid options are
 // returned at once, and so is an error no retry can pass: the store's
-// idemkv.ErrClosed, or idemkv.ErrInvalidArgument (a retention class the
-// store lacks, writes past its bounds, or a handler's error wrapping it).
+// idemkv.ErrClosed, idemkv.ErrInvalidArgument (a retention class the
+// store lacks, writes past its bounds, or a handler's error wrapping it),
+// or ErrStreamBehind.
 //
 // Each message's inbox.Message comes from InboxMessage. The stream must
 // keep its messages until they are read (limits retention, or an
@@ -119,8 +120,8 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, c *inbo
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, idemkv.ErrClosed) || errors.Is(err, idemkv.ErrInvalidArgument) {
-			return err // no retry can pass: a closed store, a class it lacks
+		if errors.Is(err, idemkv.ErrClosed) || errors.Is(err, idemkv.ErrInvalidArgument) || errors.Is(err, ErrStreamBehind) {
+			return err // no retry can pass: a closed store, a class it lacks, another stream
 		}
 		failures++
 		if o.Logger != nil {
@@ -155,6 +156,9 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.FilterSubjects, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if pos > 0 {
+		if err := streamReaches(ctx, js, stream, pos); err != nil {
+			return err
+		}
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos+1
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
@@ -185,6 +189,26 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 		}
 		o.Processed(msg, out)
 	}
+}
+
+// ErrStreamBehind is returned by Consume when the stream's last message
+// is before the consumer's position: the stream is not the one the
+// consumer read (recreated, or a broker restored without it), and
+// reading on from the position would skip its messages until they
+// numbered past it. The consumer's position must be reset by hand (its
+// store restored with the stream, or started anew).
+var ErrStreamBehind = errors.New("natsjs: the stream ends before the consumer's position")
+
+// streamReaches checks that stream's last sequence is at least pos.
+func streamReaches(ctx context.Context, js jetstream.JetStream, stream string, pos uint64) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("reading stream %q: %w", stream, err)
+	}
+	if last := s.CachedInfo().State.LastSeq; last < pos {
+		return fmt.Errorf("%w: stream %q ends at %d, the consumer has read through %d", ErrStreamBehind, stream, last, pos)
+	}
+	return nil
 }
 
 // InboxMessage returns m as an inbox.Message: its stream sequence as the

@@ -566,3 +566,30 @@ func TestConsumeReturnsWhatNoRetryPasses(t *testing.T) {
 	}
 	require.Zero(t, retries)
 }
+
+// TestConsumeRefusesAStreamBehindItsPosition: a consumer that has read
+// through position 3 is given a stream that ends before it (recreated,
+// or a broker restored without it): Consume returns ErrStreamBehind
+// rather than wait for new messages to number past 3 and skip the
+// first of them.
+func TestConsumeRefusesAStreamBehindItsPosition(t *testing.T) {
+	v, br := newEnv(t), newBroker(t)
+	br.publish(payment(1), payment(2), payment(3))
+	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox"})
+	require.NoError(t, err)
+	b := &book{}
+	br.run(br.ctx, c, b.handle, 3, nil).wait(t)
+
+	require.NoError(t, br.js.DeleteStream(br.ctx, paymentsStream))
+	_, err = natsjs.EnsureStream(br.ctx, br.js, paymentsStream, []string{"payments.>"}, 0)
+	require.NoError(t, err)
+	br.publish(payment(4))
+	d := br.run(br.ctx, c, b.handle, 0, nil)
+	select {
+	case err := <-d.done:
+		require.ErrorIs(t, err, natsjs.ErrStreamBehind)
+	case <-time.After(consumeTimeout):
+		d.cancel()
+		t.Fatal("Consume did not refuse the stream")
+	}
+}
