@@ -214,77 +214,73 @@ func resolveSince(t *testing.T, newHarness NewHarness) {
 		}
 	}
 
+	// renewed claims key and lets its lease run out; seen is the record
+	// then, as a reconciler lists it. Its holder renews it after all and
+	// lets the new lease run out too.
+	renewed := func(key string) (seen idemkv.Record) {
+		t.Helper()
+		r := req(key)
+		l := claimAcquired(t, h, r)
+		h.Advance(6 * time.Second) // abandoned
+		seen = listed(r.ID)
+		if _, err := h.Store().Renew(ctx, l, 5*time.Second); err != nil {
+			t.Fatalf("a renewal after the lease ran out, before any takeover: %v", err)
+		}
+		h.Advance(6 * time.Second) // abandoned again
+		return seen
+	}
+	// marked is renewed's record marked uncertain by its holder instead.
+	marked := func(key string) (seen idemkv.Record) {
+		t.Helper()
+		r := req(key)
+		l := claimAcquired(t, h, r)
+		h.Advance(6 * time.Second)
+		seen = listed(r.ID)
+		h.Advance(250 * time.Millisecond)
+		must(t, h.Store().MarkUncertain(ctx, l, "timeout"))
+		return seen
+	}
+
 	// Renewed after its lease ran out, past the moment the resolution
 	// was decided from.
-	r := req("since-renewed")
-	l := claimAcquired(t, h, r)
-	h.Advance(6 * time.Second) // abandoned
-	seen := listed(r.ID)
-	if _, err := h.Store().Renew(ctx, l, 5*time.Second); err != nil {
-		t.Fatalf("a renewal after the lease ran out, before any takeover: %v", err)
-	}
-	h.Advance(6 * time.Second) // abandoned again
+	seen := renewed("since-renewed")
 	fenced("renewed since", resolve(seen, seen.LeaseExpires))
-	now := listed(r.ID)
+	now := listed(seen.ID)
 	must(t, resolve(now, now.LeaseExpires))
 
 	// Marked uncertain by its holder after it was read abandoned.
-	r = req("since-marked")
-	l = claimAcquired(t, h, r)
-	h.Advance(6 * time.Second)
-	seen = listed(r.ID)
-	h.Advance(250 * time.Millisecond)
-	must(t, h.Store().MarkUncertain(ctx, l, "timeout"))
+	seen = marked("since-marked")
 	fenced("marked since", resolve(seen, seen.LeaseExpires))
-	now = listed(r.ID)
+	now = listed(seen.ID)
 	must(t, resolve(now, now.Marked))
 
 	// Escalate takes Since as Resolve does: giving up on a record whose
 	// holder renewed it since would fence off an attempt running again.
-	r = req("since-escalated")
-	l = claimAcquired(t, h, r)
-	h.Advance(6 * time.Second)
-	seen = listed(r.ID)
-	if _, err := h.Store().Renew(ctx, l, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	h.Advance(6 * time.Second)
+	seen = renewed("since-escalated")
 	escalate := func(rec idemkv.Record, since time.Time) error {
 		return h.Store().Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: "gave up", Since: since})
 	}
 	fenced("escalated, renewed since", escalate(seen, seen.LeaseExpires))
-	if got := listed(r.ID); got.State != idemkv.StateInProgress || got.Escalated {
+	if got := listed(seen.ID); got.State != idemkv.StateInProgress || got.Escalated {
 		t.Fatalf("a refused escalation changed the record: %+v", got)
 	}
-	now = listed(r.ID)
+	now = listed(seen.ID)
 	must(t, escalate(now, now.LeaseExpires))
-	if got := listed(r.ID); !got.Escalated {
+	if got := listed(seen.ID); !got.Escalated {
 		t.Fatalf("escalated from the record as it stands: %+v, want escalated", got)
 	}
 
 	// Evict takes Since too, where the store evicts.
 	if ev, ok := h.Store().(idemkv.Evicter); ok {
-		r = req("since-evicted")
-		l = claimAcquired(t, h, r)
-		h.Advance(6 * time.Second)
-		seen = listed(r.ID)
-		h.Advance(250 * time.Millisecond)
-		must(t, h.Store().MarkUncertain(ctx, l, "timeout"))
-		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: r.ID, Token: seen.Token, Since: seen.LeaseExpires})
+		seen = marked("since-evicted")
+		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: seen.ID, Token: seen.Token, Since: seen.LeaseExpires})
 		fenced("evicted, marked since", err)
-		now = listed(r.ID)
-		_, err = ev.Evict(ctx, idemkv.EvictRequest{ID: r.ID, Token: now.Token, Since: now.Marked})
+		now = listed(seen.ID)
+		_, err = ev.Evict(ctx, idemkv.EvictRequest{ID: seen.ID, Token: now.Token, Since: now.Marked})
 		must(t, err)
 	}
 
 	// Without Since: the operator's resolution.
-	r = req("since-operator")
-	l = claimAcquired(t, h, r)
-	h.Advance(6 * time.Second)
-	seen = listed(r.ID)
-	if _, err := h.Store().Renew(ctx, l, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	h.Advance(6 * time.Second)
+	seen = renewed("since-operator")
 	must(t, resolve(seen, time.Time{}))
 }
