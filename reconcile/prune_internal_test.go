@@ -3,14 +3,50 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkv/idemkv"
-	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/stretchr/testify/require"
 )
+
+// listing is a store that lists its uncertain records, in pages, and
+// takes their resolution: all a worker's passes call here. (The worker is
+// tested on the real stores in internal/layertest/reconcile; this test
+// looks at its memory, which only the package sees.)
+type listing struct {
+	idemkv.Store // the rest: not called
+	mu           sync.Mutex
+	recs         []idemkv.Record
+}
+
+func (l *listing) List(_ context.Context, req idemkv.ListRequest) (idemkv.ListPage, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := 0
+	if req.After != "" {
+		from, _ = strconv.Atoi(req.After)
+	}
+	var page idemkv.ListPage
+	for i := from; i < len(l.recs) && len(page.Records) < req.Limit; i++ {
+		page.Records = append(page.Records, l.recs[i])
+		if len(page.Records) == req.Limit && i+1 < len(l.recs) {
+			page.Next = strconv.Itoa(i + 1)
+		}
+	}
+	return page, nil
+}
+
+// settle removes key's record, as an operator's resolution would.
+func (l *listing) settle(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = slices.DeleteFunc(l.recs, func(r idemkv.Record) bool { return r.ID.Key == key })
+}
 
 // TestBackoffOfSettledRecordsIsForgotten: a worker keeps in memory the
 // backoff of each record that got Unknown. Records an operator settled
@@ -19,21 +55,15 @@ import (
 func TestBackoffOfSettledRecordsIsForgotten(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
-	e, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, NoBackgroundSweep: true})
-	require.NoError(t, err)
-	defer e.Close()
-	var ids []idemkv.ID
+	st := &listing{}
 	for i := range 6 {
-		id := idemkv.ID{Tenant: "t", Endpoint: "POST /pay", Key: fmt.Sprint("k", i)}
-		c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}, Mode: idemkv.ModeRemote})
-		require.NoError(t, err)
-		require.NoError(t, e.MarkUncertain(ctx, c.Lease, "timeout"))
-		ids = append(ids, id)
+		st.recs = append(st.recs, idemkv.Record{ID: idemkv.ID{Tenant: "t", Endpoint: "POST /pay", Key: fmt.Sprint("k", i)},
+			State: idemkv.StateUncertain, Mode: idemkv.ModeRemote, Token: uint64(i + 1), Marked: clock.Now(), Created: clock.Now()})
 	}
 	unknown := ReconcilerFunc(func(context.Context, idemkv.Record) (Answer, error) {
 		return Answer{Verdict: Unknown, Reason: "no answer"}, nil
 	})
-	w, err := New(e, unknown, &Options{Clock: clock, Grace: time.Second, PerPass: 2, MaxAttempts: 100})
+	w, err := New(st, unknown, &Options{Clock: clock, Grace: time.Second, PerPass: 2, MaxAttempts: 100})
 	require.NoError(t, err)
 	tracked := func() int {
 		w.mu.Lock()
@@ -46,10 +76,8 @@ func TestBackoffOfSettledRecordsIsForgotten(t *testing.T) {
 	}
 	require.Equal(t, 6, tracked(), "every record got Unknown")
 
-	for _, id := range ids[:3] {
-		rec, err := e.Get(ctx, id)
-		require.NoError(t, err)
-		require.NoError(t, e.Resolve(ctx, idemkv.ResolveRequest{ID: id, Token: rec.Token, NoEffect: true, Note: "operator"}))
+	for _, k := range []string{"k0", "k1", "k2"} {
+		st.settle(k)
 	}
 	for range 2 { // the three left take two passes of two
 		require.NoError(t, w.Pass(ctx))
