@@ -134,7 +134,7 @@ func (s *Store) Update(ctx context.Context, apply func(idemkv.Effects) error) er
 		return nil
 	})
 	if err == nil && events > 0 {
-		s.kickOutbox()
+		s.eventsCommitted()
 	}
 	return err
 }

@@ -25,3 +25,10 @@ func WithReadCommittedData(o *Options) *Options {
 	o.readCommittedData = true
 	return o
 }
+
+// WithListenCheck makes o's listener check its connection after d
+// without a notification (listenCheck).
+func WithListenCheck(o *Options, d time.Duration) *Options {
+	o.listenCheck = d
+	return o
+}

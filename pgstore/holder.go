@@ -94,7 +94,7 @@ func (s *Store) writeOutcome(ctx context.Context, q querier, l idemkv.Lease, r i
 func (s *Store) completed(events int64) {
 	s.counter.completed.Add(1)
 	if events > 0 {
-		s.kickOutbox()
+		s.eventsCommitted()
 	}
 }
 
@@ -171,7 +171,7 @@ func (s *Store) releaseWith(ctx context.Context, l idemkv.Lease, apply func(idem
 		return nil
 	})
 	if err == nil && events > 0 {
-		s.kickOutbox()
+		s.eventsCommitted()
 	}
 	return err
 }

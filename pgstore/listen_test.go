@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,4 +44,34 @@ func TestOneConnectionPool(t *testing.T) {
 	evs, err := s.ReadOutbox(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
+}
+
+// TestOtherProcessesRelaysAreWoken: a commit with events in one process
+// wakes the relays of the others (OutboxNotify), long before their poll,
+// though the commit itself sends no NOTIFY: the process's notifier sends
+// one after it.
+func TestOtherProcessesRelaysAreWoken(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(ctx, dsn, &pgstore.Options{NoBackgroundSweep: true, OutboxPoll: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	notified := func(s *pgstore.Store) bool {
+		select {
+		case <-s.OutboxNotify():
+			return true
+		case <-time.After(30 * time.Second):
+			return false
+		}
+	}
+	require.True(t, notified(b), "b's listener's first notice")
+	for i := range 3 {
+		c, err := runLocal(t, a, fmt.Sprint("woken-", i), 1, "v")
+		require.NoError(t, err)
+		require.Equal(t, idemkv.Acquired, c.Outcome)
+		require.True(t, notified(b), "b is told of a's commit %d", i)
+	}
 }

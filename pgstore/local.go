@@ -47,8 +47,9 @@ const localRecSQL = `
 	RETURNING ` + recordColumns
 
 // localResultSQL ends the statement: the record it wrote, or the one that
-// is there (as claimSQL reads it), with the events stored and the
-// notifications sent. %s are the two counts: "0, 0" without events.
+// is there (as claimSQL reads it), with the events stored and a zero
+// (the watchers notified, which a local record has none of). %s are the
+// two counts: "0, 0" without events.
 const localResultSQL = `
 SELECT ` + recordColumns + `, true, %s FROM rec
 UNION ALL
@@ -56,11 +57,11 @@ SELECT ` + recordColumns + `, false, 0, 0 FROM idemkv_records
 WHERE tenant = $6 AND endpoint = $7 AND key = $8 AND NOT EXISTS (SELECT 1 FROM rec)`
 
 // newLocalSQL builds the variants of RunLocal's statement.
-func newLocalSQL(o *Options, notify string) writeSQL {
+func newLocalSQL(o *Options) writeSQL {
 	head := "WITH rec AS (" + fmt.Sprintf(localRecSQL, expiresOf(o, "$5", "r.class")) + "),"
 	return buildWriteSQL(head, "(SELECT token FROM rec)", func(events bool) string {
 		if events {
-			return eventsSQL(16, notify) + fmt.Sprintf(localResultSQL, "(SELECT count(*) FROM evs), (SELECT count(*) FROM notify)")
+			return eventsSQL(16) + fmt.Sprintf(localResultSQL, "(SELECT count(*) FROM evs), 0::bigint")
 		}
 		return fmt.Sprintf(localResultSQL, "0::bigint, 0::bigint")
 	})

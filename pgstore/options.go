@@ -70,6 +70,8 @@ type Options struct {
 	// READ COMMITTED, as the store once did (tests: the serializability
 	// model must find the anomaly it allowed).
 	readCommittedData bool
+	// listenCheck, if set, replaces the listener's listenCheck (tests).
+	listenCheck time.Duration
 }
 
 // maxConflictRuns bounds the runs of an operation that read and failed

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/idemkv/idemkv"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The outbox on PostgreSQL. A commit's events are inserted with their
@@ -273,6 +275,59 @@ func (s *Store) kickOutbox() {
 	}
 }
 
+// eventsCommitted wakes this process's relay after a commit added
+// events, and has the notifier tell the other processes' relays.
+func (s *Store) eventsCommitted() {
+	s.kickOutbox()
+	select {
+	case s.announce <- struct{}{}:
+	default: // one is waiting: it covers this commit too
+	}
+}
+
+// announceEvents is the notifier: it sends one NOTIFY idemkv_outbox for
+// the commits with events made since it last sent one, in a statement of
+// its own. A NOTIFY in the commit itself would serialize the cluster's
+// commits with events (PostgreSQL takes one lock for every notifying
+// commit, held through its WAL flush), and those commits hold their
+// rows meanwhile; one NOTIFY at a time per process never piles up. A
+// NOTIFY that fails is not retried: the relays' poll (OutboxPoll) covers.
+func (s *Store) announceEvents(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.announce:
+		}
+		_, _ = s.pool.Exec(ctx, `SELECT pg_notify('idemkv_outbox', '')`)
+	}
+}
+
+// listenCheck is how long the listener waits for a notification before
+// it checks that its connection still answers: a connection that died
+// without a word (a NAT that forgot it, a proxy that stopped forwarding)
+// would otherwise leave every watch waiting out its whole timeout.
+const listenCheck = 10 * time.Second
+
+// waitForNotification returns conn's next notification, or nil after
+// listenCheck without one if conn still answers a ping within
+// listenCheck; an error if it does not.
+func (s *Store) waitForNotification(ctx context.Context, conn *pgx.Conn) (*pgconn.Notification, error) {
+	check := cmp.Or(s.opts.listenCheck, listenCheck)
+	wctx, cancel := context.WithTimeout(ctx, check)
+	n, err := conn.WaitForNotification(wctx)
+	cancel()
+	if err == nil || ctx.Err() != nil || !pgconn.Timeout(err) {
+		return n, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, check)
+	defer cancel()
+	if err := conn.Ping(pctx); err != nil {
+		return nil, fmt.Errorf("pgstore: the listener's connection does not answer: %w", err)
+	}
+	return nil, nil
+}
+
 // startNotifier starts the goroutines behind OutboxNotify and Watch: a
 // poll, and unless Options.NoListen, a connection listening on
 // idemkv_outbox and idemkv_settled, on bgctx. It returns once the listener
@@ -294,14 +349,22 @@ func (s *Store) startNotifier(openCtx, bgctx context.Context) {
 	if s.opts.NoListen {
 		return
 	}
+	s.bg.Go(func() { s.announceEvents(bgctx) })
 	ready := make(chan struct{})
 	var once sync.Once
 	s.bg.Go(func() {
 		for bgctx.Err() == nil {
-			err := s.listen(bgctx, func() { once.Do(func() { close(ready) }) })
+			listened := false
+			err := s.listen(bgctx, func() {
+				listened = true
+				once.Do(func() { close(ready) })
+			})
 			once.Do(func() { close(ready) })
-			if err != nil && bgctx.Err() == nil {
-				select { // the database is away: the poll covers, try again later
+			if err != nil && !listened && bgctx.Err() == nil {
+				// The database is away: the poll covers, try again later.
+				// A connection that listened and then dropped is replaced
+				// at once: watches are refused until it is.
+				select {
 				case <-bgctx.Done():
 				case <-time.After(s.opts.OutboxPoll):
 				}
@@ -325,6 +388,13 @@ func (s *Store) listen(ctx context.Context, listening func()) error {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	// The listener idles by design: a server or role setting that ends
+	// idle sessions would cut it off on a schedule (a server without the
+	// setting refuses it, and then has no such limit).
+	var pgErr *pgconn.PgError
+	if _, err := conn.Exec(ctx, "SET idle_session_timeout = 0"); err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42704") {
+		return err
+	}
 	for _, ch := range []string{"idemkv_outbox", "idemkv_settled"} {
 		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
 			return err
@@ -335,12 +405,15 @@ func (s *Store) listen(ctx context.Context, listening func()) error {
 	listening()
 	s.kickOutbox() // events committed before the LISTEN
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		n, err := s.waitForNotification(ctx, conn)
 		if err != nil {
-			if errors.Is(err, context.Canceled) {
+			if ctx.Err() != nil {
 				return nil
 			}
 			return err
+		}
+		if n == nil {
+			continue // quiet, and the connection answers
 		}
 		if n.Channel == "idemkv_settled" {
 			s.watches.wakePayload(n.Payload)

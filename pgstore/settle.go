@@ -104,7 +104,7 @@ func (s *Store) Resolve(ctx context.Context, req idemkv.ResolveRequest) error {
 		})
 	})
 	if err == nil && events > 0 {
-		s.kickOutbox()
+		s.eventsCommitted()
 	}
 	return err
 }

@@ -36,6 +36,9 @@ type Store struct {
 	stop    context.CancelFunc
 	bg      sync.WaitGroup
 	outbox  chan struct{}
+	// announce holds a wish to tell other processes' relays that this
+	// one committed events (announceEvents); at most one waits.
+	announce chan struct{}
 	counter counters
 	// relayID names this store as the outbox's reader; relayUntil is when
 	// its hold on the outbox runs out (outbox.go).
@@ -63,18 +66,21 @@ type statements struct {
 // held by an attempt (complete, release, mark uncertain) wake its
 // watchers (watch.go); the others settle records nobody can watch.
 func newStatements(o *Options) statements {
-	notify, woke := notifySQL, settledSQL
+	// Other processes' relays hear of a commit's events from the
+	// notifier, after the commit (announceEvents): a NOTIFY in the commit
+	// would make every commit with events in the cluster wait its turn.
+	woke := settledSQL
 	if o.NoListen {
-		notify, woke = noNotifySQL, noNotifySQL
+		woke = noNotifySQL
 	}
 	at5, at1 := expiresSQL(o, "$5"), expiresSQL(o, "$1")
 	return statements{
-		complete:        newWriteSQL(fmt.Sprintf(completeRecSQL, at5), 7, notify, woke),
-		release:         newWriteSQL(releaseRecSQL, 3, notify, woke),
-		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 9, notify, noNotifySQL),
-		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 4, notify, noNotifySQL),
-		update:          newWriteSQL("SELECT $5::timestamptz AS at", 0, notify, noNotifySQL), // a row for the writes; $5 is the commit's time
-		local:           newLocalSQL(o, notify),
+		complete:        newWriteSQL(fmt.Sprintf(completeRecSQL, at5), 7, woke),
+		release:         newWriteSQL(releaseRecSQL, 3, woke),
+		resolve:         newWriteSQL(fmt.Sprintf(resolveRecSQL, at5), 9, noNotifySQL),
+		resolveNoEffect: newWriteSQL(resolveNoEffectRecSQL, 4, noNotifySQL),
+		update:          newWriteSQL("SELECT $5::timestamptz AS at", 0, noNotifySQL), // a row for the writes; $5 is the commit's time
+		local:           newLocalSQL(o),
 		releaseBare:     wakeSQL(releaseBareSQL, woke),
 		uncertain:       wakeSQL(fmt.Sprintf(markUncertainSQL, at1), woke),
 		abandoned:       wakeSQL(abandonedSQL, woke),
@@ -140,7 +146,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	o.Sweep.Clock = o.Clock
 	bgctx, stop := context.WithCancel(context.Background())
 	s := &Store{pool: pool, opts: o, listenConfig: cfg.ConnConfig.Copy(), relayID: newEventID(), stop: stop,
-		outbox: make(chan struct{}, 1), sql: newStatements(o), secret: secret, opIDs: idemkv.NewOperationIDs(secret),
+		outbox: make(chan struct{}, 1), announce: make(chan struct{}, 1), sql: newStatements(o), secret: secret, opIDs: idemkv.NewOperationIDs(secret),
 		dbClock: dbc}
 	s.startNotifier(ctx, bgctx)
 	if dbc != nil {

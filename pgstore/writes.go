@@ -42,15 +42,14 @@ sets AS (
 }
 
 // eventsSQL stores the events, whose five arrays (topics, entity keys,
-// payloads, headers, ids) are the parameters from first; notify is
-// notifySQL or noNotifySQL. It ends in a CTE: the statement's own SELECT
-// follows (countsSQL, for most), which must read "notify" for it to run.
+// payloads, headers, ids) are the parameters from first. It ends in a
+// CTE: the statement's own SELECT follows (countsSQL, for most).
 //
 // The events go in under one batch id, without their Seq and EntitySeq:
 // the sequencer gives both once they are visible (outbox.go), so that a
 // commit writes no row another commit writes too (an entity's counter),
 // and two operations emitting events of one entity never conflict.
-func eventsSQL(first int, notify string) string {
+func eventsSQL(first int) string {
 	return fmt.Sprintf(`,
 ev AS (
 	SELECT e.topic, e.entity, e.payload, e.headers, e.event_id, e.ord
@@ -66,29 +65,25 @@ evs AS (
 	SELECT batch.id, ev.ord, ev.event_id, ev.topic, ev.entity, ev.payload, ev.headers, $5::timestamptz
 	FROM ev, batch
 	RETURNING 1
-),
-notify AS (%s)`,
-		first, first+1, first+2, first+3, first+4, notify)
+)`,
+		first, first+1, first+2, first+3, first+4)
 }
 
 // The SELECTs that end a write statement: the rows the record changed
-// (one or none), the events stored, and the notifications sent (a
+// (one or none), the events stored, and the watchers notified (a
 // SELECT's CTE runs only if the statement reads it); leanCountsSQL ends
 // the variant without events, with the same columns.
 const (
 	countsSQL = `
-SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM notify) + (SELECT count(*) FROM woke)`
+SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM evs), (SELECT count(*) FROM woke)`
 	leanCountsSQL = `
 SELECT (SELECT count(*) FROM rec), 0::bigint, (SELECT count(*) FROM woke)`
 )
 
-// notifySQL wakes the relays of every process when a commit adds events
-// (delivered at commit); noNotifySQL stands in where there is no
-// LISTEN/NOTIFY (Options.NoListen).
-const (
-	notifySQL   = `SELECT pg_notify('idemkv_outbox', '') WHERE EXISTS (SELECT 1 FROM evs)`
-	noNotifySQL = `SELECT 1 WHERE false`
-)
+// noNotifySQL is the "woke" CTE of a write that wakes no watcher. Other
+// processes' relays hear of a commit's events from the notifier, after
+// the commit (announceEvents), never from the commit itself.
+const noNotifySQL = `SELECT 1 WHERE false`
 
 // writeSQL is one write statement's variants, by whether the writes
 // carry events and deletes: [events][deletes].
@@ -98,10 +93,10 @@ type writeSQL [2][2]string
 // and takes record parameters $6 to $(5+recParams); woke is its "woke"
 // CTE, settledSQL if rec settles a record that can be watched (and then
 // returns its waiters and token), or else noNotifySQL.
-func newWriteSQL(rec string, recParams int, notify, woke string) writeSQL {
+func newWriteSQL(rec string, recParams int, woke string) writeSQL {
 	return buildWriteSQL("WITH rec AS ("+rec+"),\nwoke AS ("+woke+"),", "$3::bigint", func(events bool) string {
 		if events {
-			return eventsSQL(6+recParams, notify) + countsSQL
+			return eventsSQL(6+recParams) + countsSQL
 		}
 		return leanCountsSQL
 	})
