@@ -32,14 +32,14 @@ type Store struct {
 	// (watch.go).
 	watches watchers
 
-	closed  atomic.Bool
-	stop    context.CancelFunc
-	bg      sync.WaitGroup
-	outbox  chan struct{}
+	closed atomic.Bool
+	stop   context.CancelFunc
+	bg     sync.WaitGroup
+	outbox chan struct{}
 	// announce holds a wish to tell other processes' relays that this
 	// one committed events (announceEvents); at most one waits.
 	announce chan struct{}
-	counter counters
+	counter  counters
 	// relayID names this store as the outbox's reader; relayUntil is when
 	// its hold on the outbox runs out (outbox.go).
 	relayID    string
