@@ -49,7 +49,7 @@ func TestOneConnectionPool(t *testing.T) {
 // TestOtherProcessesRelaysAreWoken: a commit with events in one process
 // wakes the relays of the others (OutboxNotify), long before their poll,
 // though the commit itself sends no NOTIFY: the process's notifier sends
-// one after it.
+// one after it, also for a commit made just before the store closes.
 func TestOtherProcessesRelaysAreWoken(t *testing.T) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	open := func() *pgstore.Store {
@@ -74,4 +74,10 @@ func TestOtherProcessesRelaysAreWoken(t *testing.T) {
 		require.Equal(t, idemkv.Acquired, c.Outcome)
 		require.True(t, notified(b), "b is told of a's commit %d", i)
 	}
+	// A commit just before a's Close is still told.
+	c, err := runLocal(t, a, "woken-at-close", 1, "v")
+	require.NoError(t, err)
+	require.Equal(t, idemkv.Acquired, c.Outcome)
+	require.NoError(t, a.Close())
+	require.True(t, notified(b), "b is told of a's last commit")
 }

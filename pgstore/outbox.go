@@ -296,11 +296,28 @@ func (s *Store) announceEvents(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			// The store closes: a commit just made is still announced,
+			// or other processes would learn of it only at their poll.
+			select {
+			case <-s.announce:
+				s.sendAnnouncement(context.WithoutCancel(ctx))
+			default:
+			}
 			return
 		case <-s.announce:
+			s.sendAnnouncement(context.WithoutCancel(ctx))
 		}
-		_, _ = s.pool.Exec(ctx, `SELECT pg_notify('idemkv_outbox', '')`)
 	}
+}
+
+// announceTimeout bounds one NOTIFY of the notifier, which runs on past
+// Close's cancellation.
+const announceTimeout = 2 * time.Second
+
+func (s *Store) sendAnnouncement(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, announceTimeout)
+	defer cancel()
+	_, _ = s.pool.Exec(ctx, `SELECT pg_notify('idemkv_outbox', '')`)
 }
 
 // listenCheck is how long the listener waits for a notification before

@@ -145,7 +145,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	}
 	o.Sweep.Clock = o.Clock
 	bgctx, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, opts: o, listenConfig: cfg.ConnConfig.Copy(), relayID: newEventID(), stop: stop,
+	s := &Store{pool: pool, opts: o, listenConfig: listenerConfig(cfg.ConnConfig), relayID: newEventID(), stop: stop,
 		outbox: make(chan struct{}, 1), announce: make(chan struct{}, 1), sql: newStatements(o), secret: secret, opIDs: idemkv.NewOperationIDs(secret),
 		dbClock: dbc}
 	s.startNotifier(ctx, bgctx)
@@ -367,3 +367,18 @@ func validateLease(l *idemkv.Lease) error {
 	}
 	return validateID(l.ID)
 }
+
+// listenerApp is the application_name of the listener's connection, when
+// the DSN names none: an operator tells it from the pool's connections in
+// pg_stat_activity.
+const listenerApp = "idemkv listener"
+
+// listenerConfig is the pool's connection config for the listener.
+func listenerConfig(c *pgx.ConnConfig) *pgx.ConnConfig {
+	lc := c.Copy()
+	if lc.RuntimeParams["application_name"] == "" {
+		lc.RuntimeParams["application_name"] = listenerApp
+	}
+	return lc
+}
+
