@@ -381,4 +381,3 @@ func listenerConfig(c *pgx.ConnConfig) *pgx.ConnConfig {
 	}
 	return lc
 }
-
