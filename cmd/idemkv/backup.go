@@ -135,26 +135,23 @@ func restoreFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err := apart(from, dir); err != nil {
 			return err
 		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Clean(dir)), 0o755); err != nil {
-			return err
-		}
-		// The copy is made and checked beside dir, and renamed into place
-		// only once it opens as a store: a failed restore leaves nothing
-		// at dir that serve would start an empty store on.
-		staging, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dir)), "."+filepath.Base(filepath.Clean(dir))+".restoring-")
+		// The copy is made and checked apart, and moved into place only
+		// once it opens as a store: a failed restore leaves nothing at
+		// dir that serve would start an empty store on.
+		st, err := newStaging(dir)
 		if err != nil {
 			return err
 		}
-		out, rep, err := restoreInto(ctx, from, staging)
+		out, rep, err := restoreInto(ctx, from, st.dir)
 		if err != nil {
-			return errors.Join(err, os.RemoveAll(staging))
+			return errors.Join(err, st.discard())
 		}
 		if rep != nil && rep.ProblemCount > 0 {
 			return fmt.Errorf("the restored store breaks %d invariants (idemkv check --data %s); it is left in %s, and nothing is at %s",
-				rep.ProblemCount, staging, staging, dir)
+				rep.ProblemCount, st.dir, st.dir, dir)
 		}
-		if err := putInPlace(staging, dir); err != nil {
-			return errors.Join(err, os.RemoveAll(staging))
+		if err := st.putInPlace(); err != nil {
+			return errors.Join(err, st.discard())
 		}
 		out.From, out.To = from, dir
 		if asJSON {
@@ -211,16 +208,76 @@ func restoreInto(ctx context.Context, from, dir string) (backupReport, *engine.C
 	return out, &rep, nil
 }
 
-// putInPlace renames the restored copy staging to dir, which is absent or
-// an empty directory, and syncs their parent.
-func putInPlace(staging, dir string) error {
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err // not empty after all: emptyOrAbsent checked it before the copy
+// staging is where a restore copies a backup before it is in place: a
+// new directory beside dir if dir is absent, or a hidden one inside dir
+// if dir is an existing empty directory (a mount point, or a symbolic
+// link to one, which must stay what it is).
+type staging struct {
+	dir, target string
+	inside      bool
+}
+
+func newStaging(target string) (*staging, error) {
+	target = filepath.Clean(target)
+	st := &staging{target: target}
+	if _, err := os.Stat(target); err == nil {
+		st.inside = true
+		st.dir, err = os.MkdirTemp(target, ".restoring-")
+		return st, err
 	}
-	if err := os.Rename(staging, dir); err != nil {
+	parent := filepath.Dir(target)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(parent, "."+filepath.Base(target)+".restoring-")
+	if err != nil {
+		return nil, err
+	}
+	st.dir = dir
+	return st, os.Chmod(dir, 0o755)
+}
+
+// putInPlace moves the checked copy to the target: renames it there, or
+// moves its entries up into the target it is inside. Either way the
+// directory that changed is synced.
+func (st *staging) putInPlace() error {
+	if !st.inside {
+		if err := os.Rename(st.dir, st.target); err != nil {
+			return err
+		}
+		return syncPath(filepath.Dir(st.target))
+	}
+	entries, err := os.ReadDir(st.dir)
+	if err != nil {
 		return err
 	}
-	return syncPath(filepath.Dir(filepath.Clean(dir)))
+	for _, e := range entries {
+		if err := os.Rename(filepath.Join(st.dir, e.Name()), filepath.Join(st.target, e.Name())); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(st.dir); err != nil {
+		return err
+	}
+	return syncPath(st.target)
+}
+
+// discard removes what the restore put in place or apart: the target was
+// absent or empty before it.
+func (st *staging) discard() error {
+	if !st.inside {
+		return os.RemoveAll(st.dir)
+	}
+	entries, err := os.ReadDir(st.target)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(st.target, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func printJSON(w io.Writer, v any) error {

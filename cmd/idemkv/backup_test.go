@@ -86,3 +86,40 @@ func TestBackupRestoreCommands(t *testing.T) {
 	}
 	require.NotEmpty(t, before)
 }
+
+// TestRestoreIntoAnExistingEmptyDirectory: --data may be an empty
+// directory that must stay what it is (a volume's mount point, or a
+// symbolic link to one): the store lands in it, keeping its mode, and a
+// restore that fails leaves it empty.
+func TestRestoreIntoAnExistingEmptyDirectory(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	e, err := engine.Open(src, &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	backup := filepath.Join(t.TempDir(), "backup")
+	var out, errOut bytes.Buffer
+	require.Equal(t, exitOK, run(ctx, []string{"backup", "--data", src, "--to", backup}, &out, &errOut), errOut.String())
+
+	volume := filepath.Join(t.TempDir(), "volume")
+	require.NoError(t, os.Mkdir(volume, 0o750))
+	link := filepath.Join(t.TempDir(), "data")
+	require.NoError(t, os.Symlink(volume, link))
+	notBackup := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(notBackup, "notes.txt"), []byte("x"), 0o600))
+	require.Equal(t, exitFail, run(ctx, []string{"restore", "--from", notBackup, "--data", link}, &out, &errOut))
+	left, err := os.ReadDir(volume)
+	require.NoError(t, err)
+	require.Empty(t, left, "a failed restore leaves the directory empty")
+
+	require.Equal(t, exitOK, run(ctx, []string{"restore", "--from", backup, "--data", link}, &out, &errOut), errOut.String())
+	fi, err := os.Lstat(link)
+	require.NoError(t, err)
+	require.Equal(t, os.ModeSymlink, fi.Mode().Type(), "the link is still a link")
+	fi, err = os.Stat(volume)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o750), fi.Mode().Perm())
+	r, err := engine.Open(volume, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
+	require.NoError(t, err, "the store is in the volume")
+	require.NoError(t, r.Close())
+}

@@ -153,6 +153,17 @@ func openExisting(dir string, readOnly bool) (*engine.Engine, error) {
 // Open migrates an older one in place; that is idemkv migrate's to do,
 // with a backup to return to.
 func writableStore(dir string) error {
+	// Looked for before any Open, which would leave its lock file in a
+	// directory that holds no store.
+	manifests, err := filepath.Glob(filepath.Join(dir, "marker.manifest.*"))
+	if err != nil {
+		return err
+	}
+	if len(manifests) == 0 {
+		if _, err := os.Stat(filepath.Join(dir, "CURRENT")); err != nil {
+			return fmt.Errorf("%s holds no store", dir)
+		}
+	}
 	layout, err := engine.StoredLayout(dir, nil)
 	switch {
 	case err != nil:
