@@ -88,7 +88,7 @@ func (o *ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 // returned at once, and so is an error no retry can pass: the store's
 // idemkv.ErrClosed, idemkv.ErrInvalidArgument (a retention class the
 // store lacks, writes past its bounds, or a handler's error wrapping it),
-// or ErrStreamBehind.
+// or ErrStreamReplaced.
 //
 // Each message's inbox.Message comes from InboxMessage. The stream must
 // keep its messages until they are read (limits retention, or an
@@ -120,7 +120,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, c *inbo
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, idemkv.ErrClosed) || errors.Is(err, idemkv.ErrInvalidArgument) || errors.Is(err, ErrStreamBehind) {
+		if errors.Is(err, idemkv.ErrClosed) || errors.Is(err, idemkv.ErrInvalidArgument) || errors.Is(err, ErrStreamReplaced) {
 			return err // no retry can pass: a closed store, a class it lacks, another stream
 		}
 		failures++
@@ -154,10 +154,14 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 	if err != nil {
 		return err
 	}
+	info, err := streamInfo(ctx, js, stream)
+	if err != nil {
+		return err
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.FilterSubjects, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if pos > 0 {
-		if err := streamReaches(ctx, js, stream, pos); err != nil {
-			return err
+		if last := info.State.LastSeq; last < pos {
+			return fmt.Errorf("%w: stream %q ends at %d, the consumer has read through %d", ErrStreamReplaced, stream, last, pos)
 		}
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos+1
 	}
@@ -171,11 +175,25 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 		return fmt.Errorf("reading stream %q from %d: %w", stream, pos+1, err)
 	}
 	defer it.Stop()
+	var delivered uint64 // the ordered consumer's sequence of the last message
 	for n := 0; ; n++ {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return fmt.Errorf("reading stream %q: %w", stream, err)
 		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("natsjs: not a JetStream message: %w", err)
+		}
+		if md.Sequence.Consumer <= delivered {
+			// The ordered consumer was made anew (a missed heartbeat, a
+			// server restart, or the stream deleted): it goes on from the
+			// next stream sequence, which must still be this stream's.
+			if err := sameStream(ctx, js, stream, info.Created); err != nil {
+				return err
+			}
+		}
+		delivered = md.Sequence.Consumer
 		msg, err := InboxMessage(m)
 		if err != nil {
 			return err
@@ -191,22 +209,32 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 	}
 }
 
-// ErrStreamBehind is returned by Consume when the stream's last message
-// is before the consumer's position: the stream is not the one the
-// consumer read (recreated, or a broker restored without it), and
-// reading on from the position would skip its messages until they
-// numbered past it. The consumer's position must be reset by hand (its
-// store restored with the stream, or started anew).
-var ErrStreamBehind = errors.New("natsjs: the stream ends before the consumer's position")
+// ErrStreamReplaced is returned by Consume when the stream is not the
+// one the consumer read: it ends before the consumer's position, or it
+// was created after Consume began reading it (deleted and created again,
+// or a broker restored without it). Reading on from the position would
+// skip the new stream's messages up to it. The consumer's position must
+// be reset by hand (its store restored with the stream, or started
+// anew).
+var ErrStreamReplaced = errors.New("natsjs: the stream is not the one the consumer read")
 
-// streamReaches checks that stream's last sequence is at least pos.
-func streamReaches(ctx context.Context, js jetstream.JetStream, stream string, pos uint64) error {
+// streamInfo reads stream's information.
+func streamInfo(ctx context.Context, js jetstream.JetStream, stream string) (*jetstream.StreamInfo, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
-		return fmt.Errorf("reading stream %q: %w", stream, err)
+		return nil, fmt.Errorf("reading stream %q: %w", stream, err)
 	}
-	if last := s.CachedInfo().State.LastSeq; last < pos {
-		return fmt.Errorf("%w: stream %q ends at %d, the consumer has read through %d", ErrStreamBehind, stream, last, pos)
+	return s.CachedInfo(), nil
+}
+
+// sameStream checks that stream is still the one created at created.
+func sameStream(ctx context.Context, js jetstream.JetStream, stream string, created time.Time) error {
+	info, err := streamInfo(ctx, js, stream)
+	if err != nil {
+		return err
+	}
+	if !info.Created.Equal(created) {
+		return fmt.Errorf("%w: stream %q was created again at %v", ErrStreamReplaced, stream, info.Created.UTC())
 	}
 	return nil
 }

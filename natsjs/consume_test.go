@@ -569,7 +569,7 @@ func TestConsumeReturnsWhatNoRetryPasses(t *testing.T) {
 
 // TestConsumeRefusesAStreamBehindItsPosition: a consumer that has read
 // through position 3 is given a stream that ends before it (recreated,
-// or a broker restored without it): Consume returns ErrStreamBehind
+// or a broker restored without it): Consume returns ErrStreamReplaced
 // rather than wait for new messages to number past 3 and skip the
 // first of them.
 func TestConsumeRefusesAStreamBehindItsPosition(t *testing.T) {
@@ -587,9 +587,42 @@ func TestConsumeRefusesAStreamBehindItsPosition(t *testing.T) {
 	d := br.run(br.ctx, c, b.handle, 0, nil)
 	select {
 	case err := <-d.done:
-		require.ErrorIs(t, err, natsjs.ErrStreamBehind)
+		require.ErrorIs(t, err, natsjs.ErrStreamReplaced)
 	case <-time.After(consumeTimeout):
 		d.cancel()
 		t.Fatal("Consume did not refuse the stream")
 	}
+}
+
+// TestConsumeRefusesAStreamReplacedWhileItReads: the stream is deleted
+// and created again while Consume reads it, and the new stream's messages
+// are numbered from 1: the ordered consumer would go on from the next
+// sequence and skip the new stream's first ones. Consume returns
+// ErrStreamReplaced instead, having settled none of them.
+func TestConsumeRefusesAStreamReplacedWhileItReads(t *testing.T) {
+	v, br := newEnv(t), newBroker(t)
+	br.publish(payment(1), payment(2), payment(3))
+	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox"})
+	require.NoError(t, err)
+	b := &book{}
+	d := br.run(br.ctx, c, b.handle, 0, nil)
+	require.Eventually(t, func() bool {
+		pos, err := c.Position(br.ctx)
+		return err == nil && pos == 3
+	}, consumeTimeout, 10*time.Millisecond)
+
+	require.NoError(t, br.js.DeleteStream(br.ctx, paymentsStream))
+	_, err = natsjs.EnsureStream(br.ctx, br.js, paymentsStream, []string{"payments.>"}, 0)
+	require.NoError(t, err)
+	br.publish(payment(11), payment(12), payment(13), payment(14), payment(15))
+	select {
+	case err := <-d.done:
+		require.ErrorIs(t, err, natsjs.ErrStreamReplaced)
+	case <-time.After(consumeTimeout):
+		d.cancel()
+		t.Fatal("Consume read on in the new stream")
+	}
+	pos, err := c.Position(br.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, pos, "none of the new stream's messages was settled")
 }
