@@ -245,17 +245,19 @@ func (r *Relay) drain(ctx context.Context, all bool) (int, error) {
 		}
 		k, done, err := r.publishRun(ctx, last)
 		n += k
-		if err != nil {
+		switch {
+		case err != nil:
+			return n, err
+		case !done:
+			continue
+		case !all:
+			return n, nil
+		}
+		if err := r.ack(ctx); err != nil || r.read {
 			return n, err
 		}
-		if done {
-			break
-		}
+		// The acknowledgement found the store rolled back: drain it anew.
 	}
-	if all {
-		return n, r.ack(ctx)
-	}
-	return n, nil
 }
 
 // resync reads the store's cursor, and returns its last sequence. On the

@@ -471,6 +471,9 @@ type switchable struct {
 	mu     sync.Mutex
 	cur    idemkv.Outbox
 	notify chan struct{}
+	// drained, if set, is called when a read finds no events past the
+	// first it asks for (which a relay reads again to check the store).
+	drained func()
 }
 
 func (s *switchable) store() idemkv.Outbox {
@@ -486,7 +489,11 @@ func (s *switchable) to(o idemkv.Outbox) {
 }
 
 func (s *switchable) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error) {
-	return s.store().ReadOutbox(ctx, after, limit)
+	evs, err := s.store().ReadOutbox(ctx, after, limit)
+	if err == nil && s.drained != nil && (len(evs) == 0 || evs[len(evs)-1].Seq <= after+1) {
+		s.drained()
+	}
+	return evs, err
 }
 func (s *switchable) AckOutbox(ctx context.Context, through uint64) error {
 	return s.store().AckOutbox(ctx, through)
@@ -549,18 +556,19 @@ func TestRelayNeverAcknowledgesAnotherStoresEvents(t *testing.T) {
 // TestRelayFailoverWithinADrain: the store fails over to a replica that
 // lacked the relay's events, and numbered its own under the same
 // sequences, between two reads of one drain: after the first event of
-// the first read, or just before the acknowledgement that AckEvery calls
-// for. The next read (or the acknowledgement) finds the last event
+// the first read, just before the acknowledgement that AckEvery calls
+// for, or before the one that ends a Drain. The next read (or the acknowledgement) finds the last event
 // published gone, and the relay starts again from the replica's cursor:
 // every replica event reaches the broker, in order, and none is
 // acknowledged unpublished.
 func TestRelayFailoverWithinADrain(t *testing.T) {
 	for name, tc := range map[string]struct {
-		at       string
+		at       string // "": once the old store is drained
 		ackEvery int
 	}{
-		"between reads":          {"p2", 6},
-		"before acknowledgement": {"p2", 3},
+		"between reads":                 {"p2", 6},
+		"before acknowledgement":        {"p2", 3},
+		"before the Drain acknowledges": {"", 100},
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := openEngine(t, t.TempDir())
@@ -570,8 +578,11 @@ func TestRelayFailoverWithinADrain(t *testing.T) {
 			defer replica.Close()
 			emit(t, replica, 100, 8)
 			src := &switchable{cur: before, notify: make(chan struct{}, 1)}
+			if tc.at == "" {
+				src.drained = func() { src.to(replica) }
+			}
 			b := &broker{fail: func(ev idemkv.StoredEvent) error {
-				if string(ev.Payload) == tc.at {
+				if tc.at != "" && string(ev.Payload) == tc.at {
 					src.to(replica)
 				}
 				return nil
