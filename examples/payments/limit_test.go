@@ -378,3 +378,68 @@ func TestRefusedTakeoverLeavesItToTheReconciler(t *testing.T) {
 	require.NoError(t, json.Unmarshal(lw.Body.Bytes(), &list))
 	require.Len(t, list.Data, 1, "the charge has its payment")
 }
+
+// hookUpdate calls hook, if set, after every Update.
+type hookUpdate struct {
+	*engine.Engine
+	hook atomic.Pointer[func()]
+}
+
+func (s *hookUpdate) Update(ctx context.Context, fn func(idemkv.Effects) error) error {
+	err := s.Engine.Update(ctx, fn)
+	if h := s.hook.Load(); h != nil {
+		(*h)()
+	}
+	return err
+}
+
+// TestTakeoverThatGivesUpLeavesTheHold: A's first attempt sends its call
+// and stalls past its lease; a retry takes the key over, and its own
+// client leaves before the retry calls. The takeover must not release
+// the key and give the hold back, as an attempt that never called may:
+// the first call may still charge, under the same downstream key. The
+// key is left uncertain with its hold, the first call lands, and the
+// account never shows less than the processor charged; B, which would
+// pass the limit, is refused.
+func TestTakeoverThatGivesUpLeavesTheHold(t *testing.T) {
+	const lease, limit = time.Second, 1000
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	store := &hookUpdate{Engine: eng}
+	net := newGatedCalls(1)
+	p := NewProvider(ProviderOptions{Fault: net.fault})
+	svc, err := New(Config{Store: store, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
+	require.NoError(t, err)
+	send := func(ctx context.Context, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(ctx, "POST", "/v1/payments", strings.NewReader(order1000))
+		req.Header.Set("Authorization", "Bearer acct_1")
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		svc.Handler().ServeHTTP(w, req)
+		return w
+	}
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- send(context.Background(), "A") }()
+	call := <-net.arrived   // attempt 1's call is on its way
+	clock.Advance(2 * lease) // and it stalls past its lease
+	ctx, cancel := context.WithCancel(context.Background())
+	leave := func() { cancel() } // the retry's client leaves as its hold commits
+	store.hook.Store(&leave)
+	retry := send(ctx, "A")
+	store.hook.Store(nil)
+	require.Equal(t, http.StatusGatewayTimeout, retry.Code, "%s", retry.Body)
+	rec, err := eng.Get(context.Background(), idemkv.ID{Tenant: "acct_1", Endpoint: paymentsEndpoint, Key: "A"})
+	require.NoError(t, err)
+	require.Equal(t, idemkv.StateUncertain, rec.State)
+
+	close(call.land) // attempt 1's call charges
+	<-first
+	require.Equal(t, 1, p.Stats().Charges)
+	spent, err := eng.GetData(context.Background(), spentKey("acct_1"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(limit), binary.BigEndian.Uint64(spent), "A's hold stands for its charge")
+	require.Equal(t, http.StatusPaymentRequired, send(context.Background(), "B").Code, "B would pass the limit")
+	require.Equal(t, 1, p.Stats().Charges)
+}

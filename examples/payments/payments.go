@@ -73,7 +73,8 @@ type Config struct {
 	// charge in all, in minor units (limit.go): a payment past it is
 	// refused with 402 limit-exceeded and nothing is charged. Set it
 	// before the first payment: payments made without it are counted
-	// only as they are stored.
+	// only as they are stored. Orders (POST /v1/orders) are not counted:
+	// their authorizations charge the card outside the limit.
 	AccountLimit int64
 }
 
@@ -291,7 +292,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, "limit-exceeded", http.StatusPaymentRequired, err.Error()+"; nothing was charged", 0)
 		return
 	case err != nil:
-		op.Release(giveBack(tenant, opID)) // whether begin committed is unknown; nothing was charged
+		s.giveUp(op, "its hold could not be taken") // whether begin committed is unknown
 		s.storeError(w, err)
 		return
 	}
@@ -311,6 +312,11 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 	// may still land, so it is left to the reconciler like a timeout.
 	if err := r.Context().Err(); err != nil {
 		s.provider.WithLabelValues("cancelled").Inc()
+		if op.Lease().Takeover() {
+			s.outcomeUnknown(w, op, "the request ended before its call, after a takeover (attempt "+
+				strconv.FormatUint(uint64(op.Lease().Attempt), 10)+"): an earlier attempt's call may have charged; downstream key "+key)
+			return
+		}
 		op.Release(giveBack(tenant, opID))
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the request ended before the card processor was called; nothing was charged: "+err.Error(), time.Second)
@@ -320,7 +326,7 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 	// handler that stalled since its claim renews it first, or, if a
 	// retry or the reconciler has the payment now, sends nothing.
 	if err := op.Sending(r.Context()); err != nil {
-		op.Release(giveBack(tenant, opID)) // fenced, and so giving back nothing, if the lease is gone
+		s.giveUp(op, "its lease could not be renewed before the call") // fenced, and so nothing, if the lease is gone
 		s.storeError(w, err)
 		return
 	}
@@ -374,6 +380,21 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 	}
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
 	writeJSON(w, http.StatusCreated, p.Payment)
+}
+
+// giveUp ends an attempt that did not call the processor: it releases
+// the key and gives the hold back, unless it took over an attempt whose
+// call may have gone out, which only the processor can settle (the
+// takeover resumed that attempt's operation and hold): that key is left
+// uncertain, for the reconciler, and keeps its hold.
+func (s *Service) giveUp(op *httpidem.Op, why string) {
+	l := op.Lease()
+	if l.Takeover() {
+		op.Uncertain("attempt " + strconv.FormatUint(uint64(l.Attempt), 10) + " took over, and " + why +
+			": an earlier attempt's call may have charged; downstream key " + l.OperationID.StepKey("charge"))
+		return
+	}
+	op.Release(giveBack(l.ID.Tenant, l.OperationID))
 }
 
 // outcomeUnknown answers a payment whose charge may or may not have
