@@ -422,7 +422,7 @@ func TestTakeoverThatGivesUpLeavesTheHold(t *testing.T) {
 	}
 	first := make(chan *httptest.ResponseRecorder, 1)
 	go func() { first <- send(context.Background(), "A") }()
-	call := <-net.arrived   // attempt 1's call is on its way
+	call := <-net.arrived    // attempt 1's call is on its way
 	clock.Advance(2 * lease) // and it stalls past its lease
 	ctx, cancel := context.WithCancel(context.Background())
 	leave := func() { cancel() } // the retry's client leaves as its hold commits
