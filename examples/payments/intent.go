@@ -39,7 +39,12 @@ var errPaid = errors.New("payments: the operation's payment is already stored")
 // its record expired (the operation id, and so the payment id, derive
 // from the request), or an attempt that lost its lease while another
 // finished, which must not hold again.
-func (s *Service) begin(ctx context.Context, tenant string, opID idemkv.OperationID, in intent) (paid stored, err error) {
+//
+// An attempt whose operation was given back under its lease's token or a
+// later one (giveBack: its own release, or the resolution of its record
+// as not charged while it stalled) is refused with errGivenBack: its hold
+// would stand with no attempt left to give it back.
+func (s *Service) begin(ctx context.Context, tenant string, opID idemkv.OperationID, token uint64, in intent) (paid stored, err error) {
 	err = s.cfg.Store.Update(ctx, func(fx idemkv.Effects) error {
 		row, err := fx.Get(paymentKey(tenant, paymentID(opID)))
 		switch {
@@ -50,6 +55,13 @@ func (s *Service) begin(ctx context.Context, tenant string, opID idemkv.Operatio
 			return errPaid
 		case !errors.Is(err, idemkv.ErrNotFound):
 			return err
+		}
+		given, _, err := readAmount(fx, givenKey(tenant, opID))
+		if err != nil {
+			return err
+		}
+		if given >= token {
+			return errGivenBack
 		}
 		v, _ := json.Marshal(in)
 		if err := fx.Set(intentKey(tenant, opID), v); err != nil {
@@ -77,14 +89,36 @@ func (s *Service) readIntent(ctx context.Context, tenant string, opID idemkv.Ope
 }
 
 // giveBack undoes begin for a payment that provably was not charged: it
-// gives the hold back (unhold) and deletes the intent. It commits only in
-// a fenced commit: an attempt's release or stored outcome, or a record's
-// resolution.
-func giveBack(tenant string, opID idemkv.OperationID) func(idemkv.Effects) error {
+// gives the hold back (unhold), deletes the intent, and notes token, the
+// lease token of the attempt (or of the record resolved), so that an
+// attempt of that lease that stalled before its begin holds nothing when
+// it wakes. It commits only in a fenced commit: an attempt's release or
+// stored outcome, or a record's resolution.
+func giveBack(tenant string, opID idemkv.OperationID, token uint64) func(idemkv.Effects) error {
 	return func(fx idemkv.Effects) error {
 		if err := unhold(tenant, opID)(fx); err != nil {
 			return err
 		}
+		given, _, err := readAmount(fx, givenKey(tenant, opID))
+		if err != nil {
+			return err
+		}
+		if token > given {
+			if err := writeAmount(fx, givenKey(tenant, opID), token); err != nil {
+				return err
+			}
+		}
 		return fx.Delete(intentKey(tenant, opID))
 	}
 }
+
+// givenKey, "given/" + len(tenant) + tenant + operation id, holds the
+// highest lease token under which the operation's hold was given back
+// (big-endian uint64): an attempt holds only under a later one.
+func givenKey(tenant string, opID idemkv.OperationID) []byte {
+	return scoped("given/", tenant, opID.String())
+}
+
+// errGivenBack refuses the hold of an attempt whose operation was given
+// back under its lease or a later one: the attempt has lost its lease.
+var errGivenBack = fmt.Errorf("%w: the payment was given back under this attempt's lease", idemkv.ErrFenced)

@@ -34,9 +34,12 @@ import (
 // next attempt of it (the retry that took the key over, a retry after a
 // release, whose store derives the same operation id from the request,
 // the reconciler, an operator) finds it and converts it or gives it
-// back, and never holds twice. Two cases have no next attempt.
+// back, and never holds twice. Cases with no next attempt are refused.
 // If the operation was charged and stored meanwhile, the transaction
-// finds its payment's row and holds nothing. If it was declined and
+// finds its payment's row and holds nothing. If it was given back
+// meanwhile (released, or its record settled as not charged), the
+// give-back noted the lease token it was made under, and an attempt
+// whose token is not later holds nothing (errGivenBack). If it was declined and
 // stored meanwhile, the hold (and the intent) stay until the same
 // request is sent again once its record has expired, which finds them;
 // for that, an attempt must stall past its lease between its claim and

@@ -443,3 +443,71 @@ func TestTakeoverThatGivesUpLeavesTheHold(t *testing.T) {
 	require.Equal(t, http.StatusPaymentRequired, send(context.Background(), "B").Code, "B would pass the limit")
 	require.Equal(t, 1, p.Stats().Charges)
 }
+
+// TestStaleAttemptHoldsNothingOnceItsPaymentIsGivenBack: an attempt
+// stalls between its claim and its hold, past its lease, and its payment
+// is settled as not charged meanwhile: the reconciler finds the record
+// abandoned, or a retry takes it over, is refused by the processor and
+// leaves it uncertain, and the reconciler settles that. When the stale
+// attempt wakes, its hold must not commit: no attempt is left to give it
+// back, and the account would refuse payments its limit allows. Payment
+// B, the whole limit, passes.
+func TestStaleAttemptHoldsNothingOnceItsPaymentIsGivenBack(t *testing.T) {
+	for _, takeover := range []bool{false, true} {
+		t.Run(fmt.Sprint("takeover=", takeover), func(t *testing.T) {
+			const lease, limit = time.Second, 1000
+			clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+			eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
+			require.NoError(t, err)
+			defer eng.Close()
+			var updates atomic.Int32
+			reached := make(chan struct{})
+			store := beforeUpdate{Engine: eng, gate: make(chan struct{}), wait: func() bool {
+				if updates.Add(1) != 1 {
+					return false
+				}
+				close(reached)
+				return true
+			}}
+			var unavailable atomic.Bool
+			unavailable.Store(true)
+			p := NewProvider(ProviderOptions{Fault: func(context.Context, string) error {
+				if unavailable.Load() {
+					return ErrProviderUnavailable
+				}
+				return nil
+			}})
+			svc, err := New(Config{Store: store, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
+			require.NoError(t, err)
+			send := func(key string) *httptest.ResponseRecorder {
+				req := httptest.NewRequest("POST", "/v1/payments", strings.NewReader(order1000))
+				req.Header.Set("Authorization", "Bearer acct_1")
+				req.Header.Set("Idempotency-Key", key)
+				w := httptest.NewRecorder()
+				svc.Handler().ServeHTTP(w, req)
+				return w
+			}
+			stale := make(chan *httptest.ResponseRecorder, 1)
+			go func() { stale <- send("A") }()
+			<-reached                // attempt 1 claimed, stalls before its hold
+			clock.Advance(2 * lease) // past its lease
+			if takeover {
+				require.Equal(t, http.StatusGatewayTimeout, send("A").Code, "refused after a takeover: uncertain")
+			}
+			w, err := reconcile.New(eng, svc, &reconcile.Options{Clock: ahead{eng}, Grace: time.Nanosecond})
+			require.NoError(t, err)
+			require.NoError(t, w.Pass(context.Background()))
+			require.Equal(t, int64(1), w.Stats().NotApplied)
+			close(store.gate) // attempt 1 wakes
+			require.Equal(t, http.StatusConflict, (<-stale).Code)
+			if v, err := eng.GetData(context.Background(), spentKey("acct_1")); !errors.Is(err, idemkv.ErrNotFound) {
+				require.NoError(t, err)
+				require.Zero(t, binary.BigEndian.Uint64(v), "nothing is held")
+			}
+
+			unavailable.Store(false)
+			require.Equal(t, http.StatusCreated, send("B").Code, "the whole limit is B's")
+			require.Equal(t, 1, p.Stats().Charges)
+		})
+	}
+}

@@ -279,13 +279,19 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	// release or outcome, in the commit fenced on its lease: an attempt
 	// that has lost its lease to a retry gives back nothing, since the
 	// retry resumes the same operation and still uses the hold (limit.go).
-	paid, err := s.begin(r.Context(), tenant, opID, intent{Amount: amount, Currency: *req.Currency, Description: req.Description})
+	paid, err := s.begin(r.Context(), tenant, opID, op.Lease().Token, intent{Amount: amount, Currency: *req.Currency, Description: req.Description})
 	switch {
 	case errors.Is(err, errPaid):
 		// The payment is stored already: answer it, charging nothing.
 		// (Fenced off with the outcome if another attempt stored it.)
 		w.Header().Set("Location", "/v1/payments/"+paid.ID)
 		writeJSON(w, http.StatusCreated, paid.Payment)
+		return
+	case errors.Is(err, errGivenBack):
+		// This attempt stalled past its lease, and its payment was
+		// settled as not charged meanwhile: it holds and sends nothing.
+		httpidem.WriteProblem(w, httpidem.ProblemLeaseLost, http.StatusConflict,
+			"this attempt outlived its lease and its payment was settled meanwhile; nothing was charged. Retry with the same key.", 0)
 		return
 	case errors.Is(err, errOverLimit):
 		op.Release() // begin's transaction failed whole: nothing held, nothing charged
@@ -317,7 +323,7 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 				strconv.FormatUint(uint64(op.Lease().Attempt), 10)+"): an earlier attempt's call may have charged; downstream key "+key)
 			return
 		}
-		op.Release(giveBack(tenant, opID))
+		op.Release(giveBack(tenant, opID, op.Lease().Token))
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the request ended before the card processor was called; nothing was charged: "+err.Error(), time.Second)
 		return
@@ -341,7 +347,7 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 		// A final answer, stored and replayed: the same request would be
 		// declined again. Nothing was charged: the hold and the intent
 		// go with it.
-		if err := op.Apply(giveBack(tenant, opID)); err != nil {
+		if err := op.Apply(giveBack(tenant, opID, op.Lease().Token)); err != nil {
 			s.storeError(w, err)
 			return
 		}
@@ -357,7 +363,7 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 		return
 	case errors.Is(err, ErrProviderUnavailable):
 		s.provider.WithLabelValues("unavailable").Inc()
-		op.Release(giveBack(tenant, opID)) // refused before charging: a retry may charge
+		op.Release(giveBack(tenant, opID, op.Lease().Token)) // refused before charging: a retry may charge
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the card processor is unavailable; nothing was charged. Retry with the same key.", time.Second)
 		return
@@ -394,7 +400,7 @@ func (s *Service) giveUp(op *httpidem.Op, why string) {
 			": an earlier attempt's call may have charged; downstream key " + l.OperationID.StepKey("charge"))
 		return
 	}
-	op.Release(giveBack(l.ID.Tenant, l.OperationID))
+	op.Release(giveBack(l.ID.Tenant, l.OperationID, l.Token))
 }
 
 // outcomeUnknown answers a payment whose charge may or may not have
