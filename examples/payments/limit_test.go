@@ -176,12 +176,7 @@ func TestStaleAttemptCannotFreeALiveHold(t *testing.T) {
 	require.NoError(t, err)
 
 	send := func(ctx context.Context, key string) *httptest.ResponseRecorder {
-		req := httptest.NewRequestWithContext(ctx, "POST", "/v1/payments", strings.NewReader(`{"amount":10000,"currency":"USD","card":"tok_1"}`))
-		req.Header.Set("Authorization", "Bearer acct_1")
-		req.Header.Set("Idempotency-Key", key)
-		w := httptest.NewRecorder()
-		svc.Handler().ServeHTTP(w, req)
-		return w
+		return postAs(ctx, svc, key, `{"amount":10000,"currency":"USD","card":"tok_1"}`)
 	}
 	async := func(ctx context.Context, key string) <-chan *httptest.ResponseRecorder {
 		done := make(chan *httptest.ResponseRecorder, 1)
@@ -277,6 +272,30 @@ func (s beforeUpdate) Update(ctx context.Context, fn func(idemkv.Effects) error)
 	return s.Engine.Update(ctx, fn)
 }
 
+// stallFirstUpdate is eng, whose first Update (an attempt's hold) waits
+// until the store's gate is closed; reached is closed once it waits.
+func stallFirstUpdate(eng *engine.Engine) (store beforeUpdate, reached chan struct{}) {
+	var updates atomic.Int32
+	reached = make(chan struct{})
+	return beforeUpdate{Engine: eng, gate: make(chan struct{}), wait: func() bool {
+		if updates.Add(1) != 1 {
+			return false
+		}
+		close(reached)
+		return true
+	}}, reached
+}
+
+// postAs sends svc body as a payment of acct_1 under key, with ctx.
+func postAs(ctx context.Context, svc *Service, key, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/payments", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer acct_1")
+	req.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	svc.Handler().ServeHTTP(w, req)
+	return w
+}
+
 // An attempt that stalls between its claim and its hold, past its lease,
 // while its retry takes the key over and stores the payment, holds
 // nothing when it wakes: its hold's transaction finds the payment's row.
@@ -286,15 +305,7 @@ func TestStaleAttemptHoldsNothingOnceThePaymentIsStored(t *testing.T) {
 	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: time.Second, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer eng.Close()
-	var updates atomic.Int32
-	reached := make(chan struct{})
-	store := beforeUpdate{Engine: eng, gate: make(chan struct{}), wait: func() bool {
-		if updates.Add(1) != 1 {
-			return false
-		}
-		close(reached)
-		return true
-	}}
+	store, reached := stallFirstUpdate(eng)
 	p := NewProvider(ProviderOptions{})
 	svc, err := New(Config{Store: store, Processor: p, Heartbeat: -1, AccountLimit: 10000, Clock: clock}) // it stalls, as a paused process does
 	require.NoError(t, err)
@@ -413,12 +424,7 @@ func TestTakeoverThatGivesUpLeavesTheHold(t *testing.T) {
 	svc, err := New(Config{Store: store, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
 	require.NoError(t, err)
 	send := func(ctx context.Context, key string) *httptest.ResponseRecorder {
-		req := httptest.NewRequestWithContext(ctx, "POST", "/v1/payments", strings.NewReader(order1000))
-		req.Header.Set("Authorization", "Bearer acct_1")
-		req.Header.Set("Idempotency-Key", key)
-		w := httptest.NewRecorder()
-		svc.Handler().ServeHTTP(w, req)
-		return w
+		return postAs(ctx, svc, key, order1000)
 	}
 	first := make(chan *httptest.ResponseRecorder, 1)
 	go func() { first <- send(context.Background(), "A") }()
@@ -460,15 +466,7 @@ func TestStaleAttemptHoldsNothingOnceItsPaymentIsGivenBack(t *testing.T) {
 			eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
 			require.NoError(t, err)
 			defer eng.Close()
-			var updates atomic.Int32
-			reached := make(chan struct{})
-			store := beforeUpdate{Engine: eng, gate: make(chan struct{}), wait: func() bool {
-				if updates.Add(1) != 1 {
-					return false
-				}
-				close(reached)
-				return true
-			}}
+			store, reached := stallFirstUpdate(eng)
 			var unavailable atomic.Bool
 			unavailable.Store(true)
 			p := NewProvider(ProviderOptions{Fault: func(context.Context, string) error {
@@ -479,14 +477,7 @@ func TestStaleAttemptHoldsNothingOnceItsPaymentIsGivenBack(t *testing.T) {
 			}})
 			svc, err := New(Config{Store: store, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
 			require.NoError(t, err)
-			send := func(key string) *httptest.ResponseRecorder {
-				req := httptest.NewRequest("POST", "/v1/payments", strings.NewReader(order1000))
-				req.Header.Set("Authorization", "Bearer acct_1")
-				req.Header.Set("Idempotency-Key", key)
-				w := httptest.NewRecorder()
-				svc.Handler().ServeHTTP(w, req)
-				return w
-			}
+			send := func(key string) *httptest.ResponseRecorder { return postAs(context.Background(), svc, key, order1000) }
 			stale := make(chan *httptest.ResponseRecorder, 1)
 			go func() { stale <- send("A") }()
 			<-reached                // attempt 1 claimed, stalls before its hold
