@@ -56,12 +56,14 @@ func (s *Service) begin(ctx context.Context, tenant string, opID idemkv.Operatio
 		case !errors.Is(err, idemkv.ErrNotFound):
 			return err
 		}
-		given, _, err := readAmount(fx, givenKey(tenant, opID))
-		if err != nil {
-			return err
-		}
-		if given >= token {
-			return errGivenBack
+		if s.cfg.AccountLimit != 0 {
+			given, _, err := readAmount(fx, givenKey(tenant, opID))
+			if err != nil {
+				return err
+			}
+			if given >= token {
+				return errGivenBack
+			}
 		}
 		v, _ := json.Marshal(in)
 		if err := fx.Set(intentKey(tenant, opID), v); err != nil {
@@ -89,15 +91,20 @@ func (s *Service) readIntent(ctx context.Context, tenant string, opID idemkv.Ope
 }
 
 // giveBack undoes begin for a payment that provably was not charged: it
-// gives the hold back (unhold), deletes the intent, and notes token, the
-// lease token of the attempt (or of the record resolved), so that an
-// attempt of that lease that stalled before its begin holds nothing when
-// it wakes. It commits only in a fenced commit: an attempt's release or
-// stored outcome, or a record's resolution.
-func giveBack(tenant string, opID idemkv.OperationID, token uint64) func(idemkv.Effects) error {
+// gives the hold back (unhold) and deletes the intent, and under an
+// account limit notes token, the lease token of the attempt (or of the
+// record resolved), so that an attempt of that lease that stalled before
+// its begin holds nothing when it wakes (the note goes when the
+// operation's payment is stored: its row fences stale attempts then). It
+// commits only in a fenced commit: an attempt's release or stored
+// outcome, or a record's resolution.
+func (s *Service) giveBack(tenant string, opID idemkv.OperationID, token uint64) func(idemkv.Effects) error {
 	return func(fx idemkv.Effects) error {
 		if err := unhold(tenant, opID)(fx); err != nil {
 			return err
+		}
+		if s.cfg.AccountLimit == 0 {
+			return fx.Delete(intentKey(tenant, opID))
 		}
 		given, _, err := readAmount(fx, givenKey(tenant, opID))
 		if err != nil {

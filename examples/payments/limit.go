@@ -37,14 +37,11 @@ import (
 // back, and never holds twice. Cases with no next attempt are refused.
 // If the operation was charged and stored meanwhile, the transaction
 // finds its payment's row and holds nothing. If it was given back
-// meanwhile (released, or its record settled as not charged), the
-// give-back noted the lease token it was made under, and an attempt
-// whose token is not later holds nothing (errGivenBack). If it was declined and
-// stored meanwhile, the hold (and the intent) stay until the same
-// request is sent again once its record has expired, which finds them;
-// for that, an attempt must stall past its lease between its claim and
-// its hold, with nothing but decoding in between, while another attempt
-// runs to a decline.
+// meanwhile (released, refused by the limit, declined, or its record
+// settled as not charged), the give-back noted the lease token it was
+// made under ("given/" + len(tenant) + tenant + operation id, kept until
+// the operation's payment is stored), and an attempt whose token is not
+// later holds nothing (errGivenBack).
 
 // errOverLimit refuses a payment the account's limit cannot take.
 var errOverLimit = errors.New("the payment would take the account over its limit")

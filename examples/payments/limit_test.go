@@ -502,3 +502,51 @@ func TestStaleAttemptHoldsNothingOnceItsPaymentIsGivenBack(t *testing.T) {
 		})
 	}
 }
+
+// firstCallLost is a processor whose first call times out without ever
+// reaching it.
+type firstCallLost struct {
+	*Provider
+	calls atomic.Int32
+}
+
+func (f *firstCallLost) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
+	if f.calls.Add(1) == 1 {
+		return Charge{}, ErrProviderTimeout
+	}
+	return f.Provider.Charge(ctx, req)
+}
+
+// TestTakeoverRefusedByTheLimitFencesTheStaleAttempt: A's first attempt
+// stalls before its hold, past its lease; B's call times out, holding
+// the room A needs; A's retry takes the key over and is refused by the
+// limit (402), releasing the key. Once the reconciler gives B's hold
+// back, A's stale attempt wakes: it must hold nothing (no attempt would
+// give it back, and A's client, told 402, does not retry), so C, which
+// B's give-back made room for, passes.
+func TestTakeoverRefusedByTheLimitFencesTheStaleAttempt(t *testing.T) {
+	const lease, limit = time.Second, 1000
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	store, reached := stallFirstUpdate(eng)
+	p := &firstCallLost{Provider: NewProvider(ProviderOptions{})} // B's
+	svc, err := New(Config{Store: store, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
+	require.NoError(t, err)
+	const order600 = `{"amount":600,"currency":"USD","card":"tok_1"}`
+	send := func(key string) *httptest.ResponseRecorder { return postAs(context.Background(), svc, key, order600) }
+	stale := make(chan *httptest.ResponseRecorder, 1)
+	go func() { stale <- send("A") }()
+	<-reached // A's first attempt stalls before its hold
+	require.Equal(t, http.StatusGatewayTimeout, send("B").Code)
+	clock.Advance(2 * lease)
+	require.Equal(t, http.StatusPaymentRequired, send("A").Code, "the takeover does not fit beside B's hold")
+	w, err := reconcile.New(eng, svc, &reconcile.Options{Clock: ahead{eng}, Grace: time.Nanosecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Pass(context.Background()))
+	require.Equal(t, int64(1), w.Stats().NotApplied, "B was never charged: %+v", w.Stats())
+	close(store.gate)
+	require.Equal(t, http.StatusConflict, (<-stale).Code)
+	require.Equal(t, http.StatusCreated, send("C").Code, "nothing is held")
+}

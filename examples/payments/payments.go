@@ -290,16 +290,21 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errGivenBack):
 		// This attempt stalled past its lease, and its payment was
 		// settled as not charged meanwhile: it holds and sends nothing.
+		// (The release is fenced; were the lease still live, it frees
+		// the key rather than store this answer for good.)
+		op.Release()
 		httpidem.WriteProblem(w, httpidem.ProblemLeaseLost, http.StatusConflict,
 			"this attempt outlived its lease and its payment was settled meanwhile; nothing was charged. Retry with the same key.", 0)
 		return
 	case errors.Is(err, errOverLimit):
-		op.Release() // begin's transaction failed whole: nothing held, nothing charged
+		// begin's transaction failed whole: nothing held, nothing
+		// charged. The give-back notes the lease, so that an attempt
+		// this one took over, stalled before its hold, holds nothing.
+		op.Release(s.giveBack(tenant, opID, op.Lease().Token))
 		httpidem.WriteProblem(w, "limit-exceeded", http.StatusPaymentRequired, err.Error()+"; nothing was charged", 0)
 		return
 	case err != nil:
-		s.giveUp(op, "its hold could not be taken") // whether begin committed is unknown
-		s.storeError(w, err)
+		s.giveUp(w, op, "its hold could not be taken", err) // whether begin committed is unknown
 		return
 	}
 	s.charge(w, r, op, ChargeRequest{Key: opID.StepKey("charge"), Amount: amount, Currency: *req.Currency, Description: req.Description})
@@ -323,7 +328,7 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 				strconv.FormatUint(uint64(op.Lease().Attempt), 10)+"): an earlier attempt's call may have charged; downstream key "+key)
 			return
 		}
-		op.Release(giveBack(tenant, opID, op.Lease().Token))
+		op.Release(s.giveBack(tenant, opID, op.Lease().Token))
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the request ended before the card processor was called; nothing was charged: "+err.Error(), time.Second)
 		return
@@ -332,8 +337,7 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 	// handler that stalled since its claim renews it first, or, if a
 	// retry or the reconciler has the payment now, sends nothing.
 	if err := op.Sending(r.Context()); err != nil {
-		s.giveUp(op, "its lease could not be renewed before the call") // fenced, and so nothing, if the lease is gone
-		s.storeError(w, err)
+		s.giveUp(w, op, "its lease could not be renewed before the call", err) // fenced, and so nothing, if the lease is gone
 		return
 	}
 	ch, err := s.cfg.Processor.Charge(r.Context(), c)
@@ -347,7 +351,7 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 		// A final answer, stored and replayed: the same request would be
 		// declined again. Nothing was charged: the hold and the intent
 		// go with it.
-		if err := op.Apply(giveBack(tenant, opID, op.Lease().Token)); err != nil {
+		if err := op.Apply(s.giveBack(tenant, opID, op.Lease().Token)); err != nil {
 			s.storeError(w, err)
 			return
 		}
@@ -363,7 +367,7 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 		return
 	case errors.Is(err, ErrProviderUnavailable):
 		s.provider.WithLabelValues("unavailable").Inc()
-		op.Release(giveBack(tenant, opID, op.Lease().Token)) // refused before charging: a retry may charge
+		op.Release(s.giveBack(tenant, opID, op.Lease().Token)) // refused before charging: a retry may charge
 		httpidem.WriteProblem(w, "provider-unavailable", http.StatusServiceUnavailable,
 			"the card processor is unavailable; nothing was charged. Retry with the same key.", time.Second)
 		return
@@ -388,19 +392,21 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, op *httpidem.Op
 	writeJSON(w, http.StatusCreated, p.Payment)
 }
 
-// giveUp ends an attempt that did not call the processor: it releases
-// the key and gives the hold back, unless it took over an attempt whose
-// call may have gone out, which only the processor can settle (the
-// takeover resumed that attempt's operation and hold): that key is left
-// uncertain, for the reconciler, and keeps its hold.
-func (s *Service) giveUp(op *httpidem.Op, why string) {
+// giveUp ends an attempt that did not call the processor, for err (a
+// store's): it releases the key, gives the hold back and answers 503,
+// unless it took over an attempt whose call may have gone out, which
+// only the processor can settle (the takeover resumed that attempt's
+// operation and hold): that key is left uncertain, keeping its hold, for
+// the reconciler, and answered as such.
+func (s *Service) giveUp(w http.ResponseWriter, op *httpidem.Op, why string, err error) {
 	l := op.Lease()
 	if l.Takeover() {
-		op.Uncertain("attempt " + strconv.FormatUint(uint64(l.Attempt), 10) + " took over, and " + why +
-			": an earlier attempt's call may have charged; downstream key " + l.OperationID.StepKey("charge"))
+		s.outcomeUnknown(w, op, "attempt "+strconv.FormatUint(uint64(l.Attempt), 10)+" took over, and "+why+
+			" ("+err.Error()+"): an earlier attempt's call may have charged; downstream key "+l.OperationID.StepKey("charge"))
 		return
 	}
-	op.Release(giveBack(l.ID.Tenant, l.OperationID, l.Token))
+	op.Release(s.giveBack(l.ID.Tenant, l.OperationID, l.Token))
+	s.storeError(w, err)
 }
 
 // outcomeUnknown answers a payment whose charge may or may not have

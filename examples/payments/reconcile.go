@@ -33,7 +33,7 @@ func (s *Service) charged(rec idemkv.Record, ch Charge) reconcile.Answer {
 // the record is removed, its hold given back and its intent deleted with
 // it (giveBack), and a retry charges anew.
 func (s *Service) notCharged(rec idemkv.Record) reconcile.Answer {
-	return reconcile.Answer{Verdict: reconcile.NotApplied, Apply: giveBack(rec.ID.Tenant, rec.OperationID, rec.Token)}
+	return reconcile.Answer{Verdict: reconcile.NotApplied, Apply: s.giveBack(rec.ID.Tenant, rec.OperationID, rec.Token)}
 }
 
 // validCharge reports whether ch reads as a charge under key.

@@ -54,8 +54,8 @@ type CreatedEvent struct {
 }
 
 // writer returns the apply function that writes p's row, its place in
-// its tenant's listing, converts its hold, deletes its intent and, with
-// Config.Events, emits its event.
+// its tenant's listing, converts its hold, deletes its intent and its
+// give-backs' note and, with Config.Events, emits its event.
 func (s *Service) writer(p stored, opID idemkv.OperationID) func(idemkv.Effects) error {
 	return func(fx idemkv.Effects) error {
 		row, _ := json.Marshal(p)
@@ -70,6 +70,11 @@ func (s *Service) writer(p stored, opID idemkv.OperationID) func(idemkv.Effects)
 		}
 		if err := fx.Delete(intentKey(p.Tenant, opID)); err != nil {
 			return err
+		}
+		if s.cfg.AccountLimit != 0 { // the row fences stale attempts now
+			if err := fx.Delete(givenKey(p.Tenant, opID)); err != nil {
+				return err
+			}
 		}
 		if !s.cfg.Events {
 			return nil
