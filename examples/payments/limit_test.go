@@ -165,10 +165,7 @@ func (g *gatedCalls) fault(ctx context.Context, _ string) error {
 // too, and the account showed 20,000.)
 func TestStaleAttemptCannotFreeALiveHold(t *testing.T) {
 	const limit, lease = 10000, time.Second
-	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
-	require.NoError(t, err)
-	defer eng.Close()
+	eng, clock := engineAt(t, lease)
 	net := newGatedCalls(2) // A's two attempts spend their 2 s in flight
 	p := NewProvider(ProviderOptions{Fault: net.fault})
 	// No heartbeat: the attempts stall, as a paused process does.
@@ -341,10 +338,7 @@ func TestStaleAttemptHoldsNothingOnceThePaymentIsStored(t *testing.T) {
 // charge with no payment.)
 func TestRefusedTakeoverLeavesItToTheReconciler(t *testing.T) {
 	const lease = time.Second
-	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
-	require.NoError(t, err)
-	defer eng.Close()
+	eng, clock := engineAt(t, lease)
 	net := newGatedCalls(1) // the first attempt's call is in flight until the test lets it land
 	var calls atomic.Int32
 	p := NewProvider(ProviderOptions{Fault: func(ctx context.Context, key string) error {
@@ -414,10 +408,7 @@ func (s *hookUpdate) Update(ctx context.Context, fn func(idemkv.Effects) error) 
 // pass the limit, is refused.
 func TestTakeoverThatGivesUpLeavesTheHold(t *testing.T) {
 	const lease, limit = time.Second, 1000
-	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
-	require.NoError(t, err)
-	defer eng.Close()
+	eng, clock := engineAt(t, lease)
 	store := &hookUpdate{Engine: eng}
 	net := newGatedCalls(1)
 	p := NewProvider(ProviderOptions{Fault: net.fault})
@@ -462,10 +453,7 @@ func TestStaleAttemptHoldsNothingOnceItsPaymentIsGivenBack(t *testing.T) {
 	for _, takeover := range []bool{false, true} {
 		t.Run(fmt.Sprint("takeover=", takeover), func(t *testing.T) {
 			const lease, limit = time.Second, 1000
-			clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-			eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
-			require.NoError(t, err)
-			defer eng.Close()
+			eng, clock := engineAt(t, lease)
 			store, reached := stallFirstUpdate(eng)
 			var unavailable atomic.Bool
 			unavailable.Store(true)
@@ -526,10 +514,7 @@ func (f *firstCallLost) Charge(ctx context.Context, req ChargeRequest) (Charge, 
 // B's give-back made room for, passes.
 func TestTakeoverRefusedByTheLimitFencesTheStaleAttempt(t *testing.T) {
 	const lease, limit = time.Second, 1000
-	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
-	require.NoError(t, err)
-	defer eng.Close()
+	eng, clock := engineAt(t, lease)
 	store, reached := stallFirstUpdate(eng)
 	p := &firstCallLost{Provider: NewProvider(ProviderOptions{})} // B's
 	svc, err := New(Config{Store: store, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
@@ -549,4 +534,15 @@ func TestTakeoverRefusedByTheLimitFencesTheStaleAttempt(t *testing.T) {
 	close(store.gate)
 	require.Equal(t, http.StatusConflict, (<-stale).Code)
 	require.Equal(t, http.StatusCreated, send("C").Code, "nothing is held")
+}
+
+// engineAt opens an engine whose clock the test drives, with lease,
+// closed with the test.
+func engineAt(t *testing.T, lease time.Duration) (*engine.Engine, *fakeclock.Clock) {
+	t.Helper()
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = eng.Close() })
+	return eng, clock
 }
