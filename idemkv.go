@@ -452,6 +452,21 @@ type ResolveRequest struct {
 	Since time.Time
 }
 
+// LastCall is the last moment r's attempt may have sent its downstream
+// call, as the record tells: an abandoned record's LeaseExpires, an
+// uncertain one's Marked; zero for a completed record, or an uncertain
+// one whose store keeps no Marked. It is what a settling write judged
+// from the record passes as its Since.
+func (r *Record) LastCall() time.Time {
+	switch r.State {
+	case StateInProgress:
+		return r.LeaseExpires
+	case StateUncertain:
+		return r.Marked
+	}
+	return time.Time{}
+}
+
 // MovedSince reports whether r's attempt may have sent its call after
 // since (ResolveRequest.Since): it is in progress under a lease that
 // runs out later, or uncertain and marked later. A millisecond is

@@ -47,7 +47,7 @@ var actionHelp = map[string]string{
 type confirmData struct {
 	Action, Label, Help string
 	View                RecordView
-	// Since is the moment the record is judged from (sentAt), sent back
+	// Since is the moment the record is judged from (Record.LastCall), sent back
 	// with the form so that a record that moved meanwhile is refused.
 	Since string
 }
@@ -70,7 +70,7 @@ func (c *console) confirm(w http.ResponseWriter, r *http.Request, sess session) 
 		return
 	}
 	d := confirmData{Action: act, Label: actionLabel[act], Help: actionHelp[act], View: ViewOf(&rec)}
-	if at := sentAt(&rec); !at.IsZero() {
+	if at := rec.LastCall(); !at.IsZero() {
 		d.Since = at.Format(time.RFC3339Nano)
 	}
 	c.render(w, http.StatusOK, "confirm", view{Title: d.Label, Nav: "unsettled", CSRF: sess.csrf, Body: d})
@@ -148,7 +148,7 @@ func (c *console) verify(ctx context.Context, id idemkv.ID, token uint64, since 
 	if err := unmoved(&rec, token, since); err != nil {
 		return AuditEntry{}, err
 	}
-	since = cmp.Or(since, sentAt(&rec)) // the question is asked of the record as read
+	since = cmp.Or(since, rec.LastCall()) // the question is asked of the record as read
 	ans, err := (&ResolveOptions{Reconciler: c.a.o.Reconciler, Timeout: c.a.o.ResolveTimeout}).orDefault().
 		call(ctx, "the reconciler", func(ctx context.Context) (reconcile.Answer, error) { return c.a.o.Reconciler.Reconcile(ctx, rec) })
 	switch {

@@ -157,7 +157,7 @@ func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req Resol
 	// The store refuses the resolution if the attempt moves after the
 	// record was read here (or shown to the operator).
 	sr := idemkv.ResolveRequest{ID: req.ID(), Token: rec.Token, NoEffect: req.NoEffect, Note: req.Note,
-		Since: cmp.Or(req.Since, sentAt(&rec))}
+		Since: cmp.Or(req.Since, rec.LastCall())}
 	outcome := "removed: the operation did not happen, a retry runs anew"
 	if !req.NoEffect {
 		outcome = fmt.Sprintf("completed with status %d", req.Status)
@@ -212,7 +212,7 @@ func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRe
 	}
 	entry := newAuditEntry(store, "evict", &rec, "removed: the next request with its key runs anew", req.Reason)
 	return audited(audit, entry, func(*AuditEntry) error {
-		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token, Since: cmp.Or(req.Since, sentAt(&rec))})
+		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token, Since: cmp.Or(req.Since, rec.LastCall())})
 		return err
 	})
 }
@@ -229,20 +229,6 @@ func unmoved(rec *idemkv.Record, token uint64, since time.Time) error {
 			idemkv.ErrFenced, since.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
-}
-
-// sentAt is the last moment rec's attempt may have sent its call, as the
-// record tells (reconcile's rule): an abandoned record's LeaseExpires, an
-// uncertain one's Marked; zero for another, or an uncertain record its
-// store keeps no Marked of.
-func sentAt(rec *idemkv.Record) time.Time {
-	switch rec.State {
-	case idemkv.StateInProgress:
-		return rec.LeaseExpires
-	case idemkv.StateUncertain:
-		return rec.Marked
-	}
-	return time.Time{}
 }
 
 // audited makes change between two synced entries of audit: entry as

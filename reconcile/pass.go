@@ -138,17 +138,6 @@ func (w *Worker) isDue(rec *idemkv.Record, now time.Time) bool {
 	return b.attempts == 0 || !now.Before(b.next)
 }
 
-// sentAt is the last moment rec's attempt may have sent its call, as
-// the record tells: an abandoned record's LeaseExpires, an uncertain
-// one's Marked; zero for an uncertain record its store keeps no Marked
-// of (isDue then measures from the worker's first sight of it).
-func sentAt(rec *idemkv.Record) time.Time {
-	if rec.State == idemkv.StateInProgress {
-		return rec.LeaseExpires
-	}
-	return rec.Marked
-}
-
 // Due reports when rec is next due for this worker's question to the
 // reconciler (it is asked at the first pass from then on), and the
 // Unknown answers it got in a row; asks is false for a record the
@@ -213,7 +202,7 @@ func (w *Worker) settle(ctx context.Context, rec idemkv.Record) {
 	// Since: the store refuses the resolution if the attempt renewed its
 	// lease or marked the record after the moment the pass judged it
 	// due from: its call may have gone out after the answer.
-	req := idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token, Since: sentAt(&rec)}
+	req := idemkv.ResolveRequest{ID: rec.ID, Token: rec.Token, Since: rec.LastCall()}
 	var applyErr error
 	if ans.Apply != nil {
 		// Apply runs inside the store's Resolve: a panic in it would
@@ -354,7 +343,7 @@ func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
 	if len(note) > idemkv.MaxNoteLen {
 		note = note[:idemkv.MaxNoteLen]
 	}
-	err := w.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note, Since: sentAt(&rec)})
+	err := w.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note, Since: rec.LastCall()})
 	switch {
 	case err == nil:
 		w.forget(rec.ID)
