@@ -348,7 +348,7 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 		if !s.Remote {
 			x.Effects = &buf
 		} else {
-			x.sending = d.sending(&l)
+			x.sending, x.lease = d.sending(&l), &l
 		}
 		out, err := call(ctx, kind, s, x)
 		bg := context.WithoutCancel(ctx) // settle the action even if ctx ends now

@@ -81,6 +81,7 @@ type Exec struct {
 	Effects idemkv.Effects
 	outputs map[string][]byte
 	sending func(context.Context) error // a remote action's: see Sending
+	lease   *idemkv.Lease               // a remote action's, as Sending left it
 }
 
 // Output returns the output of a completed earlier step, or nil.
@@ -101,6 +102,19 @@ func (x *Exec) Sending(ctx context.Context) error {
 		return nil
 	}
 	return x.sending(ctx)
+}
+
+// LeaseExpires is the end of a remote action's lease, as Sending left it
+// (zero for a local action): the last moment its downstream call may be
+// acted on. A downstream that can refuse a call arriving after a
+// deadline should be sent it as one: a reconciler, which asks about the
+// action only a grace past that end, then hears a "not applied" that no
+// call held back on its way can falsify.
+func (x *Exec) LeaseExpires() time.Time {
+	if x.lease == nil {
+		return time.Time{}
+	}
+	return x.lease.Expires
 }
 
 // Definition is a saga: its name and its steps, in order.

@@ -40,7 +40,7 @@ func startDemo(dir string, cfg demoConfig) (*demo, error) {
 		lost:  make(chan reply, 1),
 	}
 	d.opts = engine.Options{Clock: d.clock, Lease: demoLease, CacheSize: 8 << 20, MemTableSize: 4 << 20, ReplayCacheSize: 4 << 20}
-	d.proc = payments.NewProvider(payments.ProviderOptions{Fault: d.script.fault})
+	d.proc = payments.NewProvider(payments.ProviderOptions{Fault: d.script.fault, Clock: d.clock})
 	if err := d.open(); err != nil {
 		return nil, err
 	}

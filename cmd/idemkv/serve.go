@@ -96,9 +96,9 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 	fs.Float64Var(&c.provider.FailRate, "provider-fail-rate", 0, "fraction of processor calls refused before charging (the client gets 503 and may retry)")
 	fs.Float64Var(&c.provider.TimeoutRate, "provider-timeout-rate", 0, "fraction of processor calls that charge and then time out (the payment is uncertain, and its retries get 409, until the reconciler has asked the processor, --reconcile-grace after the timeout)")
 	fs.StringVar(&c.processorURL, "processor", "", "charge the card processor at `URL` (an idemkv processor) over HTTP instead of the simulated one in this process; the --provider flags then do not apply. Required with --store")
-	fs.DurationVar(&c.processorTimeout, "processor-timeout", 5*time.Second, "give up on a call to --processor after `D`: the payment is then uncertain until reconciled")
+	fs.DurationVar(&c.processorTimeout, "processor-timeout", 5*time.Second, "give up on a call to --processor after `D`: the payment is then uncertain until reconciled. Every call carries a deadline (Charge-Deadline) at most this far ahead, after which the processor refuses it")
 	fs.DurationVar(&c.reconcile.Interval, "reconcile-interval", time.Second, "how often the reconciler looks for uncertain and abandoned payments and asks the processor about them")
-	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long the reconciler leaves a payment before it asks the processor about it: counted from when it was marked uncertain, or, for one whose holder vanished, from when its lease ran out (a call sent just before may still land)")
+	fs.DurationVar(&c.reconcile.Grace, "reconcile-grace", 10*time.Second, "how long the reconciler leaves a payment before it asks the processor about it: counted from when it was marked uncertain, or, for one whose holder vanished, from when its lease ran out (a call sent just before may still land). Keep it above --processor-timeout, plus how far the processor's clock may lag this store's: a call can then no longer charge when the processor is asked")
 	fs.IntVar(&c.reconcile.MaxAttempts, "reconcile-max-attempts", 20, "escalate a payment to an operator after `N` answers of \"unknown\" in a row")
 	fs.DurationVar(&c.reconcile.MaxAge, "reconcile-max-age", 24*time.Hour, "escalate a payment still unsettled this long after it was first tried")
 	fs.StringVar(&c.events, "events", "", "publish a payments.created event for every payment, from the store's outbox, to the NATS JetStream server at `URL` (nats://HOST:PORT), or to one started in this process with its store under --data (embedded); without it no events are kept")
@@ -276,6 +276,10 @@ func (c *serveConfig) openPayments(s *service, log *slog.Logger) error {
 	var err error
 	if c.processorURL != "" {
 		proc, err = payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil)
+		if c.reconcile.Grace <= c.processorTimeout {
+			log.Warn("--reconcile-grace is not above --processor-timeout: a payment left uncertain by a failed call may be asked about while that call can still charge, and be charged without its payment if its client does not retry",
+				"reconcile_grace", c.reconcile.Grace, "processor_timeout", c.processorTimeout)
+		}
 	} else {
 		proc, s.ledger, err = c.openSimulator()
 	}
@@ -284,7 +288,7 @@ func (c *serveConfig) openPayments(s *service, log *slog.Logger) error {
 	}
 	e := s.st.store
 	s.svc, err = payments.New(payments.Config{
-		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, Logger: log, APIKeys: keys,
+		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, CallTimeout: c.processorTimeout, Logger: log, APIKeys: keys,
 		NoMetricsRoute: c.metricsLn != nil, Events: c.events != "", AccountLimit: c.accountLimit,
 	})
 	if err != nil {

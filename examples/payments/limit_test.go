@@ -167,7 +167,7 @@ func TestStaleAttemptCannotFreeALiveHold(t *testing.T) {
 	const limit, lease = 10000, time.Second
 	eng, clock := engineAt(t, lease)
 	net := newGatedCalls(2) // A's two attempts spend their 2 s in flight
-	p := NewProvider(ProviderOptions{Fault: net.fault})
+	p := NewProvider(ProviderOptions{Fault: net.fault, Clock: clock})
 	// No heartbeat: the attempts stall, as a paused process does.
 	svc, err := New(Config{Store: eng, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
 	require.NoError(t, err)
@@ -303,7 +303,7 @@ func TestStaleAttemptHoldsNothingOnceThePaymentIsStored(t *testing.T) {
 	require.NoError(t, err)
 	defer eng.Close()
 	store, reached := stallFirstUpdate(eng)
-	p := NewProvider(ProviderOptions{})
+	p := NewProvider(ProviderOptions{Clock: clock})
 	svc, err := New(Config{Store: store, Processor: p, Heartbeat: -1, AccountLimit: 10000, Clock: clock}) // it stalls, as a paused process does
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
@@ -341,7 +341,7 @@ func TestRefusedTakeoverLeavesItToTheReconciler(t *testing.T) {
 	eng, clock := engineAt(t, lease)
 	net := newGatedCalls(1) // the first attempt's call is in flight until the test lets it land
 	var calls atomic.Int32
-	p := NewProvider(ProviderOptions{Fault: func(ctx context.Context, key string) error {
+	p := NewProvider(ProviderOptions{Clock: clock, Fault: func(ctx context.Context, key string) error {
 		if calls.Add(1) == 2 {
 			return ErrProviderUnavailable // the takeover's own call is refused
 		}
@@ -411,7 +411,7 @@ func TestTakeoverThatGivesUpLeavesTheHold(t *testing.T) {
 	eng, clock := engineAt(t, lease)
 	store := &hookUpdate{Engine: eng}
 	net := newGatedCalls(1)
-	p := NewProvider(ProviderOptions{Fault: net.fault})
+	p := NewProvider(ProviderOptions{Fault: net.fault, Clock: clock})
 	svc, err := New(Config{Store: store, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
 	require.NoError(t, err)
 	send := func(ctx context.Context, key string) *httptest.ResponseRecorder {
@@ -457,7 +457,7 @@ func TestStaleAttemptHoldsNothingOnceItsPaymentIsGivenBack(t *testing.T) {
 			store, reached := stallFirstUpdate(eng)
 			var unavailable atomic.Bool
 			unavailable.Store(true)
-			p := NewProvider(ProviderOptions{Fault: func(context.Context, string) error {
+			p := NewProvider(ProviderOptions{Clock: clock, Fault: func(context.Context, string) error {
 				if unavailable.Load() {
 					return ErrProviderUnavailable
 				}
@@ -516,7 +516,7 @@ func TestTakeoverRefusedByTheLimitFencesTheStaleAttempt(t *testing.T) {
 	const lease, limit = time.Second, 1000
 	eng, clock := engineAt(t, lease)
 	store, reached := stallFirstUpdate(eng)
-	p := &firstCallLost{Provider: NewProvider(ProviderOptions{})} // B's
+	p := &firstCallLost{Provider: NewProvider(ProviderOptions{Clock: clock})} // B's
 	svc, err := New(Config{Store: store, Processor: p, Lease: lease, Heartbeat: -1, AccountLimit: limit, Clock: clock})
 	require.NoError(t, err)
 	const order600 = `{"amount":600,"currency":"USD","card":"tok_1"}`

@@ -21,6 +21,7 @@ import (
 //	idemkv_http_store_errors_total                     requests that met a store error
 //	idemkv_payments_created_total                      payments committed
 //	idemkv_provider_calls_total{result}                charged, declined, timeout, unavailable,
+//	    expired (refused for arriving after its deadline: nothing charged),
 //	    cancelled (the client went away: before the call, released; during it, uncertain),
 //	    unknown (the call failed some other way: uncertain)
 //	idemkv_engine_*                                    the engine's own (package engineprom)

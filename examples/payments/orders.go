@@ -137,7 +137,8 @@ func (s *Service) authorize(ctx context.Context, x *saga.Exec) ([]byte, error) {
 	if err := x.Sending(ctx); err != nil {
 		return nil, err // nothing sent: the step is another's now, or the store is down
 	}
-	ch, err := s.cfg.Processor.Charge(ctx, ChargeRequest{Key: x.Key, Amount: req.Amount, Currency: req.Currency, Description: "order " + x.ID})
+	ch, err := s.cfg.Processor.Charge(ctx, ChargeRequest{Key: x.Key, Amount: req.Amount, Currency: req.Currency,
+		Description: "order " + x.ID, Deadline: s.callDeadline(x.LeaseExpires())})
 	switch {
 	case errors.Is(err, ErrDeclined):
 		return nil, fmt.Errorf("%w: %w", saga.ErrPermanent, err)

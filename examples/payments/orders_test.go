@@ -34,7 +34,7 @@ func newOrders(t *testing.T) *orderFixture {
 	f := &orderFixture{t: t, clock: fakeclock.New(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))}
 	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: f.clock, NoBackgroundSweep: true})
 	require.NoError(t, err)
-	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Fault: f.fault.get})
+	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Fault: f.fault.get, Clock: f.clock})
 	svc, err := New(Config{Store: eng, Processor: p, Clock: f.clock})
 	require.NoError(t, err)
 	f.eng, f.svc, f.srv = eng, svc, httptest.NewServer(svc.Handler())
@@ -155,7 +155,7 @@ func TestOrderAuthorizationEndingOddlyIsUnknown(t *testing.T) {
 	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer eng.Close()
-	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2))})
+	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Clock: clock})
 	svc, err := New(Config{Store: eng, Processor: &cutAfterCharge{Processor: p}, Clock: clock})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())

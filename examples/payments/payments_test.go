@@ -42,9 +42,10 @@ func newServiceWait(t *testing.T, po ProviderOptions, wait time.Duration) *svcFi
 	t.Helper()
 	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(t, err)
-	po.Rand = rand.New(rand.NewPCG(1, 2))
+	clock := newTicking()
+	po.Rand, po.Clock = rand.New(rand.NewPCG(1, 2)), clock.still()
 	p := NewProvider(po)
-	svc, err := New(Config{Store: eng, Processor: p, Wait: wait, Clock: newTicking()})
+	svc, err := New(Config{Store: eng, Processor: p, Wait: wait, Clock: clock})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(func() {
@@ -68,6 +69,18 @@ func (c *ticking) Now() time.Time {
 	defer c.mu.Unlock()
 	c.now = c.now.Add(time.Second)
 	return c.now
+}
+
+// still is c read without moving it: the simulated processor's clock, in
+// step with the service's, which compares a call's deadline with it.
+func (c *ticking) still() idemkv.Clock { return stillTicking{c} }
+
+type stillTicking struct{ c *ticking }
+
+func (s stillTicking) Now() time.Time {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.c.now
 }
 
 type reply struct {
@@ -548,7 +561,8 @@ func TestReplayDuringAStoreFailureIsRetried(t *testing.T) {
 	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(t, err)
 	st := &failingReads{Engine: eng}
-	svc, err := New(Config{Store: st, Processor: NewProvider(ProviderOptions{}), Clock: newTicking()})
+	clock := newTicking()
+	svc, err := New(Config{Store: st, Processor: NewProvider(ProviderOptions{Clock: clock.still()}), Clock: clock})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(func() {

@@ -16,12 +16,14 @@ import (
 // ProcessorClient is a Processor reached over HTTP: an idemkv processor
 // (package examples/processor), or any processor with its API. It sends
 // the downstream key as the Idempotency-Key header, so the processor
-// deduplicates every attempt of one payment into one charge.
+// deduplicates every attempt of one payment into one charge, and the
+// call's deadline (ChargeRequest.Deadline) as the Charge-Deadline header
+// (RFC 3339, to the nanosecond), past which the processor refuses it.
 //
 // Its errors are the Processor contract's, read conservatively: only an
-// answer that says nothing was charged is ErrProviderUnavailable (a 503)
-// or ErrDeclined (a 402),
-// and only a call never sent is ctx's error; a timeout, a lost connection,
+// answer that says nothing was charged is ErrProviderUnavailable (a 503;
+// ErrCallExpired if its problem type is call-expired) or ErrDeclined (a
+// 402), and only a call never sent is ctx's error; a timeout, a lost connection,
 // a 5xx, any other status and an answer that does not parse are
 // ErrProviderTimeout, charged or not unknown, for the reconciler to ask
 // about.
@@ -64,6 +66,9 @@ func (p *ProcessorClient) Charge(ctx context.Context, req ChargeRequest) (Charge
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Idempotency-Key", req.Key)
+	if !req.Deadline.IsZero() {
+		hreq.Header.Set(HeaderChargeDeadline, req.Deadline.UTC().Format(time.RFC3339Nano))
+	}
 	resp, err := p.http.Do(hreq)
 	if err != nil {
 		return Charge{}, fmt.Errorf("%w: %w", ErrProviderTimeout, err)
@@ -77,6 +82,9 @@ func (p *ProcessorClient) Charge(ctx context.Context, req ChargeRequest) (Charge
 		}
 		return c, nil
 	case http.StatusServiceUnavailable:
+		if problemType(resp) == problemCallExpired {
+			return Charge{}, ErrCallExpired
+		}
 		return Charge{}, ErrProviderUnavailable
 	case http.StatusPaymentRequired:
 		return Charge{}, ErrDeclined
@@ -105,6 +113,31 @@ func (p *ProcessorClient) Lookup(ctx context.Context, key string) (Charge, bool,
 		return Charge{}, false, nil
 	}
 	return Charge{}, false, fmt.Errorf("payments: processor lookup answered %s", resp.Status)
+}
+
+// HeaderChargeDeadline carries a charge call's deadline
+// (ChargeRequest.Deadline), in RFC 3339 with up to nanoseconds: an idemkv
+// processor refuses a call that reaches it later with a 503 whose problem
+// type ends in "call-expired".
+const HeaderChargeDeadline = "Charge-Deadline"
+
+// problemCallExpired is the last segment of the problem type of a call
+// refused for arriving after its deadline.
+const problemCallExpired = "call-expired"
+
+// problemType returns the last segment (after a "/" or a "#") of a
+// problem answer's type ("" for another answer).
+func problemType(resp *http.Response) string {
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+		return ""
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 16<<10)).Decode(&p) != nil {
+		return ""
+	}
+	return p.Type[strings.LastIndexAny(p.Type, "/#")+1:]
 }
 
 // readCharge decodes a charge answer and checks that it is one: an id,

@@ -154,3 +154,66 @@ func TestPaymentsOverAnHTTPProcessor(t *testing.T) {
 	assert.Equal(t, int64(5000), p.Amount)
 	assert.Equal(t, processor.Stats{Calls: 1, Charges: 1, TimedOut: 1}, ps.Stats())
 }
+
+// heldPosts is a network that holds each charge request on its way to the
+// processor until the test lets it through: a slow network, or a process
+// paused after it decided to send.
+type heldPosts struct {
+	held chan chan struct{}
+}
+
+func (h heldPosts) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost {
+		through := make(chan struct{})
+		h.held <- through
+		<-through
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestACallHeldBackPastItsDeadlineChargesNothing: a payment's call is held
+// on its way to the processor past its attempt's lease and the
+// reconciler's grace. The reconciler asks, hears "no charge" (nothing
+// has arrived) and releases the payment with its hold. When the call
+// arrives at last, the processor refuses it for its deadline: nothing is
+// charged without its payment, and the account's hold is not spent
+// twice. The retry charges once.
+func TestACallHeldBackPastItsDeadlineChargesNothing(t *testing.T) {
+	const lease = 2 * time.Second
+	eng, clock := engineAt(t, lease)
+	pe, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, NoBackgroundSweep: true}) // the processor's, on the same time
+	require.NoError(t, err)
+	defer pe.Close()
+	ps, err := processor.New(processor.Options{Store: pe})
+	require.NoError(t, err)
+	psrv := httptest.NewServer(ps.Handler())
+	defer psrv.Close()
+	net := heldPosts{held: make(chan chan struct{}, 1)}
+	pc, err := NewProcessorClient(psrv.URL, time.Minute, &http.Client{Transport: net})
+	require.NoError(t, err)
+	svc, err := New(Config{Store: eng, Processor: pc, Lease: lease, Heartbeat: -1, AccountLimit: 10000, Clock: clock})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &svcFixture{t: t, eng: eng, srv: srv, svc: svc}
+
+	first := make(chan reply, 1)
+	go func() { first <- f.pay("acct_1", "k1", order1000) }()
+	call := <-net.held
+	clock.Advance(lease + 2*time.Second)
+	w, err := reconcile.New(eng, svc, &reconcile.Options{Grace: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, w.Pass(context.Background()))
+	require.Equal(t, int64(1), w.Stats().NotApplied, "nothing had reached the processor")
+	assert.Zero(t, f.spent("acct_1"), "the hold was given back")
+
+	close(call)                                                           // the call arrives, late
+	problemOf(t, <-first, http.StatusConflict, httpidem.ProblemLeaseLost) // refused, and its lease is gone
+	assert.Equal(t, processor.Stats{Calls: 1, Expired: 1}, ps.Stats(), "refused for its deadline: no charge without its payment")
+
+	go func() { close(<-net.held) }()
+	r := f.pay("acct_1", "k1", order1000)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	assert.Equal(t, int64(1), ps.Stats().Charges)
+	assert.Equal(t, int64(1000), f.spent("acct_1"))
+}

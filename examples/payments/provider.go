@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/idemkv/idemkv"
 )
 
 // Errors of Provider.Charge.
@@ -23,6 +25,10 @@ var (
 	// ErrProviderTimeout: the call timed out; the charge may or may not
 	// have happened.
 	ErrProviderTimeout = errors.New("payments: card processor timed out; the charge may have happened")
+	// ErrCallExpired: the call reached the processor after its deadline
+	// (ChargeRequest.Deadline) and was refused before charging. It wraps
+	// ErrProviderUnavailable: nothing was charged.
+	ErrCallExpired = fmt.Errorf("%w: the call arrived after its deadline", ErrProviderUnavailable)
 )
 
 // ProviderOptions shape the simulated card processor.
@@ -52,6 +58,9 @@ type ProviderOptions struct {
 	// forgotten, as a real processor forgets keys after a day or so.
 	// Default: 200,000, about 40 MiB. A Ledger keeps every charge.
 	Remember int
+	// Clock tells the time a call arrives, which its deadline is
+	// compared with (ChargeRequest.Deadline). Default: the system clock.
+	Clock idemkv.Clock
 	// Ledger, if set, keeps the charges durably (ledger.go), so that a
 	// provider started anew on it, after a restart of the process, still
 	// finds and deduplicates every charge made before: a reconciler that
@@ -71,6 +80,14 @@ type ChargeRequest struct {
 	// Description is kept with the charge, as processors keep a charge's
 	// metadata, so that a reconciler can rebuild the payment from it.
 	Description string
+	// Deadline, if set, is the last moment the call may reach the
+	// processor: a call that arrives later is refused (ErrCallExpired)
+	// and charges nothing, unless a charge was made under Key already,
+	// which it gets back. The service sends the end of the lease its
+	// attempt holds, or of the call's timeout if sooner, so that a call
+	// held back by a paused process or a slow network cannot land after
+	// a reconciler, asking once both have passed, heard "no charge".
+	Deadline time.Time
 }
 
 // Processor is the card processor the service charges through: the
@@ -78,7 +95,10 @@ type ChargeRequest struct {
 // processor over HTTP.
 type Processor interface {
 	// Charge makes the charge, or returns the one already made under
-	// req.Key. It fails with ErrProviderUnavailable (nothing charged),
+	// req.Key. A call that reaches the processor after req.Deadline (if
+	// set) charges nothing: it fails with ErrCallExpired, or gets the
+	// charge already made. It fails with ErrProviderUnavailable (nothing
+	// charged),
 	// ErrDeclined (nothing charged, for good), ErrProviderTimeout
 	// (charged or not: unknown) or ctx's error (the call ended because
 	// ctx did). The service reads any error but the first two as
@@ -87,8 +107,9 @@ type Processor interface {
 	// the service checks that itself.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
 	// Lookup returns the charge made under key; found is false if the
-	// processor has none (and, for the key of an operation that is no
-	// longer in flight, never will). An error means the answer is unknown.
+	// processor has none, and then never will for calls whose deadline
+	// has passed by the processor's clock. An error means the answer is
+	// unknown.
 	Lookup(ctx context.Context, key string) (c Charge, found bool, err error)
 }
 
@@ -143,8 +164,11 @@ func NewProvider(opts ProviderOptions) *Provider {
 // Charge implements Processor: it charges req.Amount under req.Key, or
 // returns the charge already made under it. It fails with
 // ErrProviderUnavailable (nothing charged), ErrProviderTimeout (charged,
-// answer lost), ctx's error (nothing charged) or the error of
-// ProviderOptions.Fault (nothing charged).
+// answer lost), ErrCallExpired (it arrived past req.Deadline: nothing
+// charged), ctx's error (nothing charged) or the error of
+// ProviderOptions.Fault (nothing charged). A call arrives when Charge is
+// called: Latency and Fault are its time at the processor, during which
+// Lookup answers ErrChargeInFlight.
 func (p *Provider) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
 	key := req.Key
 	p.mu.Lock()
@@ -157,6 +181,11 @@ func (p *Provider) Charge(ctx context.Context, req ChargeRequest) (Charge, error
 		}
 		p.mu.Unlock()
 	}()
+	// The call arrives here, and is counted in flight from here on:
+	// Latency and Fault are its time at the processor.
+	if late, c, err := p.late(ctx, req); late {
+		return c, err
+	}
 	if p.opts.Latency > 0 {
 		t := time.NewTimer(p.opts.Latency)
 		select {
@@ -201,6 +230,33 @@ func (p *Provider) Charge(ctx context.Context, req ChargeRequest) (Charge, error
 		return Charge{}, ErrProviderTimeout
 	}
 	return c, nil
+}
+
+// late answers a call that arrived after its deadline: with the charge
+// already made under its key, or ErrCallExpired. It reports false for a
+// call in time.
+func (p *Provider) late(ctx context.Context, req ChargeRequest) (bool, Charge, error) {
+	if req.Deadline.IsZero() || !p.now().After(req.Deadline) {
+		return false, Charge{}, nil
+	}
+	c, ok, err := p.book.get(ctx, req.Key)
+	switch {
+	case err != nil:
+		return true, Charge{}, fmt.Errorf("%w: the ledger: %w", ErrProviderTimeout, err)
+	case ok:
+		p.mu.Lock()
+		p.dedups++
+		p.mu.Unlock()
+		return true, c, nil
+	}
+	return true, Charge{}, ErrCallExpired
+}
+
+func (p *Provider) now() time.Time {
+	if p.opts.Clock != nil {
+		return p.opts.Clock.Now()
+	}
+	return time.Now()
 }
 
 // Lookup implements Processor: the status query a reconciler asks. A

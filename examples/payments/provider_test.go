@@ -65,7 +65,7 @@ func TestStalledChargeIsFencedAfterTakeover(t *testing.T) {
 	defer eng.Close()
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	p := NewProvider(ProviderOptions{Fault: func(ctx context.Context, _ string) error {
+	p := NewProvider(ProviderOptions{Clock: clock, Fault: func(ctx context.Context, _ string) error {
 		stall := false
 		once.Do(func() { stall = true })
 		if !stall {
@@ -222,4 +222,29 @@ func TestProviderLedgerOutlivesTheProcess(t *testing.T) {
 	assert.Len(t, seen, 1, "one charge under one key")
 	assert.Equal(t, ProviderStats{Calls: 9, Charges: 1, Dedups: 8}, p.Stats())
 	assert.Len(t, p.Charges(t.Context()), 2)
+}
+
+// A call that arrives after its deadline charges nothing (ErrCallExpired,
+// which reads as "nothing charged") and leaves its key free; one in time
+// charges; a late call under a key already charged gets the charge back.
+func TestProviderRefusesLateCalls(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	p := NewProvider(ProviderOptions{Clock: clock})
+	req := ChargeRequest{Key: "k", Amount: 700, Currency: "EUR", Deadline: clock.Now().Add(-time.Nanosecond)}
+	_, err := p.Charge(ctx, req)
+	require.ErrorIs(t, err, ErrCallExpired)
+	assert.ErrorIs(t, err, ErrProviderUnavailable, "nothing charged")
+	_, found, err := p.Lookup(ctx, "k")
+	require.NoError(t, err)
+	assert.False(t, found)
+
+	req.Deadline = clock.Now()
+	c, err := p.Charge(ctx, req)
+	require.NoError(t, err, "a call that arrives at its deadline is in time")
+	clock.Advance(time.Hour)
+	again, err := p.Charge(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, c, again, "a late call under a charged key gets the charge back")
+	assert.Equal(t, ProviderStats{Calls: 1, Charges: 1, Dedups: 1}, p.Stats())
 }

@@ -77,8 +77,9 @@ func transcriptService(t *testing.T, keys *APIKeys) (*httptest.Server, *Provider
 	eng, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { eng.Close() })
-	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2))})
-	svc, err := New(Config{Store: eng, Processor: p, APIKeys: keys, Clock: newTicking()})
+	clock := newTicking()
+	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Clock: clock.still()})
+	svc, err := New(Config{Store: eng, Processor: p, APIKeys: keys, Clock: clock})
 	require.NoError(t, err)
 	return httptest.NewServer(svc.Handler()), p
 }

@@ -15,6 +15,14 @@
 // protected by package httpidem on its own engine, in local mode: the
 // charge row and the key's outcome commit in one batch.
 //
+// A charge request may carry a deadline, the Charge-Deadline header (RFC
+// 3339): one that arrives later, by the store's clock, is refused before
+// charging (503, problem type call-expired), unless its key was charged
+// already, which is replayed. A caller that sends the end of its lease
+// (payments.ChargeRequest.Deadline) can then trust a lookup's 404 once
+// that moment has passed: no call held back on its way can charge after
+// it.
+//
 // Failures are injected in front of the route: Latency, FailRate (refused
 // before charging: 503) and TimeoutRate (charged and committed, then the
 // answer withheld until the caller gives up or Options.Hold passes, then
@@ -27,4 +35,7 @@
 //   - Keys are deduplicated, and looked up, for as long as the store
 //     retains them (engine.Options.Retention): a key past it reads as never
 //     charged, so keep it longer than a caller can take to reconcile.
+//   - A deadline is compared with this process's clock (its store's): a
+//     caller's reconciler must leave a margin for how far it may lag the
+//     caller's (reconcile.Options.Grace).
 package processor

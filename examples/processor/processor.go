@@ -69,6 +69,7 @@ type Charge struct {
 type Stats struct {
 	Calls    int64 // charge requests received
 	Refused  int64 // refused before charging (503)
+	Expired  int64 // refused for arriving after their deadline (503)
 	Charges  int64 // charges made
 	TimedOut int64 // charges whose answer was withheld
 }
@@ -158,6 +159,9 @@ type chargeRequest struct {
 // Idempotency-Key header and replays the first answer to every retry.
 func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	op := httpidem.FromContext(r.Context())
+	if !s.inTime(w, r) {
+		return
+	}
 	var req chargeRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
 	dec.DisallowUnknownFields()
@@ -182,6 +186,35 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 	w.Write(row)
 }
+
+// inTime refuses, and answers, a charge request that arrived after the
+// deadline its caller sent (the Charge-Deadline header), by the store's
+// clock: 503 call-expired, nothing charged, and the key free again. A
+// request under a key already charged never gets here: the middleware
+// replays the charge. It reports whether the request may go on.
+func (s *Server) inTime(w http.ResponseWriter, r *http.Request) bool {
+	v := r.Header.Get(HeaderDeadline)
+	if v == "" {
+		return true
+	}
+	deadline, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		httpidem.WriteProblem(w, "invalid-deadline", http.StatusBadRequest,
+			HeaderDeadline+" must be an RFC 3339 time, such as 2026-12-07T20:21:00.5Z: "+err.Error(), 0)
+		return false
+	}
+	if now := s.o.Store.Now(); now.After(deadline) {
+		s.count(func(st *Stats) { st.Expired++ })
+		httpidem.WriteProblem(w, "call-expired", http.StatusServiceUnavailable, fmt.Sprintf(
+			"the call arrived at %s, after its deadline %s; nothing was charged", now.UTC().Format(time.RFC3339Nano), v), 0)
+		return false
+	}
+	return true
+}
+
+// HeaderDeadline is the request header a caller sends its call's
+// deadline in: the last moment, in RFC 3339, the call may be acted on.
+const HeaderDeadline = "Charge-Deadline"
 
 // lookup answers the charge made under an idempotency key, or 404.
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {

@@ -54,8 +54,16 @@ func (f *fixture) restart(o Options) {
 }
 
 func (f *fixture) do(method, path, key, body string) (int, http.Header, string) {
+	return f.doWith(method, path, key, body, nil)
+}
+
+// doWith sends a request with the extra headers h.
+func (f *fixture) doWith(method, path, key, body string, h http.Header) (int, http.Header, string) {
 	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	require.NoError(f.t, err)
+	for k, v := range h {
+		req.Header[k] = v
+	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
@@ -171,4 +179,34 @@ func TestLookupWhileCharging(t *testing.T) {
 	require.NoError(t, f.e.Release(context.Background(), c.Lease, nil))
 	status, _, _ = f.do("GET", "/v1/charges/k1", "", "")
 	assert.Equal(t, http.StatusNotFound, status)
+}
+
+// TestDeadlines: a charge request that arrives after the deadline its
+// caller sent charges nothing and frees its key; one in time charges; a
+// late retry of a key already charged gets the charge back; a deadline
+// that does not parse is a 400.
+func TestDeadlines(t *testing.T) {
+	f := newFixture(t, Options{})
+	deadline := func(d time.Duration) http.Header {
+		return http.Header{HeaderDeadline: {f.e.Now().Add(d).Format(time.RFC3339Nano)}}
+	}
+	status, h, body := f.doWith("POST", "/v1/charges", "k1", charge, deadline(-time.Millisecond))
+	assert.Equal(t, http.StatusServiceUnavailable, status, body)
+	assert.Equal(t, "application/problem+json", h.Get("Content-Type"))
+	assert.Contains(t, body, "#call-expired")
+	status, _, _ = f.do("GET", "/v1/charges/k1", "", "")
+	assert.Equal(t, http.StatusNotFound, status, "nothing charged, and the key is free")
+
+	status, _, first := f.doWith("POST", "/v1/charges", "k1", charge, deadline(time.Minute))
+	require.Equal(t, http.StatusCreated, status, first)
+	status, h, again := f.doWith("POST", "/v1/charges", "k1", charge, deadline(-time.Minute))
+	assert.Equal(t, http.StatusCreated, status, "a late call under a charged key gets the charge back")
+	assert.Equal(t, "true", h.Get("Idempotent-Replayed"))
+	assert.Equal(t, first, again)
+
+	status, _, body = f.doWith("POST", "/v1/charges", "k2", charge, http.Header{HeaderDeadline: {"tomorrow"}})
+	assert.Equal(t, http.StatusBadRequest, status, body)
+	status, _, _ = f.do("GET", "/v1/charges/k2", "", "")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Equal(t, Stats{Calls: 4, Expired: 1, Charges: 1}, f.s.Stats())
 }
