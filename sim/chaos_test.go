@@ -103,7 +103,7 @@ func (pw *payWorld) operate(op *Proc) {
 }
 
 // settleEscalated resolves every escalated record whose truth the
-// processor knows (nothing of it in flight).
+// processor knows (nothing of it that could still charge).
 func (pw *payWorld) settleEscalated(ctx context.Context, s *service) {
 	page, err := s.store.List(ctx, idemkv.ListRequest{Escalated: true})
 	if err != nil {
@@ -111,7 +111,7 @@ func (pw *payWorld) settleEscalated(ctx context.Context, s *service) {
 	}
 	for _, rec := range page.Records {
 		key := rec.OperationID.StepKey("charge")
-		if pw.down.inflight[key] > 0 {
+		if pw.down.live(key) > 0 {
 			continue
 		}
 		c := pw.down.charges[key]

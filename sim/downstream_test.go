@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -17,9 +18,11 @@ import (
 // (it is the service's retention that runs out first); it answers a
 // lookup with what it has, so a charge still in flight is invisible to
 // it; a charge request that lands after its caller gave up is charged all
-// the same; it refuses some calls before charging (503) and declines some
-// cards (402, remembered under the key, as a processor replays its
-// answer). It is the ground truth of the run: every charge it makes is
+// the same, unless (in most worlds, params.deadlines) it lands after the
+// deadline it carries, by the processor's own clock, which lags the
+// services' by params.lag; it refuses some calls before charging (503)
+// and declines some cards (402, remembered under the key, as a processor
+// replays its answer). It is the ground truth of the run: every charge it makes is
 // counted against the logical payment whose request carried it.
 
 // origin names the logical payment a request belongs to: the sim's own
@@ -44,19 +47,69 @@ type downstream struct {
 
 	charges  map[string]*chargeState // by downstream key
 	inflight map[string]int          // charge requests under way, by key
-	byOrigin map[origin][]string     // the keys charged for each payment
+	// pending holds every charge a service has decided to send and that
+	// has not landed yet, by key: on its way, or held back before the
+	// send by a pause or a stall.
+	pending  map[string][]*pendingCall
+	byOrigin map[origin][]string // the keys charged for each payment
 	made     int
 }
 
 func newDownstream(pw *payWorld) *downstream {
 	return &downstream{pw: pw, p: pw.w.NewProc("processor"), charges: map[string]*chargeState{},
-		inflight: map[string]int{}, byOrigin: map[origin][]string{}}
+		inflight: map[string]int{}, pending: map[string][]*pendingCall{}, byOrigin: map[origin][]string{}}
+}
+
+// now is the processor's clock.
+func (d *downstream) now() time.Time { return d.pw.w.Now().Add(-d.pw.prm.lag) }
+
+// late reports whether a call with deadline would be refused if it
+// landed now.
+func (d *downstream) late(deadline time.Time) bool {
+	return d.pw.prm.deadlines && !deadline.IsZero() && d.now().After(deadline)
+}
+
+// pendingCall is a charge decided and not landed.
+type pendingCall struct {
+	deadline time.Time // zero: none
+	from     *Proc
+	// sent: it is on its way, and lands or is lost whatever happens to
+	// from. One not sent is dropped when from crashes.
+	sent bool
+}
+
+func (d *downstream) pend(key string, deadline time.Time, from *Proc) *pendingCall {
+	c := &pendingCall{deadline: deadline, from: from}
+	d.pending[key] = append(d.pending[key], c)
+	return c
+}
+
+func (d *downstream) unpend(key string, c *pendingCall) {
+	d.pending[key] = slices.DeleteFunc(d.pending[key], func(p *pendingCall) bool { return p == c })
+	if len(d.pending[key]) == 0 {
+		delete(d.pending, key)
+	}
+}
+
+// live counts the charges under key that are decided, not landed, and
+// could still charge: every one, where the processor ignores deadlines,
+// else those whose deadline has not passed by its clock; never one not
+// sent by a process that crashed since.
+func (d *downstream) live(key string) int {
+	n := 0
+	for _, c := range d.pending[key] {
+		if (c.sent || !c.from.Dead()) && !d.late(c.deadline) {
+			n++
+		}
+	}
+	return n
 }
 
 type chargeReply struct {
 	charge      payments.Charge
 	declined    bool
 	unavailable bool
+	expired     bool
 }
 
 // charge handles a charge request that has landed.
@@ -69,6 +122,10 @@ func (d *downstream) charge(req payments.ChargeRequest, o origin, tenant string)
 	if c, ok := d.charges[req.Key]; ok {
 		w.Logf("processor: %s key %s: deduplicated (%s)", o, short(req.Key), c.charge.ID)
 		return chargeReply{charge: c.charge, declined: c.declined}
+	}
+	if d.late(req.Deadline) {
+		w.Logf("processor: %s key %s: refused, it landed after its deadline", o, short(req.Key))
+		return chargeReply{expired: true}
 	}
 	if w.Rand().Float64() < d.pw.prm.declines {
 		w.Logf("processor: %s key %s: declined", o, short(req.Key))
@@ -142,40 +199,54 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 		return payments.Charge{}, ErrCrashed
 	}
 	decided := w.Now()
+	d := pw.down
+	pc := d.pend(req.Key, req.Deadline, sp.p)
+	// Held back, the call ends unsent if its process crashes (its actor
+	// then runs on outside the world, which it may not touch: live
+	// ignores the call from then on) or its request is cancelled.
+	unsent := func(err error) error {
+		if !errors.Is(err, ErrCrashed) {
+			d.unpend(req.Key, pc)
+		}
+		return err
+	}
 	// Between its last look at its lease and the send, either the whole
 	// process stalls (a long garbage collection, a stopped VM: the
 	// guide's delayed write) or only this request does (its goroutine
 	// waits for a connection or a name lookup) while the rest of the
 	// process runs on: its heartbeats, a retry that takes its lease over,
 	// the reconciler. Never both, so that the delay stays within
-	// pauseMax, which a safe world's grace covers.
+	// pauseMax, which the grace of a safe world without deadlines
+	// covers.
 	switch u := w.Rand().Float64(); {
 	case u < pw.prm.pauseBeforeSend:
-		d := pw.pauseLength()
-		w.Logf("%s: %s paused %v before sending its charge", sp.p.Name(), o, d)
-		sp.p.Freeze(d)
+		pause := pw.pauseLength()
+		w.Logf("%s: %s paused %v before sending its charge", sp.p.Name(), o, pause)
+		sp.p.Freeze(pause)
 		if err := sp.p.Sleep(0); err != nil {
-			return payments.Charge{}, err
+			return payments.Charge{}, unsent(err)
 		}
 	case u < pw.prm.pauseBeforeSend+pw.prm.stallBeforeSend:
-		d := pw.pauseLength()
-		w.Logf("%s: %s stalls %v before sending its charge", sp.p.Name(), o, d)
-		if err := sp.p.Sleep(d); err != nil {
-			return payments.Charge{}, err
+		stall := pw.pauseLength()
+		w.Logf("%s: %s stalls %v before sending its charge", sp.p.Name(), o, stall)
+		if err := sp.p.Sleep(stall); err != nil {
+			return payments.Charge{}, unsent(err)
 		}
 	}
 	v, err := sp.p.Call(ctx, pw.prm.processorTimeout, func(reply func(any, error)) {
-		d := pw.down
+		pc.sent = true // it lands, or is lost, from here on
 		d.inflight[req.Key]++
 		w.Logf("%s: %s sends charge key %s", sp.p.Name(), o, short(req.Key))
 		pw.sentAfter(w.Now().Sub(decided))
-		sent := w.Send(pw.prm.toDown, d.p, func() {
+		delivered := w.Send(pw.prm.toDown, d.p, func() {
 			d.inflight[req.Key]--
+			d.unpend(req.Key, pc)
 			r := d.charge(req, o, tenant)
 			w.Send(pw.prm.fromDown, sp.p, func() { reply(r, nil) })
 		})
-		if !sent {
+		if !delivered {
 			d.inflight[req.Key]--
+			d.unpend(req.Key, pc)
 			w.Logf("network: %s's charge key %s lost", o, short(req.Key))
 		}
 		if f := pw.prm.crashAfterSend; f > 0 && w.Rand().Float64() < f && sp.s.p == sp.p {
@@ -183,6 +254,9 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 			w.At(0, pw.chaos, func() { pw.crash(sp.s) })
 		}
 	})
+	if !pc.sent {
+		unsent(err)
+	}
 	switch {
 	case errors.Is(err, ErrCrashed):
 		return payments.Charge{}, err
@@ -194,6 +268,8 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 	switch {
 	case r.unavailable:
 		return payments.Charge{}, payments.ErrProviderUnavailable
+	case r.expired:
+		return payments.Charge{}, payments.ErrCallExpired
 	case r.declined:
 		return payments.Charge{}, payments.ErrDeclined
 	}
@@ -201,13 +277,14 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 }
 
 // sentAfter notes that a charge was sent d after its request decided to
-// send it. A safe world's grace covers one pause there (pauseMax); pauses
-// of the process that follow one another (each request that pauses it
-// pauses it anew) can hold a charge back longer, and from then on the
-// grace no longer covers what the world does: the checks that rely on it
-// are off for the rest of the run.
+// send it. Where the processor ignores deadlines, a safe world's grace
+// covers one pause there (pauseMax); pauses of the process that follow
+// one another (each request that pauses it pauses it anew) can hold a
+// charge back longer, and from then on the grace no longer covers what
+// the world does: the checks that rely on it are off for the rest of the
+// run. Where it refuses late calls, no pause matters.
 func (pw *payWorld) sentAfter(d time.Duration) {
-	if pw.prm.safe && d > pw.prm.pauseMax {
+	if pw.prm.safe && !pw.prm.deadlines && d > pw.prm.pauseMax {
 		pw.w.Logf("world: a charge was sent %v after the decision, past pause_max %v: no longer safe", d, pw.prm.pauseMax)
 		pw.prm.safe = false
 	}
@@ -232,7 +309,7 @@ func (sp *simProcessor) Lookup(ctx context.Context, key string) (payments.Charge
 			if a.found {
 				a.c = c.charge
 			}
-			w.Logf("processor: lookup %s: found %v (in flight %d)", short(key), a.found, d.inflight[key])
+			w.Logf("processor: lookup %s: found %v (in flight %d, could still charge %d)", short(key), a.found, d.inflight[key], d.live(key))
 			w.Send(pw.prm.fromDown, sp.p, func() { reply(a, nil) })
 		})
 	})
@@ -265,23 +342,27 @@ func (d *downstream) checkLimit(tenant string) {
 }
 
 // resolved checks a reconciler's resolution against the truth: it never
-// says "not applied" of a payment whose charge has landed or is still on
-// its way (the wrong answer of the first defect, which only the
-// identity then saves from a second charge), where the run's settings
-// make its grace long enough to know (params.safe); nor "applied" of one
-// the processor never charged.
+// says "not applied" of a payment whose charge has landed, or is decided
+// and could still land and charge (on its way, or held back by a pause
+// or a stall, its deadline not passed where the processor keeps them):
+// the wrong answer of the first defect, which only the identity
+// then saves from a second charge, and only if the client retries. Where
+// the run's settings make the grace long enough to know (params.safe).
+// Nor "applied" of one the processor never charged.
 func (pw *payWorld) resolved(p *Proc, rec idemkv.Record, v reconcile.Verdict) {
 	key := rec.OperationID.StepKey("charge")
 	d := pw.down
 	c := d.charges[key]
 	charged := c != nil && !c.declined
-	pw.w.Logf("%s: reconciler resolves %s/%s as %v (charged %v, in flight %d)", p.Name(), rec.ID.Tenant, rec.ID.Key, v, charged, d.inflight[key])
+	live := d.live(key)
+	pw.w.Logf("%s: reconciler resolves %s/%s as %v (charged %v, in flight %d, could still charge %d)",
+		p.Name(), rec.ID.Tenant, rec.ID.Key, v, charged, d.inflight[key], live)
 	switch {
 	case v == reconcile.Applied && !charged:
 		pw.fail(fmt.Errorf("the reconciler said %s/%s was charged; the processor never charged it", rec.ID.Tenant, rec.ID.Key))
-	case v == reconcile.NotApplied && (charged || d.inflight[key] > 0) && pw.prm.safe:
-		pw.fail(fmt.Errorf("the reconciler said %s/%s was not charged, while its charge had landed (%v) or was on its way (%d)",
-			rec.ID.Tenant, rec.ID.Key, charged, d.inflight[key]))
+	case v == reconcile.NotApplied && (charged || live > 0) && pw.prm.safe:
+		pw.fail(fmt.Errorf("the reconciler said %s/%s was not charged, while its charge had landed (%v) or could still land and charge (%d)",
+			rec.ID.Tenant, rec.ID.Key, charged, live))
 	}
 }
 

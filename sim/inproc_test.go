@@ -57,7 +57,7 @@ func (pw *payWorld) newInprocProcessor(s *service, p *Proc) (payments.Processor,
 		return nil, err
 	}
 	prov := payments.NewProvider(payments.ProviderOptions{
-		Ledger: ledger, Rand: newRand(pw.w.Rand().Uint64()),
+		Ledger: ledger, Rand: newRand(pw.w.Rand().Uint64()), Clock: p,
 		FailRate: pw.prm.unavailable, TimeoutRate: pw.prm.inprocTimeouts,
 	})
 	return &observedProvider{pw: pw, p: p, prov: prov}, nil

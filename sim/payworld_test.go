@@ -78,10 +78,18 @@ type params struct {
 	clients  int
 	payments int
 
-	// safe: the reconciler's grace exceeds the longest flight of a charge
-	// and the longest pause of a process, so its "not applied" is true
-	// and the account limit holds. Otherwise only the identity protects
-	// the payments, and the account-limit checks are off.
+	// deadlines: the processor refuses a charge that lands after the
+	// deadline it carries (payments.ChargeRequest.Deadline), by its own
+	// clock, which lags the services' by lag (ahead, if negative).
+	deadlines bool
+	lag       time.Duration
+
+	// safe: the reconciler's "not applied" is true and the account limit
+	// holds, because its grace exceeds the processor timeout and the
+	// processor's lag (where the processor refuses late calls), or the
+	// longest flight of a charge and the longest pause of a process
+	// (where it does not). Otherwise only the identity protects the
+	// payments, and the account-limit checks are off.
 	safe bool
 }
 
@@ -94,6 +102,7 @@ func (prm params) String() string {
 		"payments": prm.payments, "limit": prm.limit, "safe": prm.safe, "heartbeat": prm.heartbeat,
 		"inproc": prm.inproc, "apply_panics": prm.applyPanics, "stall_before_send": prm.stallBeforeSend,
 		"crash_after_send": prm.crashAfterSend, "takeovers": prm.takeoverStorm,
+		"deadlines": prm.deadlines, "lag": prm.lag.String(),
 	})
 	return string(b)
 }
@@ -147,14 +156,25 @@ func drawParams(w *World) params {
 	if w.Rand().IntN(4) == 0 {
 		prm.takeovers()
 	}
-	// A correct deployment's grace exceeds the longest flight and pause;
-	// a quarter of the runs are not correct, on purpose.
-	longest := prm.toDown.Max + prm.pauseMax
+	// Most processors refuse a call that lands after its deadline: no
+	// pause then lasts too long, and pauses past any lease and grace are
+	// drawn too.
+	prm.deadlines = w.Rand().IntN(4) != 0
+	prm.lag = pick(w, 0, 0, 300*ms, 2*time.Second, -time.Second)
+	// A correct deployment's grace exceeds the processor timeout and the
+	// processor's lag, where it refuses late calls, and the longest flight
+	// and pause where it does not; a quarter of the runs are not
+	// correct, on purpose.
+	need := prm.toDown.Max + prm.pauseMax
+	if prm.deadlines {
+		prm.pauseMax = pick(w, prm.pauseMax, 30*time.Second)
+		need = prm.processorTimeout + max(prm.lag, 0)
+	}
 	if w.Rand().Float64() < 0.75 {
 		prm.safe = true
-		prm.grace = longest + pick(w, 100*ms, time.Second)
+		prm.grace = need + pick(w, 100*ms, time.Second)
 	} else {
-		prm.grace = pick(w, 100*ms, longest/2)
+		prm.grace = pick(w, 100*ms, need/2)
 	}
 	return prm
 }

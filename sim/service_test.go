@@ -59,7 +59,7 @@ func (s *service) start() error {
 		}
 	}
 	svc, err := payments.New(payments.Config{
-		Store: st, Processor: proc, Lease: pw.prm.lease, Heartbeat: heartbeat, Clock: p,
+		Store: st, Processor: proc, Lease: pw.prm.lease, CallTimeout: pw.prm.processorTimeout, Heartbeat: heartbeat, Clock: p,
 		Logger: quiet, AccountLimit: pw.prm.limit,
 	})
 	if err != nil {
