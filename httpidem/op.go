@@ -72,6 +72,11 @@ func (op *Op) Lease() idemkv.Lease {
 // and the call must not be sent, when the lease is no longer held
 // (idemkv.ErrFenced: another attempt took the key over, or a reconciler
 // or an operator settled it), or when the store could not renew it.
+//
+// Once it returns, op.Lease().Expires is the last moment the call may be
+// acted on: send it as the call's deadline to a downstream that can
+// refuse a call arriving later, so that a reconciler's "not applied",
+// asked a grace past it, stays true (package reconcile, Caveats).
 func (op *Op) Sending(ctx context.Context) error {
 	if op.store == nil {
 		return nil

@@ -72,13 +72,20 @@
 //     request under the operation's key and will refuse one that arrives
 //     later, or deduplicate it: a downstream that has merely not seen the
 //     request yet (it may be in flight) and would then act on it must be
-//     answered Unknown. Stores derive the operation id from the logical
-//     request (idemkv.DeriveOperationID), so the retry after NotApplied
-//     re-sends the same downstream key: a downstream that deduplicates on
-//     it absorbs a call that lands late, whatever the verdict. That
-//     identity is the line of defence; the grace is an optimisation that
-//     makes wrong "not applied" verdicts, and the needless retries they
-//     cause, rare. Choose it above the downstream call's timeout.
+//     answered Unknown. No grace covers a call held back before it was
+//     sent (a paused process, a stalled request, a slow network): what
+//     makes the verdict final is a deadline the downstream enforces. Send
+//     each call with the end of the attempt's lease as read after
+//     Sending, or the call's timeout if sooner, to a downstream that
+//     refuses a call arriving later (the payments example's processors
+//     do), and keep Options.Grace above the call's timeout plus how far
+//     the downstream's clock may lag the store's. Without such a
+//     downstream the identity is the line of defence: stores derive the
+//     operation id from the logical request (idemkv.DeriveOperationID),
+//     so the retry after NotApplied re-sends the same downstream key, and
+//     a downstream that deduplicates on it absorbs a call that lands
+//     late; but a client that never retries leaves that call's effect
+//     without its outcome.
 //   - A store that does not keep Record.Marked (one from before it
 //     existed) returns uncertain records with none; the worker then counts
 //     the grace from the moment it first listed the record, so a worker

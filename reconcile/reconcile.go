@@ -120,14 +120,14 @@ type Options struct {
 	// first claim, rounded down to the second and kept by takeovers. Full
 	// clock precision: a grace under a second is honoured.
 	//
-	// Keep it above the downstream call's timeout (and the time a request
-	// can spend in flight), so that a NotApplied is not answered while the
-	// call can still land. It is an optimisation, not the line of defence:
-	// a retry after NotApplied re-sends the same downstream key (stores
-	// derive the operation id from the logical request), so a downstream
-	// that deduplicates on it absorbs a late call whatever the verdict;
-	// the grace makes wrong "not applied" verdicts, and the needless
-	// retries they cause, rare. Default: 10 s.
+	// Keep it above the downstream call's timeout, plus how far the
+	// downstream's clock may lag the store's, where calls carry a deadline
+	// the downstream enforces (the end of the lease, or the timeout if
+	// sooner: see the package's Caveats): a NotApplied is then never
+	// answered while a call can still land. Where they do not, a call
+	// held back by a pause or a slow network can land later than any
+	// grace, and only the downstream identity protects the retry.
+	// Default: 10 s.
 	Grace time.Duration
 	// MinBackoff and MaxBackoff bound the wait before a record that got
 	// Unknown is asked about again: MinBackoff doubled per attempt, capped

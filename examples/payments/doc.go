@@ -32,6 +32,12 @@
 //   - Uncertain outcomes. A processor timeout marks the key uncertain and
 //     answers 504; its retries get 409 reconciling, never a second
 //     charge.
+//   - Calls with deadlines. Each charge carries the end of its attempt's
+//     lease, or Config.CallTimeout past its send if sooner
+//     (ChargeRequest.Deadline), and the processor refuses one that
+//     reaches it later. A call held back by a paused process or a slow
+//     network therefore cannot charge after the reconciler, asking a
+//     grace past that moment, heard "no charge".
 //   - Metrics on the service's own registry: the middleware's reports
 //     through an httpidem.Observer, and the engine's figures through
 //     package engine/engineprom when the store is an *engine.Engine.

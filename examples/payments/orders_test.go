@@ -246,3 +246,49 @@ func TestOrderBadInput(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, status, "%s", body)
 	assert.Equal(t, int64(1200), decodeOrder(t, body).Amount)
 }
+
+// heldOnce holds the first call back on its way to the processor while
+// the clock moves on by hold.
+type heldOnce struct {
+	Processor
+	clock *fakeclock.Clock
+	hold  time.Duration
+	reqs  []ChargeRequest
+	errs  []error
+}
+
+func (p *heldOnce) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
+	p.reqs = append(p.reqs, req)
+	if len(p.reqs) == 1 {
+		p.clock.Advance(p.hold)
+	}
+	c, err := p.Processor.Charge(ctx, req)
+	p.errs = append(p.errs, err)
+	return c, err
+}
+
+// An order's authorization carries a deadline, as a payment's charge
+// does: held back past it, it is refused, charging nothing, and the step
+// tries again.
+func TestOrderAuthorizationCarriesADeadline(t *testing.T) {
+	start := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	clock := fakeclock.New(start)
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
+	p := NewProvider(ProviderOptions{Rand: rand.New(rand.NewPCG(1, 2)), Clock: clock})
+	held := &heldOnce{Processor: p, clock: clock, hold: 6 * time.Second}
+	svc, err := New(Config{Store: eng, Processor: held, Clock: clock, CallTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &orderFixture{t: t, clock: clock, eng: eng, svc: svc, srv: srv}
+	status, _, body := f.do("POST", "/v1/orders", "ord-late", pen)
+	require.Equal(t, http.StatusCreated, status, body)
+	assert.Equal(t, "confirmed", decodeOrder(t, body).Status)
+	require.Len(t, held.reqs, 2)
+	assert.Equal(t, start.Add(5*time.Second), held.reqs[0].Deadline, "the call timeout, sooner than the lease's end")
+	assert.ErrorIs(t, held.errs[0], ErrCallExpired)
+	assert.NoError(t, held.errs[1])
+	assert.Equal(t, 1, p.Stats().Charges)
+}
