@@ -129,6 +129,9 @@ func restoreFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if from == "" || dir == "" {
 			return usageError{errors.New("--from and --data are required")}
 		}
+		if err := unfinishedRestore(dir); err != nil {
+			return err
+		}
 		if err := emptyOrAbsent(dir); err != nil {
 			return err
 		}
@@ -235,6 +238,34 @@ func newStaging(target string) (*staging, error) {
 	}
 	st.dir = dir
 	return st, os.Chmod(dir, 0o755)
+}
+
+// unfinishedRestore refuses dir while it has the copy of a restore that
+// has not put it in place: one running, or one killed before it was done
+// (newStaging's directory inside dir, or beside it). Opened meanwhile, dir
+// would be made an empty store, or be half moved.
+func unfinishedRestore(dir string) error {
+	dir = filepath.Clean(dir)
+	for _, where := range []struct{ parent, prefix string }{
+		{dir, ".restoring-"},
+		{filepath.Dir(dir), "." + filepath.Base(dir) + ".restoring-"},
+	} {
+		entries, err := os.ReadDir(where.parent)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), where.prefix) {
+				left := filepath.Join(where.parent, e.Name())
+				return fmt.Errorf("a restore into %s has not finished: its copy is in %s. If no restore is running, remove that copy (rm -rf %s) and restore again",
+					dir, left, left)
+			}
+		}
+	}
+	return nil
 }
 
 // putInPlace moves the checked copy to the target: renames it there, or

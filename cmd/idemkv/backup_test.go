@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv"
@@ -122,4 +125,39 @@ func TestRestoreIntoAnExistingEmptyDirectory(t *testing.T) {
 	r, err := engine.Open(volume, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
 	require.NoError(t, err, "the store is in the volume")
 	require.NoError(t, r.Close())
+}
+
+// TestUnfinishedRestoreIsNotOpened: a restore killed before it put its
+// copy in place leaves the copy, inside --data (an existing empty
+// directory) or beside it. serve, sweep and restore refuse that --data,
+// naming the copy, instead of starting an empty store on it.
+func TestUnfinishedRestoreIsNotOpened(t *testing.T) {
+	// A serve that opened the store would run until ctx ends.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	volume := t.TempDir()
+	left := filepath.Join(volume, ".restoring-123")
+	require.NoError(t, os.Mkdir(left, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(left, "000002.sst"), []byte("half a copy"), 0o600))
+	parent := t.TempDir()
+	absent := filepath.Join(parent, "data")
+	require.NoError(t, os.Mkdir(filepath.Join(parent, ".data.restoring-456"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(parent, ".data2.restoring-789"), 0o755)) // another store's
+
+	for _, args := range [][]string{
+		{"serve", "--data", volume, "--addr", "127.0.0.1:0"},
+		{"sweep", "--data", volume},
+		{"restore", "--from", t.TempDir(), "--data", volume},
+		{"serve", "--data", absent, "--addr", "127.0.0.1:0"},
+	} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, exitFail, run(ctx, args, &out, &errOut), "%v", args)
+		assert.Contains(t, errOut.String(), "has not finished", "%v", args)
+	}
+	entries, err := os.ReadDir(volume)
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "nothing was made beside the copy")
+	_, err = os.Stat(absent)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	assert.NoError(t, unfinishedRestore(filepath.Join(parent, "data3")))
 }

@@ -74,6 +74,9 @@ func (c *serveConfig) openStore(ctx context.Context) (servedStore, error) {
 	o.ConfigurePebble = keepFilesUnder(storeFiles, o.ConfigurePebble)
 	memLimit := memoryLimit()
 	maxConns = fitMemory(o, memLimit, maxConns)
+	if err := unfinishedRestore(c.dir); err != nil {
+		return servedStore{}, err
+	}
 	e, err := engine.Open(c.dir, o)
 	if err != nil {
 		return servedStore{}, err
