@@ -127,7 +127,7 @@ type Options struct {
 	// answered while a call can still land. Where they do not, a call
 	// held back by a pause or a slow network can land later than any
 	// grace, and only the downstream identity protects the retry.
-	// Default: 10 s.
+	// Default: DefaultGrace.
 	Grace time.Duration
 	// MinBackoff and MaxBackoff bound the wait before a record that got
 	// Unknown is asked about again: MinBackoff doubled per attempt, capped
@@ -187,9 +187,12 @@ type Options struct {
 	Rand *rand.Rand
 }
 
+// DefaultGrace is Options.Grace when it is zero.
+const DefaultGrace = 10 * time.Second
+
 func (o Options) withDefaults() Options {
 	o.Interval = cmp.Or(o.Interval, time.Second)
-	o.Grace = cmp.Or(o.Grace, 10*time.Second)
+	o.Grace = cmp.Or(o.Grace, DefaultGrace)
 	o.MinBackoff = cmp.Or(o.MinBackoff, time.Second)
 	o.MaxBackoff = cmp.Or(o.MaxBackoff, 5*time.Minute)
 	o.MaxAttempts = cmp.Or(o.MaxAttempts, 20)

@@ -72,6 +72,7 @@ func (d *downstream) late(deadline time.Time) bool {
 // pendingCall is a charge decided and not landed.
 type pendingCall struct {
 	deadline time.Time // zero: none
+	decided  time.Time
 	from     *Proc
 	// sent: it is on its way, and lands or is lost whatever happens to
 	// from. One not sent is dropped when from crashes.
@@ -79,7 +80,7 @@ type pendingCall struct {
 }
 
 func (d *downstream) pend(key string, deadline time.Time, from *Proc) *pendingCall {
-	c := &pendingCall{deadline: deadline, from: from}
+	c := &pendingCall{deadline: deadline, decided: d.pw.w.Now(), from: from}
 	d.pending[key] = append(d.pending[key], c)
 	return c
 }
@@ -94,10 +95,14 @@ func (d *downstream) unpend(key string, c *pendingCall) {
 // live counts the charges under key that are decided, not landed, and
 // could still charge: every one, where the processor ignores deadlines,
 // else those whose deadline has not passed by its clock; never one not
-// sent by a process that crashed since.
+// sent by a process that crashed since. One held back unsent longer than
+// a pause makes the world unsafe, as its send would (sentAfter).
 func (d *downstream) live(key string) int {
 	n := 0
 	for _, c := range d.pending[key] {
+		if !c.sent && !c.from.Dead() {
+			d.pw.sentAfter(d.pw.w.Now().Sub(c.decided))
+		}
 		if (c.sent || !c.from.Dead()) && !d.late(c.deadline) {
 			n++
 		}
@@ -198,9 +203,9 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 	if sp.p.Dead() {
 		return payments.Charge{}, ErrCrashed
 	}
-	decided := w.Now()
 	d := pw.down
 	pc := d.pend(req.Key, req.Deadline, sp.p)
+	decided := pc.decided
 	// Held back, the call ends unsent if its process crashes (its actor
 	// then runs on outside the world, which it may not touch: live
 	// ignores the call from then on) or its request is cancelled.
@@ -285,7 +290,7 @@ func (sp *simProcessor) Charge(ctx context.Context, req payments.ChargeRequest) 
 // run. Where it refuses late calls, no pause matters.
 func (pw *payWorld) sentAfter(d time.Duration) {
 	if pw.prm.safe && !pw.prm.deadlines && d > pw.prm.pauseMax {
-		pw.w.Logf("world: a charge was sent %v after the decision, past pause_max %v: no longer safe", d, pw.prm.pauseMax)
+		pw.w.Logf("world: a charge held back %v since the decision to send it, past pause_max %v: no longer safe", d, pw.prm.pauseMax)
 		pw.prm.safe = false
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -276,15 +277,15 @@ func (c *serveConfig) openPayments(s *service, log *slog.Logger) error {
 	var err error
 	if c.processorURL != "" {
 		proc, err = payments.NewProcessorClient(c.processorURL, c.processorTimeout, nil)
-		if c.reconcile.Grace <= c.processorTimeout {
-			log.Warn("--reconcile-grace is not above --processor-timeout: a payment left uncertain by a failed call may be asked about while that call can still charge, and be charged without its payment if its client does not retry",
-				"reconcile_grace", c.reconcile.Grace, "processor_timeout", c.processorTimeout)
-		}
 	} else {
-		proc, s.ledger, err = c.openSimulator()
+		proc, s.ledger, err = c.openSimulator(s.st.store)
 	}
 	if err != nil {
 		return err
+	}
+	if grace := cmp.Or(c.reconcile.Grace, reconcile.DefaultGrace); grace <= c.processorTimeout {
+		log.Warn("--reconcile-grace is not above --processor-timeout: a payment left uncertain by a failed call may be asked about while that call can still charge, and be charged without its payment if its client does not retry",
+			"reconcile_grace", grace, "processor_timeout", c.processorTimeout)
 	}
 	e := s.st.store
 	s.svc, err = payments.New(payments.Config{
@@ -395,7 +396,8 @@ const simulatorDir = "processor"
 // reconciler asking about a payment whose answer was lost before a
 // restart finds its charge instead of hearing "never charged" and letting
 // the retry charge again. The caller closes the ledger.
-func (c *serveConfig) openSimulator() (payments.Processor, *engine.Engine, error) {
+// Its clock is the store's, which the calls' deadlines are in.
+func (c *serveConfig) openSimulator(clock idemkv.Clock) (payments.Processor, *engine.Engine, error) {
 	dir := filepath.Join(c.dir, simulatorDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, err
@@ -405,7 +407,7 @@ func (c *serveConfig) openSimulator() (payments.Processor, *engine.Engine, error
 		return nil, nil, fmt.Errorf("the simulated card processor's ledger: %w", err)
 	}
 	o := c.provider
-	o.Ledger = e
+	o.Ledger, o.Clock = e, clock
 	return payments.NewProvider(o), e, nil
 }
 

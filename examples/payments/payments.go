@@ -34,7 +34,7 @@ type Config struct {
 	// Store holds keys, outcomes and payments. Required.
 	Store Store
 	// Processor is the card processor. Default: a simulated one in this
-	// process that always succeeds at once (NewProvider).
+	// process that always succeeds at once (NewProvider), on Clock.
 	Processor Processor
 	// Wait is how long a duplicate of a payment still being processed in
 	// this process waits for its outcome before a 409 (httpidem.Route.Wait).
@@ -61,8 +61,10 @@ type Config struct {
 	// Clock tells the time of payments (Payment.Created): every time the
 	// service reads, in a request, a reconciler's answer or an operator's
 	// settlement, comes from it, so a test or a simulation that drives a
-	// clock drives the service. Default: the Store, whose clock its
-	// records' times are in.
+	// clock drives the service. It must tell the Store's time: a call's
+	// deadline is the earlier of the lease's end, in the Store's time,
+	// and CallTimeout from now by this clock. Default: the Store, whose
+	// clock its records' times are in.
 	Clock idemkv.Clock
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
@@ -149,11 +151,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("payments: Config.Store is required")
 	}
-	if cfg.Processor == nil {
-		cfg.Processor = NewProvider(ProviderOptions{})
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = cfg.Store
+	}
+	if cfg.Processor == nil {
+		cfg.Processor = NewProvider(ProviderOptions{Clock: cfg.Clock})
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -585,3 +585,18 @@ func TestReplayDuringAStoreFailureIsRetried(t *testing.T) {
 	require.Equal(t, "true", after.header.Get("Idempotent-Replayed"))
 	require.Equal(t, first.body, after.body)
 }
+
+// The default processor tells the service's time, which the calls'
+// deadlines are in: on a store whose clock is not the system's (a test's,
+// or an engine that has not followed a step of the wall clock yet), it
+// charges rather than refuse every call as late.
+func TestDefaultProcessorKeepsTheServicesTime(t *testing.T) {
+	eng, _ := engineAt(t, 10*time.Second)
+	svc, err := New(Config{Store: eng})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	f := &svcFixture{t: t, eng: eng, srv: srv, svc: svc}
+	r := f.pay("acct_1", "k1", order)
+	assert.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+}

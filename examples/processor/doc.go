@@ -35,7 +35,10 @@
 //   - Keys are deduplicated, and looked up, for as long as the store
 //     retains them (engine.Options.Retention): a key past it reads as never
 //     charged, so keep it longer than a caller can take to reconcile.
-//   - A deadline is compared with this process's clock (its store's): a
-//     caller's reconciler must leave a margin for how far it may lag the
-//     caller's (reconcile.Options.Grace).
+//   - A deadline is compared with this process's clock (its store's
+//     engine time, which may differ from the host's clock after a step:
+//     docs/operations.md, "Clocks"): a caller's reconciler must leave a
+//     margin for how far it may lag the caller's store
+//     (reconcile.Options.Grace). One ahead by more than the caller's call
+//     timeout refuses every call.
 package processor

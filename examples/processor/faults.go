@@ -28,8 +28,11 @@ func (s *Server) faults(next http.Handler) http.Handler {
 			httpidem.WriteProblem(w, "processor-unavailable", http.StatusServiceUnavailable,
 				"the processor is unavailable; nothing was charged", time.Second)
 		case errors.Is(fault, ErrTimeout):
-			next.ServeHTTP(&discard{header: http.Header{}}, r) // charged and committed
-			s.count(func(st *Stats) { st.TimedOut++ })
+			d := &discard{header: http.Header{}}
+			next.ServeHTTP(d, r) // charged and committed, unless refused
+			if d.status == http.StatusCreated {
+				s.count(func(st *Stats) { st.TimedOut++ })
+			}
 			t := time.NewTimer(s.o.Hold)
 			select {
 			case <-t.C:
@@ -63,8 +66,20 @@ func (s *Server) draw(r *http.Request) error {
 
 // discard is a ResponseWriter that drops the answer of a charge whose
 // answer is withheld.
-type discard struct{ header http.Header }
+type discard struct {
+	header http.Header
+	status int
+}
 
-func (d *discard) Header() http.Header         { return d.header }
-func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
-func (d *discard) WriteHeader(int)             {}
+func (d *discard) Header() http.Header { return d.header }
+func (d *discard) Write(p []byte) (int, error) {
+	if d.status == 0 {
+		d.status = http.StatusOK
+	}
+	return len(p), nil
+}
+func (d *discard) WriteHeader(code int) {
+	if d.status == 0 {
+		d.status = code
+	}
+}

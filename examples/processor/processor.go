@@ -82,6 +82,8 @@ type Server struct {
 	mu    sync.Mutex
 	rnd   *rand.Rand
 	stats Stats
+
+	betweenReads func() // a test's, run by lookup between its two reads
 }
 
 // merchant is the one tenant of the processor's idempotency keys: it
@@ -223,20 +225,25 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 		httpidem.WriteProblem(w, "invalid-key", http.StatusBadRequest, err.Error(), 0)
 		return
 	}
-	row, err := s.o.Store.GetData(r.Context(), chargeKey(key))
-	if errors.Is(err, idemkv.ErrNotFound) {
-		// No charge yet; but a request under the key may be charging
-		// now, and "no charge" would then be wrong a moment later.
-		rec, gerr := s.o.Store.Get(r.Context(), idemkv.ID{Tenant: merchant, Endpoint: chargeEndpoint, Key: key})
-		switch {
-		case gerr == nil && rec.State != idemkv.StateCompleted:
-			httpidem.WriteProblem(w, httpidem.ProblemInProgress, http.StatusConflict,
-				"a charge request under this key is being processed; ask again", time.Second)
-			return
-		case gerr != nil && !errors.Is(gerr, idemkv.ErrNotFound):
-			err = gerr
-		}
+	// The key's record first: a request under it may be charging now,
+	// and "no charge" would then be wrong a moment later. Read after it,
+	// the row is there if its charge committed (row and record commit
+	// together); read before, a charge committing in between would be
+	// missed.
+	rec, err := s.o.Store.Get(r.Context(), idemkv.ID{Tenant: merchant, Endpoint: chargeEndpoint, Key: key})
+	switch {
+	case err == nil && rec.State != idemkv.StateCompleted:
+		httpidem.WriteProblem(w, httpidem.ProblemInProgress, http.StatusConflict,
+			"a charge request under this key is being processed; ask again", time.Second)
+		return
+	case err != nil && !errors.Is(err, idemkv.ErrNotFound):
+		httpidem.WriteProblem(w, "store-unavailable", http.StatusServiceUnavailable, err.Error(), time.Second)
+		return
 	}
+	if s.betweenReads != nil {
+		s.betweenReads()
+	}
+	row, err := s.o.Store.GetData(r.Context(), chargeKey(key))
 	switch {
 	case errors.Is(err, idemkv.ErrNotFound):
 		httpidem.WriteProblem(w, "no-charge", http.StatusNotFound, "no charge was made under this key", 0)

@@ -210,3 +210,18 @@ func TestDeadlines(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status)
 	assert.Equal(t, Stats{Calls: 4, Expired: 1, Charges: 1}, f.s.Stats())
 }
+
+// TestLookupOfAChargeCommittingMeanwhile: a charge that commits while a
+// lookup reads is found, never answered "no charge".
+func TestLookupOfAChargeCommittingMeanwhile(t *testing.T) {
+	f := newFixture(t, Options{})
+	var once sync.Once
+	f.s.betweenReads = func() {
+		once.Do(func() {
+			status, _, body := f.do("POST", "/v1/charges", "k1", charge)
+			require.Equal(t, http.StatusCreated, status, body)
+		})
+	}
+	status, _, body := f.do("GET", "/v1/charges/k1", "", "")
+	assert.Contains(t, []int{http.StatusOK, http.StatusConflict}, status, "%s", body)
+}
