@@ -88,6 +88,14 @@ func TestProcessorClientReadsAnswersConservatively(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok, "the refused one was not")
 
+	_, err = pc.Charge(ctx, ChargeRequest{Key: "k5", Amount: 1, Currency: "USD", Deadline: time.Now().Add(-time.Second)})
+	assert.ErrorIs(t, err, ErrCallExpired, "it arrived after its deadline")
+	_, ok, err = pc.Lookup(ctx, "k5")
+	require.NoError(t, err)
+	assert.False(t, ok, "nothing charged")
+	_, err = pc.Charge(ctx, ChargeRequest{Key: "k5", Amount: 1, Currency: "USD", Deadline: time.Now().Add(time.Minute)})
+	assert.NoError(t, err)
+
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = pc.Charge(cancelled, ChargeRequest{Key: "k4", Amount: 1, Currency: "USD"})
