@@ -110,6 +110,9 @@ func (pw *payWorld) settleEscalated(ctx context.Context, s *service) {
 		return
 	}
 	for _, rec := range page.Records {
+		if s.p.Dead() {
+			return // crashed while it asked: a zombie may not touch the world
+		}
 		key := rec.OperationID.StepKey("charge")
 		if pw.down.live(key) > 0 {
 			continue

@@ -258,11 +258,18 @@ func unfinishedRestore(dir string) error {
 			return err
 		}
 		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), where.prefix) {
-				left := filepath.Join(where.parent, e.Name())
-				return fmt.Errorf("a restore into %s has not finished: its copy is in %s. If no restore is running, remove that copy (rm -rf %s) and restore again",
-					dir, left, left)
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), where.prefix) {
+				continue
 			}
+			left := filepath.Join(where.parent, e.Name())
+			if where.parent == dir {
+				// Killed while moving the copy's entries up, it may have
+				// moved some: dir was empty before the restore.
+				return fmt.Errorf("a restore into %s has not finished: its copy is in %s, and some of it may be in %s already. If no restore is running, empty %s (it was empty before the restore) and restore again",
+					dir, left, dir, dir)
+			}
+			return fmt.Errorf("a restore into %s has not finished: its copy is in %s. If no restore is running, remove that copy (rm -rf %s) and restore again",
+				dir, left, left)
 		}
 	}
 	return nil
