@@ -129,8 +129,8 @@ func TestRestoreIntoAnExistingEmptyDirectory(t *testing.T) {
 
 // TestUnfinishedRestoreIsNotOpened: a restore killed before it put its
 // copy in place leaves the copy, inside --data (an existing empty
-// directory) or beside it. serve, sweep and restore refuse that --data,
-// naming the copy, instead of starting an empty store on it.
+// directory) or beside it. serve, sweep, migrate and restore refuse that
+// --data, naming the copy, instead of starting an empty store on it.
 func TestUnfinishedRestoreIsNotOpened(t *testing.T) {
 	// A serve that opened the store would run until ctx ends.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -149,6 +149,7 @@ func TestUnfinishedRestoreIsNotOpened(t *testing.T) {
 		{"sweep", "--data", volume},
 		{"restore", "--from", t.TempDir(), "--data", volume},
 		{"serve", "--data", absent, "--addr", "127.0.0.1:0"},
+		{"migrate", "--data", volume, "--no-backup"},
 	} {
 		var out, errOut bytes.Buffer
 		require.Equal(t, exitFail, run(ctx, args, &out, &errOut), "%v", args)

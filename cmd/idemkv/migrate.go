@@ -65,6 +65,9 @@ func migrateFlags(flags *flag.FlagSet) func(context.Context, io.Writer) error {
 		if _, err := os.Stat(dir); err != nil {
 			return err // do not create a store where none is
 		}
+		if err := unfinishedRestore(dir); err != nil {
+			return err
+		}
 		if backup != "" {
 			if _, err := os.Stat(backup); !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("%s exists: back up into a new directory", backup)
