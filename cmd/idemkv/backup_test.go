@@ -150,6 +150,8 @@ func TestUnfinishedRestoreIsNotOpened(t *testing.T) {
 		{"restore", "--from", t.TempDir(), "--data", volume},
 		{"serve", "--data", absent, "--addr", "127.0.0.1:0"},
 		{"migrate", "--data", volume, "--no-backup"},
+		{"sweep", "--data", absent},
+		{"evict", "--data", absent, "--tenant", "t", "--endpoint", "POST /x", "--key", "k", "--reason", "test"},
 	} {
 		var out, errOut bytes.Buffer
 		require.Equal(t, exitFail, run(ctx, args, &out, &errOut), "%v", args)

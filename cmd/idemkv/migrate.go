@@ -62,11 +62,11 @@ func migrateFlags(flags *flag.FlagSet) func(context.Context, io.Writer) error {
 		case backup == "" && !noBackup && !dryRun:
 			return usageError{errors.New("--backup-to DIR is required (or --no-backup, to migrate without a copy to return to)")}
 		}
-		if _, err := os.Stat(dir); err != nil {
-			return err // do not create a store where none is
-		}
 		if err := unfinishedRestore(dir); err != nil {
 			return err
+		}
+		if _, err := os.Stat(dir); err != nil {
+			return err // do not create a store where none is
 		}
 		if backup != "" {
 			if _, err := os.Stat(backup); !errors.Is(err, fs.ErrNotExist) {

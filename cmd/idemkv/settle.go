@@ -136,6 +136,9 @@ func pendingJSON(r idemkv.Record) map[string]any {
 // create an empty store), and, to be written, must be in this release's
 // layout (writableStore).
 func openExisting(dir string, readOnly bool) (*engine.Engine, error) {
+	if err := unfinishedRestore(dir); err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(dir); err != nil {
 		return nil, err
 	}
@@ -153,9 +156,6 @@ func openExisting(dir string, readOnly bool) (*engine.Engine, error) {
 // Open migrates an older one in place; that is idemkv migrate's to do,
 // with a backup to return to.
 func writableStore(dir string) error {
-	if err := unfinishedRestore(dir); err != nil {
-		return err
-	}
 	// Looked for before any Open, which would leave its lock file in a
 	// directory that holds no store.
 	manifests, err := filepath.Glob(filepath.Join(dir, "marker.manifest.*"))

@@ -59,6 +59,9 @@ func sweepFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if rate == 0 {
 			return usageError{fmt.Errorf("--rate 0 would never finish; give a positive rate or a negative one for no limit")}
 		}
+		if err := unfinishedRestore(dir); err != nil {
+			return err
+		}
 		if _, err := os.Stat(dir); err != nil {
 			return err // do not create a store where none is
 		}
