@@ -45,7 +45,7 @@
 // # Basics
 //
 //	e, err := engine.Open("idemkv-data", nil)
-//	svc, err := payments.New(payments.Config{Store: e, Processor: payments.NewProvider(payments.ProviderOptions{})})
+//	svc, err := payments.New(payments.Config{Store: e}) // a simulated processor, on the store's clock
 //	err = http.ListenAndServe("127.0.0.1:8080", svc.Handler())
 //
 // Routes: POST /v1/payments (Idempotency-Key required), GET

@@ -23,6 +23,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/httpidem"
+	"github.com/idemkv/idemkv/internal/fakeclock"
 )
 
 type svcFixture struct {
@@ -591,7 +592,10 @@ func TestReplayDuringAStoreFailureIsRetried(t *testing.T) {
 // or an engine that has not followed a step of the wall clock yet), it
 // charges rather than refuse every call as late.
 func TestDefaultProcessorKeepsTheServicesTime(t *testing.T) {
-	eng, _ := engineAt(t, 10*time.Second)
+	clock := fakeclock.New(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)) // long before any system clock this runs on
+	eng, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer eng.Close()
 	svc, err := New(Config{Store: eng})
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc.Handler())

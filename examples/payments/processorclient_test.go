@@ -218,6 +218,7 @@ func TestACallHeldBackPastItsDeadlineChargesNothing(t *testing.T) {
 	close(call)                                                           // the call arrives, late
 	problemOf(t, <-first, http.StatusConflict, httpidem.ProblemLeaseLost) // refused, and its lease is gone
 	assert.Equal(t, processor.Stats{Calls: 1, Expired: 1}, ps.Stats(), "refused for its deadline: no charge without its payment")
+	assert.Contains(t, string(f.send("GET", "/metrics", "", "", "").body), `idemkv_provider_calls_total{result="expired"} 1`)
 
 	go func() { close(<-net.held) }()
 	r := f.pay("acct_1", "k1", order1000)
