@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/idemkv/idemkv/httpidem"
 )
 
 // ProcessorClient is a Processor reached over HTTP: an idemkv processor
@@ -131,9 +133,7 @@ func problemType(resp *http.Response) string {
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
 		return ""
 	}
-	var p struct {
-		Type string `json:"type"`
-	}
+	var p httpidem.Problem
 	if json.NewDecoder(io.LimitReader(resp.Body, 16<<10)).Decode(&p) != nil {
 		return ""
 	}
