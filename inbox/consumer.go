@@ -38,6 +38,15 @@ type Message struct {
 	// 0: the message has no position, and settling it leaves the
 	// position as it is.
 	Position uint64
+	// Source names the sequence Position counts in: one stream, and one
+	// life of it, since a stream deleted and created again numbers its
+	// messages from 1 again. The consumer records it with its position;
+	// once the position is past 0, a message from another source is
+	// refused (ErrSourceChanged) and nothing is written, since reading
+	// on would skip the new source's messages up to the position.
+	// natsjs.Consume sets it to the stream's name and creation time.
+	// Empty: not checked, and not recorded.
+	Source string
 	// Subject is the subject (topic) it was published on.
 	Subject string
 	// Header holds its headers, as nats.Header does. The handler may read
@@ -139,7 +148,17 @@ type Consumer struct {
 	store       Store
 	opts        Options
 	positionKey []byte
+	sourceKey   []byte
 }
+
+// ErrSourceChanged is returned by Process for a message whose
+// Message.Source is not the one recorded with the consumer's position
+// (the stream was replaced: deleted and created again, or a broker
+// restored without it). Nothing is written. The consumer's position
+// belongs to the old source: restore the consumer's store with the
+// stream, or reset its position to 0 (PositionKey) to read the new
+// source from its start.
+var ErrSourceChanged = errors.New("inbox: the message is from another source than the consumer's position")
 
 // MaxNameLen is the longest consumer name, in bytes.
 const MaxNameLen = 200
@@ -156,7 +175,8 @@ func New(name string, store Store, opts *Options) (*Consumer, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: inbox: nil store", idemkv.ErrInvalidArgument)
 	}
-	c := &Consumer{name: name, store: store, positionKey: []byte("inbox/" + name + "/position")}
+	c := &Consumer{name: name, store: store, positionKey: []byte("inbox/" + name + "/position"),
+		sourceKey: []byte("inbox/" + name + "/source")}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -214,6 +234,23 @@ func (c *Consumer) Position(ctx context.Context) (uint64, error) {
 	return parsePosition(c.name, v)
 }
 
+// Source returns the Message.Source recorded with the consumer's position
+// ("" if none was: no message with a source settled yet). Errors: the
+// store's.
+func (c *Consumer) Source(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	v, err := c.store.GetData(ctx, c.sourceKey)
+	if errors.Is(err, idemkv.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("inbox: %s: reading the source: %w", c.name, err)
+	}
+	return string(v), nil
+}
+
 // parsePosition decodes a stored position: decimal, without sign or
 // leading zeros.
 func parsePosition(name string, v []byte) (uint64, error) {
@@ -224,9 +261,10 @@ func parsePosition(name string, v []byte) (uint64, error) {
 	return p, nil
 }
 
-// advance sets the position to pos, within fx's commit, if it is behind.
-// The read is checked at the commit, so two commits never both move it.
-func (c *Consumer) advance(fx idemkv.Effects, pos uint64) error {
+// advance sets the position to pos, within fx's commit, if it is behind,
+// after checking source against the recorded one (checkSource). The
+// reads are checked at the commit, so two commits never both move it.
+func (c *Consumer) advance(fx idemkv.Effects, pos uint64, source string) error {
 	if pos == 0 {
 		return nil
 	}
@@ -241,10 +279,36 @@ func (c *Consumer) advance(fx idemkv.Effects, pos uint64) error {
 			return err
 		}
 	}
+	if err := c.checkSource(fx, cur, source); err != nil {
+		return err
+	}
 	if pos <= cur {
 		return nil
 	}
 	return fx.Set(c.positionKey, strconv.AppendUint(nil, pos, 10))
+}
+
+// checkSource, within fx's commit, refuses a message from source when
+// the position cur counts in another one, and records source when none
+// is. A position of 0 counts in no source (a new consumer, or one reset
+// by hand), and one recorded without a source (before sources were
+// recorded, or by a caller that sets none) is taken to be source's:
+// nothing tells otherwise.
+func (c *Consumer) checkSource(fx idemkv.Effects, cur uint64, source string) error {
+	if source == "" {
+		return nil
+	}
+	v, err := fx.Get(c.sourceKey)
+	switch {
+	case errors.Is(err, idemkv.ErrNotFound):
+	case err != nil:
+		return err
+	case string(v) == source:
+		return nil
+	case cur > 0:
+		return fmt.Errorf("%w: %s: position %d is in %q, the message is from %q", ErrSourceChanged, c.name, cur, v, source)
+	}
+	return fx.Set(c.sourceKey, []byte(source))
 }
 
 // Results stored in the dedup marks.
@@ -278,8 +342,10 @@ const (
 // Errors beside h's: those of the store (idemkv.ErrConflict if the data
 // h read kept changing, idemkv.ErrInvalidArgument for a retention class
 // the store lacks or writes past its bounds, idemkv.ErrClosed, an I/O
-// error), and once.ErrInProgress if another Process of the same event is
-// running in this process; after any of them but an I/O error nothing was
+// error), ErrSourceChanged for a message from another source than the
+// position's (see Message.Source), and once.ErrInProgress if another
+// Process of the same event is running in this process; after any of
+// them but an I/O error nothing was
 // written, and the message may be processed again. After an I/O error
 // the commit may have been made (a connection lost as it went out):
 // processing the message again settles it, as a duplicate or anew.
@@ -296,11 +362,16 @@ func (c *Consumer) Process(ctx context.Context, msg Message, h Handler) (Outcome
 	call := c.call(ev.key, ev.fp)
 	call.WritesOnly = c.opts.WritesOnly && msg.Position == 0
 	var hErr error // h's own error, told apart from the store's
-	out, err := c.settle(ctx, call, msg.Position, func(ctx context.Context, x *once.Exec) (idemkv.Result, error) {
+	out, err := c.settle(ctx, call, &msg, func(ctx context.Context, x *once.Exec) (idemkv.Result, error) {
+		// The position first: a message from another source is refused
+		// before its handler runs.
+		if err := c.advance(x.Effects, msg.Position, msg.Source); err != nil {
+			return idemkv.Result{}, err
+		}
 		if hErr = h(ctx, x.Effects, msg); hErr != nil {
 			return idemkv.Result{}, hErr
 		}
-		return idemkv.Result{Status: statusApplied}, c.advance(x.Effects, msg.Position)
+		return idemkv.Result{Status: statusApplied}, nil
 	})
 	if errors.Is(err, ErrRejected) {
 		// h's writes were dropped with the key's release; record the
@@ -308,8 +379,8 @@ func (c *Consumer) Process(ctx context.Context, msg Message, h Handler) (Outcome
 		// the event meanwhile, this answers as a duplicate.
 		reason := clip(err.Error())
 		hErr = nil
-		out, err = c.settle(ctx, call, msg.Position, func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
-			return idemkv.Result{Status: statusRejected, Body: []byte(reason)}, c.advance(x.Effects, msg.Position)
+		out, err = c.settle(ctx, call, &msg, func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+			return idemkv.Result{Status: statusRejected, Body: []byte(reason)}, c.advance(x.Effects, msg.Position, msg.Source)
 		})
 	}
 	c.logProcessed(ctx, &msg, ev.key, out, err, hErr != nil && errors.Is(err, hErr))
@@ -330,8 +401,8 @@ func (c *Consumer) call(key string, fp []byte) once.Call {
 
 // settle runs fn under call's key and says what happened. A key settled
 // before (or used with another fingerprint) advances the position, if
-// pos is ahead of it, through catchUp.
-func (c *Consumer) settle(ctx context.Context, call once.Call, pos uint64, fn once.Func) (Outcome, error) {
+// msg's is ahead of it, through catchUp.
+func (c *Consumer) settle(ctx context.Context, call once.Call, msg *Message, fn once.Func) (Outcome, error) {
 	out := Outcome{Key: call.ID.Key}
 	res, err := once.Do(ctx, c.store, call, fn)
 	switch {
@@ -346,7 +417,7 @@ func (c *Consumer) settle(ctx context.Context, call once.Call, pos uint64, fn on
 		}
 	}
 	if out.Duplicate {
-		if err := c.catchUp(ctx, pos); err != nil {
+		if err := c.catchUp(ctx, msg.Position, msg.Source); err != nil {
 			return Outcome{}, err
 		}
 	}
@@ -362,7 +433,7 @@ var positionFP = []byte("inbox/position")
 // by pos, so that it is an idempotent operation like any other: the
 // position never moves back, so a mark found for pos means the position
 // is already there.
-func (c *Consumer) catchUp(ctx context.Context, pos uint64) error {
+func (c *Consumer) catchUp(ctx context.Context, pos uint64, source string) error {
 	if pos == 0 {
 		return nil
 	}
@@ -371,7 +442,7 @@ func (c *Consumer) catchUp(ctx context.Context, pos uint64) error {
 		return err
 	}
 	_, err = once.Do(ctx, c.store, c.call(positionMarkKey(pos), positionFP), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
-		return idemkv.Result{Status: statusApplied}, c.advance(x.Effects, pos)
+		return idemkv.Result{Status: statusApplied}, c.advance(x.Effects, pos, source)
 	})
 	if err != nil {
 		return fmt.Errorf("inbox: %s: advancing the position past a duplicate to %d: %w", c.name, pos, err)

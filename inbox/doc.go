@@ -12,7 +12,8 @@
 //   - the event's dedup mark: an idemkv record under ID{Tenant: "inbox",
 //     Endpoint: the consumer's name, Key: derived from the event's id};
 //   - the consumer's position: the highest stream position settled,
-//     under the business-data key "inbox/<name>/position".
+//     under the business-data key "inbox/<name>/position", and the
+//     stream it counts in (Message.Source), under "inbox/<name>/source".
 //
 // What is guaranteed, per consumer name and store:
 //
@@ -135,8 +136,11 @@
 //     read and write the position and so conflict, re-running handlers.
 //   - Positions belong to one stream. Reading another stream (or a
 //     stream deleted and created again, whose sequences restart) under
-//     the same name needs a new name or a reset position
-//     (Consumer.PositionKey).
+//     the same name needs a new name or a position reset to 0
+//     (Consumer.PositionKey). Messages that name their stream
+//     (Message.Source, as natsjs.Consume's do) are refused from any other
+//     once the position is past 0 (ErrSourceChanged); messages that name
+//     none are not checked.
 //   - A handler error blocks an in-order consumer: natsjs.Consume
 //     retries the message, backing off, until it settles. Reject what can
 //     never succeed.

@@ -90,7 +90,9 @@ func (o *ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 // store lacks, writes past its bounds, or a handler's error wrapping it),
 // or ErrStreamReplaced.
 //
-// Each message's inbox.Message comes from InboxMessage. The stream must
+// Each message's inbox.Message comes from InboxMessage, with the stream's
+// name and creation time as its Source, so that the consumer's store
+// records which stream its position counts in. The stream must
 // keep its messages until they are read (limits retention, or an
 // interest or work-queue stream with another consumer holding them):
 // messages deleted before the consumer reaches them are skipped.
@@ -158,10 +160,18 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 	if err != nil {
 		return err
 	}
+	source := streamSource(stream, info.Created)
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.FilterSubjects, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if pos > 0 {
 		if last := info.State.LastSeq; last < pos {
 			return fmt.Errorf("%w: stream %q ends at %d, the consumer has read through %d", ErrStreamReplaced, stream, last, pos)
+		}
+		read, err := c.Source(ctx)
+		if err != nil {
+			return err
+		}
+		if read != "" && read != source {
+			return fmt.Errorf("%w: the consumer has read through %d of %q, the stream is %q", ErrStreamReplaced, pos, read, source)
 		}
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos+1
 	}
@@ -198,7 +208,11 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 		if err != nil {
 			return err
 		}
+		msg.Source = source
 		out, err := c.Process(ctx, msg, h)
+		if errors.Is(err, inbox.ErrSourceChanged) {
+			err = fmt.Errorf("%w: %w", ErrStreamReplaced, err)
+		}
 		if err != nil {
 			return c.MessageError(stream, msg, err)
 		}
@@ -210,13 +224,22 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 }
 
 // ErrStreamReplaced is returned by Consume when the stream is not the
-// one the consumer read: it ends before the consumer's position, or it
-// was created after Consume began reading it (deleted and created again,
-// or a broker restored without it). Reading on from the position would
-// skip the new stream's messages up to it. The consumer's position must
-// be reset by hand (its store restored with the stream, or started
-// anew).
+// one the consumer read (deleted and created again, or a broker restored
+// without it): it ends before the consumer's position, it was created
+// after the stream the position counts in (inbox.Message.Source, which
+// Consume records with the position), or after Consume began reading
+// it. Reading on from the position would skip the new stream's messages
+// up to it. The consumer's position must be reset by hand (its store
+// restored with the stream, started anew, or its position set to 0 to
+// read the new stream from its start).
 var ErrStreamReplaced = errors.New("natsjs: the stream is not the one the consumer read")
+
+// streamSource is the inbox.Message.Source of stream's messages: its name
+// and creation time, which the server keeps for the stream's life and
+// which a stream created again under the name does not share.
+func streamSource(stream string, created time.Time) string {
+	return stream + "@" + created.UTC().Format(time.RFC3339Nano)
+}
 
 // streamInfo reads stream's information.
 func streamInfo(ctx context.Context, js jetstream.JetStream, stream string) (*jetstream.StreamInfo, error) {

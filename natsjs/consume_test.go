@@ -594,6 +594,53 @@ func TestConsumeRefusesAStreamBehindItsPosition(t *testing.T) {
 	}
 }
 
+// TestConsumeRefusesAStreamReplacedPastItsPosition: a consumer that has
+// read through position 3 is stopped, and its stream is deleted and
+// created again and grows past 3 before the consumer starts again (a
+// broker restored without the stream, whose producer publishes on).
+// Nothing in the new stream's numbers tells it apart: Consume refuses it
+// by the stream recorded with the position, having settled none of its
+// messages, rather than read on from 4 and skip its first three.
+func TestConsumeRefusesAStreamReplacedPastItsPosition(t *testing.T) {
+	v, br := newEnv(t), newBroker(t)
+	br.publish(payment(1), payment(2), payment(3))
+	c, err := inbox.New("ledger", v.e, &inbox.Options{Retention: "inbox"})
+	require.NoError(t, err)
+	b := &book{}
+	br.run(br.ctx, c, b.handle, 3, nil).wait(t)
+	src, err := c.Source(br.ctx)
+	require.NoError(t, err)
+	require.Contains(t, src, paymentsStream+"@", "the stream is recorded with the position")
+
+	require.NoError(t, br.js.DeleteStream(br.ctx, paymentsStream))
+	_, err = natsjs.EnsureStream(br.ctx, br.js, paymentsStream, []string{"payments.>"}, 0)
+	require.NoError(t, err)
+	br.publish(payment(11), payment(12), payment(13), payment(14), payment(15))
+	runs := b.n()
+	d := br.run(br.ctx, c, b.handle, 0, nil)
+	select {
+	case err := <-d.done:
+		require.ErrorIs(t, err, natsjs.ErrStreamReplaced)
+	case <-time.After(consumeTimeout):
+		d.cancel()
+		t.Fatal("Consume read on in the new stream")
+	}
+	pos, err := c.Position(br.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, pos)
+	require.Equal(t, runs, b.n(), "no handler ran on the new stream")
+	v.requireLedger([]idemkv.StoredEvent{payment(1), payment(2), payment(3)})
+
+	// Its position reset to 0, the consumer reads the new stream from
+	// its start.
+	require.NoError(t, v.e.Update(br.ctx, func(fx idemkv.Effects) error { return fx.Set(c.PositionKey(), []byte("0")) }))
+	br.run(br.ctx, c, b.handle, 5, nil).wait(t)
+	v.requireLedger([]idemkv.StoredEvent{payment(1), payment(2), payment(3), payment(11), payment(12), payment(13), payment(14), payment(15)})
+	now, err := c.Source(br.ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, src, now, "the new stream is recorded")
+}
+
 // TestConsumeRefusesAStreamReplacedWhileItReads: the stream is deleted
 // and created again while Consume reads it, and the new stream's messages
 // are numbered from 1: the ordered consumer would go on from the next
