@@ -25,6 +25,18 @@ type SteadyClock interface {
 	Read() (wall time.Time, elapsed time.Duration)
 }
 
+// An OffsetClock is a Clock whose time can run apart from its host's
+// wall clock: an engine's does after a step of the wall clock it does not
+// follow (engine.Options.ClockTolerance). A layer that compares the
+// clock's times with another process's clock allows for the offset:
+// reconcile waits longer while the store's time runs ahead.
+type OffsetClock interface {
+	Clock
+	// WallOffset returns how far the host's wall clock is ahead of the
+	// clock's time now (negative: behind it), zero while they agree.
+	WallOffset() time.Duration
+}
+
 // A TimerClock is a Clock that can also run a function once a duration of
 // its own time has passed. The layers above a store that wait (a handler's
 // lease heartbeat, say) take one, so that a simulation that drives time

@@ -165,6 +165,14 @@ func steadyReader(c idemkv.Clock) func() (time.Time, time.Duration) {
 // an idemkv.Clock.
 func (e *Engine) Now() time.Time { return e.clock.Now() }
 
+// WallOffset returns how far the wall clock (Options.Clock) is ahead of
+// engine time now (negative: behind), zero while the engine follows it:
+// Stats.ClockOffset. *Engine is an idemkv.OffsetClock.
+func (e *Engine) WallOffset() time.Duration {
+	e.clock.Now() // a reading notices a step
+	return e.clock.offset()
+}
+
 // Now returns engine time.
 func (c *engineClock) Now() time.Time {
 	if c.tolerance < 0 {

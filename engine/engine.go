@@ -85,7 +85,10 @@ type Engine struct {
 	testHookWrite, testHookLookup func()
 }
 
-var _ idemkv.Store = (*Engine)(nil)
+var (
+	_ idemkv.Store       = (*Engine)(nil)
+	_ idemkv.OffsetClock = (*Engine)(nil)
+)
 
 const (
 	tokenSeqBits = 40

@@ -79,7 +79,9 @@
 //     Sending, or the call's timeout if sooner, to a downstream that
 //     refuses a call arriving later (the payments example's processors
 //     do), and keep Options.Grace above the call's timeout plus how far
-//     the downstream's clock may lag the store's. Without such a
+//     the downstream's clock may lag the store's host's (the worker adds
+//     what it knows of the store's lead on its host: see Options.Grace).
+//     Without such a
 //     downstream the identity is the line of defence: stores derive the
 //     operation id from the logical request (idemkv.DeriveOperationID),
 //     so the retry after NotApplied re-sends the same downstream key, and

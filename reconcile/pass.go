@@ -132,10 +132,26 @@ func (w *Worker) isDue(rec *idemkv.Record, now time.Time) bool {
 		}
 		sent = b.seen
 	}
-	if now.Before(sent.Add(w.o.Grace)) {
+	if now.Before(sent.Add(w.grace())) {
 		return false
 	}
 	return b.attempts == 0 || !now.Before(b.next)
+}
+
+// grace is the wait past the last moment a call may have been sent:
+// Options.Grace, plus how far the clock runs ahead of its host's wall
+// clock (an idemkv.OffsetClock: an engine after a step back of the wall
+// clock). Times in a record are the store's, and a downstream that
+// enforces a deadline reads a wall clock: while the store's time is ahead,
+// a call's deadline comes later by the downstream's clock than by the
+// store's, and the call may still land for that much longer.
+func (w *Worker) grace() time.Duration {
+	if oc, ok := w.o.Clock.(idemkv.OffsetClock); ok {
+		if off := oc.WallOffset(); off < 0 {
+			return w.o.Grace - off
+		}
+	}
+	return w.o.Grace
 }
 
 // Due reports when rec is next due for this worker's question to the
@@ -156,13 +172,14 @@ func (w *Worker) Due(rec idemkv.Record) (at time.Time, attempts int, asks bool) 
 	if ok && b.token != rec.Token {
 		b = retry{}
 	}
+	grace := w.grace()
 	switch {
 	case rec.State == idemkv.StateInProgress:
-		at = rec.LeaseExpires.Add(w.o.Grace)
+		at = rec.LeaseExpires.Add(grace)
 	case !rec.Marked.IsZero():
-		at = rec.Marked.Add(w.o.Grace)
+		at = rec.Marked.Add(grace)
 	case !b.seen.IsZero():
-		at = b.seen.Add(w.o.Grace)
+		at = b.seen.Add(grace)
 	}
 	if b.attempts > 0 && b.next.After(at) {
 		at = b.next

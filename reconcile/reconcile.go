@@ -124,7 +124,10 @@ type Options struct {
 	// downstream's clock may lag the store's, where calls carry a deadline
 	// the downstream enforces (the end of the lease, or the timeout if
 	// sooner: see the package's Caveats): a NotApplied is then never
-	// answered while a call can still land. Where they do not, a call
+	// answered while a call can still land. While Clock runs ahead of its
+	// host's wall clock (an idemkv.OffsetClock: an engine after a step
+	// back of the wall clock), the worker waits that much longer, so
+	// the lag to allow for is the downstream's behind this host's clock. Where they do not, a call
 	// held back by a pause or a slow network can land later than any
 	// grace, and only the downstream identity protects the retry.
 	// Default: DefaultGrace.

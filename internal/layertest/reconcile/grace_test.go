@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
 	"github.com/idemkv/idemkv/internal/layertest/teststore"
 	"github.com/idemkv/idemkv/reconcile"
@@ -214,4 +215,55 @@ func TestGraceFromTheStoresMarked(t *testing.T) {
 	require.NoError(t, w.Pass(ctx))
 	require.Equal(t, 1, d.timesAsked("by-holder"), "Grace past the mark, not past the first sight")
 	require.Equal(t, 1, d.timesAsked("by-claim"))
+}
+
+// TestGraceWidensWhileTheStoresClockRunsAhead: an engine whose host's
+// wall clock stepped back 20 s keeps its own time, 20 s ahead of the wall
+// clock by which a downstream enforces the calls' deadlines: a call sent
+// just before the lease ran out may land 20 s later by the engine's time
+// than by the downstream's. The worker, on the engine's clock (the
+// default), asks about an abandoned record only Grace plus those 20 s
+// past its lease, and Due says so; once the wall clock agrees again, the
+// grace is Options.Grace.
+func TestGraceWidensWhileTheStoresClockRunsAhead(t *testing.T) {
+	if teststore.Postgres() {
+		t.Skip("the engine's clock: PostgreSQL's is the database's")
+	}
+	const grace, step = 5 * time.Second, 20 * time.Second
+	clock := fakeclock.New(t0)
+	e, err := engine.Open(t.TempDir(), &engine.Options{Clock: clock, Lease: lease})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close() })
+	d := newDownstream()
+	for _, key := range []string{"before", "after"} {
+		d.set(key, reconcile.NotApplied)
+	}
+	c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id("before"), Fingerprint: []byte{1}, Mode: idemkv.ModeRemote})
+	require.NoError(t, err)
+	w, err := reconcile.New(e, d, &reconcile.Options{Grace: grace})
+	require.NoError(t, err)
+
+	clock.Step(-step)
+	require.Equal(t, -step, e.WallOffset())
+	rec, err := e.Get(ctx, id("before"))
+	require.NoError(t, err)
+	at, _, asks := w.Due(rec)
+	require.True(t, asks)
+	require.Equal(t, c.Lease.Expires.Add(grace+step), at)
+
+	clock.Advance(at.Sub(e.Now()) - time.Millisecond)
+	require.NoError(t, w.Pass(ctx))
+	require.Zero(t, d.timesAsked("before"), "Grace past the lease by the engine's clock, not yet by the wall clock")
+	clock.Advance(time.Millisecond)
+	require.NoError(t, w.Pass(ctx))
+	require.Equal(t, 1, d.timesAsked("before"))
+
+	// The wall clock agrees again: Options.Grace alone.
+	clock.Step(step)
+	require.Zero(t, e.WallOffset())
+	c, err = e.Claim(ctx, idemkv.ClaimRequest{ID: id("after"), Fingerprint: []byte{1}, Mode: idemkv.ModeRemote})
+	require.NoError(t, err)
+	clock.Advance(c.Lease.Expires.Add(grace).Sub(e.Now()))
+	require.NoError(t, w.Pass(ctx))
+	require.Equal(t, 1, d.timesAsked("after"))
 }
