@@ -109,7 +109,7 @@ func (e *Engine) ReadOutbox(ctx context.Context, after uint64, limit int) ([]ide
 // one range deletion, in the batch that moves the cursor. The batch is not
 // synced (see below): an acknowledgement is durable once a later synced
 // commit, or Pebble's own log rotation, has synced it.
-func (e *Engine) AckOutbox(ctx context.Context, through uint64) error {
+func (e *Engine) AckOutbox(ctx context.Context, through uint64, id string) error {
 	if err := e.writable(); err != nil {
 		return err
 	}
@@ -124,6 +124,9 @@ func (e *Engine) AckOutbox(ctx context.Context, through uint64) error {
 	}
 	if _, last := e.outboxSeqs(); through > last {
 		return fmt.Errorf("%w: ack through event %d, but the last committed is %d", idemkv.ErrInvalidArgument, through, last)
+	}
+	if err := e.outboxEventIs(through, id); err != nil {
+		return err
 	}
 	b := e.db.NewBatch()
 	defer b.Close()
@@ -142,6 +145,28 @@ func (e *Engine) AckOutbox(ctx context.Context, through uint64) error {
 		return e.fail(fmt.Errorf("engine: ack outbox: %w", err))
 	}
 	e.outbox.acked = through
+	return nil
+}
+
+// outboxEventIs checks that the event numbered seq, unacknowledged and
+// committed, has id. The acknowledging goroutine holds outbox.mu, so the
+// event stays as read until its batch commits.
+func (e *Engine) outboxEventIs(seq uint64, id string) error {
+	v, closer, err := e.db.Get(record.OutboxEventKey(seq))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("%w: ack through event %d: the outbox does not hold it", idemkv.ErrConflict, seq)
+	case err != nil:
+		return fmt.Errorf("engine: ack outbox: event %d: %w", seq, err)
+	}
+	ev, _, err := record.DecodeEvent(seq, v)
+	closer.Close()
+	if err != nil {
+		return fmt.Errorf("engine: ack outbox: %w", err)
+	}
+	if ev.ID != id {
+		return fmt.Errorf("%w: ack through event %d: it is %s, not %s", idemkv.ErrConflict, seq, ev.ID, id)
+	}
 	return nil
 }
 

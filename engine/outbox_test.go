@@ -70,9 +70,10 @@ func TestEventsCommitWithTheOutcomeInOrder(t *testing.T) {
 	acked, last, err := v.e.OutboxCursor(ctx)
 	require.NoError(t, err)
 	require.Equal(t, [2]uint64{0, 4}, [2]uint64{acked, last})
-	require.NoError(t, v.e.AckOutbox(ctx, 2))
-	require.NoError(t, v.e.AckOutbox(ctx, 1), "an ack behind the cursor changes nothing")
-	require.ErrorIs(t, v.e.AckOutbox(ctx, 5), idemkv.ErrInvalidArgument)
+	require.ErrorIs(t, v.e.AckOutbox(ctx, 2, evs[2].ID), idemkv.ErrConflict, "another event's id")
+	require.NoError(t, v.e.AckOutbox(ctx, 2, evs[1].ID))
+	require.NoError(t, v.e.AckOutbox(ctx, 1, evs[0].ID), "an ack behind the cursor changes nothing")
+	require.ErrorIs(t, v.e.AckOutbox(ctx, 5, "x"), idemkv.ErrInvalidArgument)
 	rest, err := v.e.ReadOutbox(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, evs[2:], rest, "acknowledged events are gone")
@@ -86,7 +87,7 @@ func TestEventsCommitWithTheOutcomeInOrder(t *testing.T) {
 	// Numbering and entity sequences carry on across a restart, also once
 	// the outbox is empty.
 	v.reopen()
-	require.NoError(t, v.e.AckOutbox(ctx, 4))
+	require.NoError(t, v.e.AckOutbox(ctx, 4, evs[3].ID))
 	v.reopen()
 	require.NoError(t, v.completeWithEvents("p3", created("p1")))
 	evs, err = v.e.ReadOutbox(ctx, 0, 10)

@@ -386,27 +386,14 @@ func (r *Relay) heldPast(since time.Time) bool {
 // and a store that hangs must not hang the relay's stop.
 const ackTimeout = 10 * time.Second
 
-// rolledBack reports whether the store, whose cursor is acked and last,
-// no longer holds the events this relay published as it published them
-// (resync, readNext): the check made before each acknowledgement.
-func (r *Relay) rolledBack(ctx context.Context, acked, last uint64) (bool, error) {
-	if last < r.published || acked < r.acked {
-		return true, nil
-	}
-	if r.published <= acked || r.publishedID == "" {
-		return false, nil
-	}
-	evs, err := r.src.ReadOutbox(ctx, r.published-1, 1)
-	if err != nil {
-		return false, err
-	}
-	return len(evs) == 0 || evs[0].Seq != r.published || evs[0].ID != r.publishedID, nil
-}
-
 // ack tells the store that the broker has every event up to published,
-// unless the store has rolled back meanwhile: the events under those
+// unless the store has rolled back meanwhile (restored from a backup, or
+// failed over to a copy that lacked them): the events under those
 // numbers are then others, and the next drain starts again from what the
-// store holds.
+// store holds. The store checks, as it acknowledges, that the last event
+// published is still the one under its number (idemkv.Outbox.AckOutbox);
+// the cursor read first tells a store that now holds fewer events than
+// that, or has acknowledged less than this relay did.
 func (r *Relay) ack(ctx context.Context) error {
 	if !r.read || r.published <= r.acked {
 		return nil
@@ -417,14 +404,15 @@ func (r *Relay) ack(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
 	}
-	switch lost, err := r.rolledBack(actx, acked, last); {
-	case err != nil:
-		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
-	case lost:
+	if last < r.published || acked < r.acked {
 		r.read = false // the next drain starts again from the store's truth
 		return nil
 	}
-	if err := r.src.AckOutbox(actx, r.published); err != nil {
+	switch err := r.src.AckOutbox(actx, r.published, r.publishedID); {
+	case errors.Is(err, idemkv.ErrConflict):
+		r.read = false
+		return nil
+	case err != nil:
 		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
 	}
 	r.acked = r.published

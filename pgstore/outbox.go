@@ -222,8 +222,13 @@ func scanEvents(rows pgx.Rows) ([]idemkv.StoredEvent, error) {
 
 // AckOutbox implements idemkv.Outbox. The acknowledged events are deleted
 // in one statement, by a range of Seq.
-func (s *Store) AckOutbox(ctx context.Context, through uint64) error {
+func (s *Store) AckOutbox(ctx context.Context, through uint64, id string) error {
 	if err := s.open(); err != nil {
+		return err
+	}
+	// Numbered first, as OutboxCursor does: a store failed over since the
+	// relay read may hold events no sequencer has numbered yet.
+	if err := s.sequence(ctx); err != nil {
 		return err
 	}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
@@ -236,6 +241,19 @@ func (s *Store) AckOutbox(ctx context.Context, through uint64) error {
 			return fmt.Errorf("%w: ack through %d, past the last event %d", idemkv.ErrInvalidArgument, through, last)
 		case through <= uint64(acked):
 			return nil
+		}
+		// The cursor's row lock keeps other acknowledgements out until
+		// the commit, and a sequenced event is never changed: the event
+		// read is the one acknowledged.
+		var have string
+		err := tx.QueryRow(ctx, `SELECT event_id FROM idemkv_outbox WHERE seq = $1`, int64(through)).Scan(&have)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("%w: ack through event %d: the outbox does not hold it", idemkv.ErrConflict, through)
+		case err != nil:
+			return s.dbErr("outbox: ack", err)
+		case have != id:
+			return fmt.Errorf("%w: ack through event %d: it is %s, not %s", idemkv.ErrConflict, through, have, id)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM idemkv_outbox WHERE seq > $1 AND seq <= $2`, acked, int64(through)); err != nil {
 			return s.dbErr("outbox: ack", err)

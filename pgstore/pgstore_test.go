@@ -65,7 +65,7 @@ func TestCheck(t *testing.T) {
 	evs, err := s.ReadOutbox(ctx, 0, 50)
 	require.NoError(t, err)
 	require.Len(t, evs, 50)
-	require.NoError(t, s.AckOutbox(ctx, evs[49].Seq))
+	require.NoError(t, s.AckOutbox(ctx, evs[49].Seq, evs[49].ID))
 	rep, err := s.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, rep.ProblemCount, "%v", rep.Problems)

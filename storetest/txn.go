@@ -149,7 +149,15 @@ func events(t *testing.T, newHarness NewHarness) {
 			t.Fatalf("event %d: seq %d, entity seq %d, id %q", i, ev.Seq, ev.EntitySeq, ev.ID)
 		}
 	}
-	must(t, ob.AckOutbox(ctx, evs[1].Seq))
+	// An acknowledgement that names another event under the number (a
+	// relay that read a store since restored) removes nothing.
+	if err := ob.AckOutbox(ctx, evs[1].Seq, evs[0].ID); !errors.Is(err, idemkv.ErrConflict) {
+		t.Fatalf("ack through %d naming event %d's id: %v, want ErrConflict", evs[1].Seq, evs[0].Seq, err)
+	}
+	if again, err := ob.ReadOutbox(ctx, 0, 10); err != nil || len(again) != 3 {
+		t.Fatalf("after a refused ack the outbox holds %d events (%v), want 3", len(again), err)
+	}
+	must(t, ob.AckOutbox(ctx, evs[1].Seq, evs[1].ID))
 	h.Reopen()
 	ob = h.Store().(idemkv.Outbox)
 	rest, err := ob.ReadOutbox(ctx, 0, 10)

@@ -325,9 +325,9 @@ type countingOutbox struct {
 	acks atomic.Int64
 }
 
-func (c *countingOutbox) AckOutbox(ctx context.Context, through uint64) error {
+func (c *countingOutbox) AckOutbox(ctx context.Context, through uint64, id string) error {
 	c.acks.Add(1)
-	return c.Outbox.AckOutbox(ctx, through)
+	return c.Outbox.AckOutbox(ctx, through, id)
 }
 
 // startRelay starts a relay from e to pub.

@@ -26,7 +26,7 @@ var errCrashBeforeAck = errors.New("the relay's process died before the store's 
 // crashBeforeAck is an outbox whose acknowledgements never arrive.
 type crashBeforeAck struct{ idemkv.Outbox }
 
-func (crashBeforeAck) AckOutbox(context.Context, uint64) error { return errCrashBeforeAck }
+func (crashBeforeAck) AckOutbox(context.Context, uint64, string) error { return errCrashBeforeAck }
 
 // 10. A relay that dies between JetStream's acknowledgement and the
 // store's publishes again, and the stream keeps one copy; a consumer that
