@@ -29,8 +29,8 @@ func (s *Server) faults(next http.Handler) http.Handler {
 				"the processor is unavailable; nothing was charged", time.Second)
 		case errors.Is(fault, ErrTimeout):
 			d := &discard{header: http.Header{}}
-			next.ServeHTTP(d, r) // charged and committed, unless refused
-			if d.status == http.StatusCreated {
+			next.ServeHTTP(d, r) // charged and committed, unless refused or replayed
+			if d.status == http.StatusCreated && d.header.Get(httpidem.HeaderReplayed) != "true" {
 				s.count(func(st *Stats) { st.TimedOut++ })
 			}
 			t := time.NewTimer(s.o.Hold)

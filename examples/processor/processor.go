@@ -71,7 +71,7 @@ type Stats struct {
 	Refused  int64 // refused before charging (503)
 	Expired  int64 // refused for arriving after their deadline (503)
 	Charges  int64 // charges made
-	TimedOut int64 // charges whose answer was withheld
+	TimedOut int64 // charges made whose answer was withheld (not replays)
 }
 
 // Server is the simulated processor.

@@ -147,7 +147,10 @@ func TestFaults(t *testing.T) {
 	status, h, _ = f.do("POST", "/v1/charges", "k1", charge)
 	assert.Equal(t, http.StatusCreated, status)
 	assert.Equal(t, "true", h.Get("Idempotent-Replayed"), "the retry finds the charge the timeout made")
-	assert.Equal(t, Stats{Calls: 3, Refused: 1, Charges: 1, TimedOut: 1}, f.s.Stats())
+	setFault(ErrTimeout)
+	status, _, _ = f.do("POST", "/v1/charges", "k1", charge)
+	assert.Equal(t, http.StatusGatewayTimeout, status, "a replay's answer withheld")
+	assert.Equal(t, Stats{Calls: 4, Refused: 1, Charges: 1, TimedOut: 1}, f.s.Stats(), "TimedOut counts charges made, not replays")
 }
 
 func TestBadOptionsAndInput(t *testing.T) {
