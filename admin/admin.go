@@ -46,6 +46,9 @@ type Options struct {
 	Sweep func(ctx context.Context) (pass any, err error)
 	// Backup writes a consistent copy of the store into dir, a path on
 	// the service's machine that must not exist (engine.Engine.Backup).
+	// With Audit, POST /admin/v1/backup runs it through AuditLog.Backup,
+	// so the copy also holds the audit log (dir/audit.log) as of the
+	// store's copy.
 	Backup func(ctx context.Context, dir string) error
 	// Stats returns the store's figures.
 	Stats func(ctx context.Context) (any, error)
@@ -320,7 +323,14 @@ func (a *api) backup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	if err := a.o.Backup(r.Context(), req.Dir); err != nil {
+	backup := func() error { return a.o.Backup(r.Context(), req.Dir) }
+	var err error
+	if a.o.Audit != nil {
+		err = a.o.Audit.Backup(req.Dir, backup)
+	} else {
+		err = backup()
+	}
+	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}

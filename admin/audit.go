@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -22,6 +24,11 @@ import (
 // operator who asks later. The file is created readable by its owner
 // only.
 type AuditLog struct {
+	// changes is held shared by each audited change, from its begun
+	// entry to its end, and exclusively by Backup: a backup's store and
+	// audit log then hold the same changes.
+	changes sync.RWMutex
+
 	mu   sync.Mutex
 	f    *os.File
 	path string
@@ -150,6 +157,63 @@ func (a *AuditLog) record(e AuditEntry) error {
 	}
 	a.size += int64(len(line)) + 1
 	return a.f.Sync()
+}
+
+// BackupFile is the name of the audit log's copy in a backup's
+// directory (AuditLog.Backup, POST /admin/v1/backup).
+const BackupFile = "audit.log"
+
+// Backup runs backup, which copies the store into dir, with no change
+// audited meanwhile, and then copies the log's whole entries into
+// dir/BackupFile, synced: the copy records exactly the changes the
+// store's copy holds, each begun and ended. A change in progress (a
+// verified resolve asking its downstream) is waited for, and new ones
+// wait for the backup. If the log cannot be copied, dir is removed: a
+// store's copy without its history would be restored as one that no
+// operator ever changed.
+func (a *AuditLog) Backup(dir string, backup func() error) error {
+	a.changes.Lock()
+	defer a.changes.Unlock()
+	if err := backup(); err != nil {
+		return err
+	}
+	if err := a.copyTo(filepath.Join(dir, BackupFile)); err != nil {
+		return errors.Join(fmt.Errorf("admin: copying the audit log: %w", err), os.RemoveAll(dir))
+	}
+	return nil
+}
+
+// copyTo writes the log's whole entries into a new file at path, synced,
+// with its directory.
+func (a *AuditLog) copyTo(path string) error {
+	a.mu.Lock()
+	size := a.size
+	a.mu.Unlock()
+	src, err := os.Open(a.path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, io.LimitReader(src, size))
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // maxHistory bounds the entries History returns: the latest ones.

@@ -240,6 +240,8 @@ func unmoved(rec *idemkv.Record, token uint64, since time.Time) error {
 // may not have been made. It returns the done entry, and ErrAudit if the
 // change was made but that entry could not be written.
 func audited(audit *AuditLog, entry AuditEntry, change func(*AuditEntry) error) (AuditEntry, error) {
+	audit.changes.RLock()
+	defer audit.changes.RUnlock()
 	entry.Phase = PhaseBegun
 	if err := audit.record(entry); err != nil {
 		return AuditEntry{}, errors.Join(ErrAuditUnavailable, err)

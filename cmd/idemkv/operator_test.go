@@ -138,11 +138,22 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	require.Equal(t, "evict", done[1]["action"])
 	require.Equal(t, "ops: undo test", done[1]["note"])
 	require.Equal(t, "completed", done[2]["was"])
+	backup := filepath.Join(t.TempDir(), "backup")
+	if cfg.store == "" {
+		// An online backup holds the audit log as of its copy of the
+		// store.
+		cli(exitOK, append([]string{"backup", "--to", backup}, server...)...)
+		require.Equal(t, readLines(t, audit), readLines(t, filepath.Join(backup, "audit.log")))
+	}
 	require.NoError(t, stop())
 	sc.check(t, cfg)
 	if cfg.store != "" {
 		return
 	}
+	restored := filepath.Join(t.TempDir(), "restored")
+	cli(exitOK, "restore", "--from", backup, "--data", restored)
+	require.Contains(t, cli(exitOK, append(append([]string{"inspect"}, id...), "--data", restored)...), "ops: charge seen at the processor",
+		"the restored store keeps its history")
 
 	data := []string{"--data", cfg.dir}
 	require.Contains(t, cli(exitOK, append([]string{"list"}, data...)...), "order-late")
