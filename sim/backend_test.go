@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/examples/payments"
 	"github.com/idemkv/idemkv/pgstore"
@@ -45,14 +47,41 @@ func (b *engineBackend) services() int { return 1 }
 func (b *engineBackend) open(p *Proc, _ int) (payments.Store, error) {
 	if b.mem == nil {
 		b.mem = vfs.NewCrashableMem()
+		if d := b.pw.prm.storeAhead; d > 0 {
+			// Closed last on a host whose clock ran d ahead: the store's
+			// time starts from that mark.
+			e, err := b.openOn(aheadClock{p, d})
+			if err != nil {
+				return nil, err
+			}
+			if err := e.Close(); err != nil {
+				return nil, err
+			}
+		}
 	}
+	return b.openOn(p)
+}
+
+func (b *engineBackend) openOn(clock idemkv.SteadyClock) (*engine.Engine, error) {
 	return engine.Open("store", &engine.Options{
-		FS: b.mem, Clock: p, Rand: rand.NewChaCha8(seed32(b.pw.w.Rand())),
+		FS: b.mem, Clock: clock, Rand: rand.NewChaCha8(seed32(b.pw.w.Rand())),
 		Lease: b.pw.prm.lease, Retention: b.pw.prm.retention, NoBackgroundSweep: true,
 		Logger: quietPebble{}, MinFreeDisk: -1,
 		// A run holds a few dozen records: small caches open fast.
 		CacheSize: 1 << 20, MemTableSize: 1 << 20, ReplayCacheSize: 1 << 20, Shards: 16,
 	})
+}
+
+// aheadClock is p's clock as a host whose clock runs d ahead reads it.
+type aheadClock struct {
+	p *Proc
+	d time.Duration
+}
+
+func (c aheadClock) Now() time.Time { return c.p.Now().Add(c.d) }
+func (c aheadClock) Read() (time.Time, time.Duration) {
+	w, at := c.p.Read()
+	return w.Add(c.d), at
 }
 
 func (b *engineBackend) crash(_ int, st payments.Store) {

@@ -83,6 +83,12 @@ type params struct {
 	// clock, which lags the services' by lag (ahead, if negative).
 	deadlines bool
 	lag       time.Duration
+	// storeAhead: the engine's store was last closed on a host whose
+	// clock ran this far ahead, so the engine keeps its time ahead of its
+	// host's by as much (an idemkv.OffsetClock), and so of the
+	// processor's. The reconciler waits that much longer; its grace needs
+	// no margin for it. The engine's worlds only.
+	storeAhead time.Duration
 
 	// safe: the reconciler's "not applied" is true and the account limit
 	// holds, because its grace exceeds the processor timeout and the
@@ -102,7 +108,7 @@ func (prm params) String() string {
 		"payments": prm.payments, "limit": prm.limit, "safe": prm.safe, "heartbeat": prm.heartbeat,
 		"inproc": prm.inproc, "apply_panics": prm.applyPanics, "stall_before_send": prm.stallBeforeSend,
 		"crash_after_send": prm.crashAfterSend, "takeovers": prm.takeoverStorm,
-		"deadlines": prm.deadlines, "lag": prm.lag.String(),
+		"deadlines": prm.deadlines, "lag": prm.lag.String(), "store_ahead": prm.storeAhead.String(),
 	})
 	return string(b)
 }
@@ -164,6 +170,7 @@ func drawParams(w *World) params {
 	// (500 ms), or it would refuse every call and the world charge
 	// nothing.
 	prm.lag = pick(w, 0, 0, 300*ms, 2*time.Second, -200*ms)
+	prm.storeAhead = pick(w, 0, 0, 0, 3*time.Second, 20*time.Second)
 	// A correct deployment's grace exceeds the processor timeout and the
 	// processor's lag, where it refuses late calls, and the longest flight
 	// and pause where it does not; a quarter of the runs are not

@@ -58,15 +58,16 @@ func (s *service) start() error {
 			return err
 		}
 	}
+	clock := storeTime{st, p}
 	svc, err := payments.New(payments.Config{
-		Store: st, Processor: proc, Lease: pw.prm.lease, CallTimeout: pw.prm.processorTimeout, Heartbeat: heartbeat, Clock: p,
+		Store: st, Processor: proc, Lease: pw.prm.lease, CallTimeout: pw.prm.processorTimeout, Heartbeat: heartbeat, Clock: clock,
 		Logger: quiet, AccountLimit: pw.prm.limit,
 	})
 	if err != nil {
 		return err
 	}
 	worker, err := reconcile.New(st, flakyReconciler{pw: pw, r: svc}, &reconcile.Options{
-		Clock: p, Interval: pw.prm.interval, Grace: pw.prm.grace,
+		Clock: clock, Interval: pw.prm.interval, Grace: pw.prm.grace,
 		MinBackoff: time.Second, MaxBackoff: pw.prm.maxBackoff, MaxAttempts: pw.prm.maxAttempts,
 		MaxAge: pw.prm.maxAge, Timeout: time.Hour, Concurrency: 1, PerPass: 1000,
 		Rand: newRand(pw.w.Rand().Uint64()), Logger: quiet,
@@ -146,4 +147,24 @@ func (s *service) serveHTTP(p *Proc, svc *payments.Service, req *clientRequest, 
 		pw.w.Logf("%s: %s %s %s -> %d %s", p.Name(), req.origin, req.method, req.path, res.status, brief(res))
 		pw.w.Send(pw.prm.toClient, req.from, func() { reply(res, nil) })
 	})
+}
+
+// storeTime is the store's time, which serve's service and reconciler
+// read (the records' times are in it), with the timers of the process p,
+// which the simulation drives. It tells how far the store's time is from
+// p's wall clock (idemkv.OffsetClock) where the store does.
+type storeTime struct {
+	store idemkv.Clock
+	p     *Proc
+}
+
+func (t storeTime) Now() time.Time { return t.store.Now() }
+func (t storeTime) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	return t.p.AfterFunc(d, f)
+}
+func (t storeTime) WallOffset() time.Duration {
+	if oc, ok := t.store.(idemkv.OffsetClock); ok {
+		return oc.WallOffset()
+	}
+	return 0
 }
