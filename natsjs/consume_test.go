@@ -158,6 +158,27 @@ func (d *driver) wait(t *testing.T) {
 	}
 }
 
+// recreate deletes the stream and creates it again, empty: its messages
+// are numbered from 1 again.
+func (b *broker) recreate() {
+	require.NoError(b.t, b.js.DeleteStream(b.ctx, paymentsStream))
+	_, err := natsjs.EnsureStream(b.ctx, b.js, paymentsStream, []string{"payments.>"}, 0)
+	require.NoError(b.t, err)
+}
+
+// requireReplaced waits for the driver to stop, and requires that
+// Consume refused the stream as replaced.
+func (d *driver) requireReplaced(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		require.ErrorIs(t, err, natsjs.ErrStreamReplaced)
+	case <-time.After(consumeTimeout):
+		d.cancel()
+		t.Fatal("Consume read on in the new stream")
+	}
+}
+
 func (d *driver) outcome(pos uint64) inbox.Outcome {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -580,18 +601,10 @@ func TestConsumeRefusesAStreamBehindItsPosition(t *testing.T) {
 	b := &book{}
 	br.run(br.ctx, c, b.handle, 3, nil).wait(t)
 
-	require.NoError(t, br.js.DeleteStream(br.ctx, paymentsStream))
-	_, err = natsjs.EnsureStream(br.ctx, br.js, paymentsStream, []string{"payments.>"}, 0)
-	require.NoError(t, err)
+	br.recreate()
 	br.publish(payment(4))
 	d := br.run(br.ctx, c, b.handle, 0, nil)
-	select {
-	case err := <-d.done:
-		require.ErrorIs(t, err, natsjs.ErrStreamReplaced)
-	case <-time.After(consumeTimeout):
-		d.cancel()
-		t.Fatal("Consume did not refuse the stream")
-	}
+	d.requireReplaced(t)
 }
 
 // TestConsumeRefusesAStreamReplacedPastItsPosition: a consumer that has
@@ -612,19 +625,11 @@ func TestConsumeRefusesAStreamReplacedPastItsPosition(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, src, paymentsStream+"@", "the stream is recorded with the position")
 
-	require.NoError(t, br.js.DeleteStream(br.ctx, paymentsStream))
-	_, err = natsjs.EnsureStream(br.ctx, br.js, paymentsStream, []string{"payments.>"}, 0)
-	require.NoError(t, err)
+	br.recreate()
 	br.publish(payment(11), payment(12), payment(13), payment(14), payment(15))
 	runs := b.n()
 	d := br.run(br.ctx, c, b.handle, 0, nil)
-	select {
-	case err := <-d.done:
-		require.ErrorIs(t, err, natsjs.ErrStreamReplaced)
-	case <-time.After(consumeTimeout):
-		d.cancel()
-		t.Fatal("Consume read on in the new stream")
-	}
+	d.requireReplaced(t)
 	pos, err := c.Position(br.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, pos)
@@ -658,17 +663,9 @@ func TestConsumeRefusesAStreamReplacedWhileItReads(t *testing.T) {
 		return err == nil && pos == 3
 	}, consumeTimeout, 10*time.Millisecond)
 
-	require.NoError(t, br.js.DeleteStream(br.ctx, paymentsStream))
-	_, err = natsjs.EnsureStream(br.ctx, br.js, paymentsStream, []string{"payments.>"}, 0)
-	require.NoError(t, err)
+	br.recreate()
 	br.publish(payment(11), payment(12), payment(13), payment(14), payment(15))
-	select {
-	case err := <-d.done:
-		require.ErrorIs(t, err, natsjs.ErrStreamReplaced)
-	case <-time.After(consumeTimeout):
-		d.cancel()
-		t.Fatal("Consume read on in the new stream")
-	}
+	d.requireReplaced(t)
 	pos, err := c.Position(br.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, pos, "none of the new stream's messages was settled")
