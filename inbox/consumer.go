@@ -45,7 +45,8 @@ type Message struct {
 	// refused (ErrSourceChanged) and nothing is written, since reading
 	// on would skip the new source's messages up to the position.
 	// natsjs.Consume sets it to the stream's name and creation time.
-	// Empty: not checked, and not recorded.
+	// Empty, or a message without a Position: not checked, and not
+	// recorded.
 	Source string
 	// Subject is the subject (topic) it was published on.
 	Subject string
@@ -214,6 +215,12 @@ func (c *Consumer) Logger() *slog.Logger { return c.opts.Logger }
 // that read or reset it.
 func (c *Consumer) PositionKey() []byte { return append([]byte(nil), c.positionKey...) }
 
+// SourceKey returns the business-data key under which the source of the
+// consumer's position is stored ("inbox/<name>/source"), for tools that
+// read it or remove it: a position recorded without a source takes the
+// next message's.
+func (c *Consumer) SourceKey() []byte { return append([]byte(nil), c.sourceKey...) }
+
 // Position returns the consumer's committed position: the highest
 // Message.Position settled (0 if none). A consumer that reads its stream
 // in order and settles each message before the next resumes at
@@ -249,6 +256,19 @@ func (c *Consumer) Source(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("inbox: %s: reading the source: %w", c.name, err)
 	}
 	return string(v), nil
+}
+
+// sameSource returns ErrSourceChanged if the position cur counts in
+// another source than source (checkSource, read outside a commit).
+func (c *Consumer) sameSource(ctx context.Context, cur uint64, source string) error {
+	if source == "" || cur == 0 {
+		return nil
+	}
+	recorded, err := c.Source(ctx)
+	if err != nil || recorded == "" || recorded == source {
+		return err
+	}
+	return fmt.Errorf("%w: %s: position %d is in %q, the message is from %q", ErrSourceChanged, c.name, cur, recorded, source)
 }
 
 // parsePosition decodes a stored position: decimal, without sign or
@@ -438,8 +458,13 @@ func (c *Consumer) catchUp(ctx context.Context, pos uint64, source string) error
 		return nil
 	}
 	cur, err := c.Position(ctx)
-	if err != nil || cur >= pos {
+	if err != nil {
 		return err
+	}
+	if cur >= pos {
+		// Nothing to write, but a copy from another source is refused as
+		// any message from it is.
+		return c.sameSource(ctx, cur, source)
 	}
 	_, err = once.Do(ctx, c.store, c.call(positionMarkKey(pos), positionFP), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
 		return idemkv.Result{Status: statusApplied}, c.advance(x.Effects, pos, source)

@@ -27,6 +27,7 @@ const (
 	msgInProgress = "inbox: event in progress"
 	msgHandler    = "inbox: handler failed; the message is to be redelivered"
 	msgStore      = "inbox: store error; the message is to be redelivered"
+	msgSource     = "inbox: message from another stream than the position's; refused"
 )
 
 // logProcessed logs what Process did with msg, whose mark's key is key
@@ -37,6 +38,9 @@ func (c *Consumer) logProcessed(ctx context.Context, msg *Message, key string, o
 	switch {
 	case err != nil && errors.Is(err, once.ErrInProgress):
 		level, what = slog.LevelDebug, msgInProgress
+	case err != nil && errors.Is(err, ErrSourceChanged):
+		level, what = slog.LevelError, msgSource
+		attrs = append(attrs, slog.Any("err", err))
 	case err != nil && handlerErr:
 		level, what = slog.LevelWarn, msgHandler
 		attrs = append(attrs, slog.Any("err", err))

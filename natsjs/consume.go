@@ -195,8 +195,10 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 		if err != nil {
 			return fmt.Errorf("natsjs: not a JetStream message: %w", err)
 		}
-		if md.Sequence.Consumer <= delivered {
-			// The ordered consumer was made anew (a missed heartbeat, a
+		if delivered == 0 || md.Sequence.Consumer <= delivered {
+			// The first message, which must be of the stream source
+			// names (it may have been replaced since it was read), or
+			// the ordered consumer was made anew (a missed heartbeat, a
 			// server restart, or the stream deleted): it goes on from the
 			// next stream sequence, which must still be this stream's.
 			if err := sameStream(ctx, js, stream, info.Created); err != nil {
@@ -231,7 +233,11 @@ func consumeFrom(ctx context.Context, js jetstream.JetStream, stream string, c *
 // it. Reading on from the position would skip the new stream's messages
 // up to it. The consumer's position must be reset by hand (its store
 // restored with the stream, started anew, or its position set to 0 to
-// read the new stream from its start).
+// read the new stream from its start). A stream restored from a snapshot
+// into a cluster gets a new creation time, so even a consumer whose store
+// was restored with it is refused: once you know the two match, remove
+// the recorded source (inbox.Consumer.SourceKey), and the next message
+// records the restored stream's.
 var ErrStreamReplaced = errors.New("natsjs: the stream is not the one the consumer read")
 
 // streamSource is the inbox.Message.Source of stream's messages: its name

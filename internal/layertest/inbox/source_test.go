@@ -48,19 +48,24 @@ func TestSourceIsRecordedWithThePosition(t *testing.T) {
 	_, err = v.mark("id/ev-new")
 	require.ErrorIs(t, err, idemkv.ErrNotFound, "no mark: the event is applied once its source is right")
 
-	// A copy of a settled event further on in the new stream.
-	out, err := c.Process(ctx, from("new", msg("ev-2", 9, payload("acct_1", 100))), b.handle)
-	require.ErrorIs(t, err, inbox.ErrSourceChanged, "%+v", out)
-	assert.EqualValues(t, 3, v.position(c))
+	// A copy of a settled event, further on in the new stream or not.
+	for _, pos := range []uint64{9, 2} {
+		out, err := c.Process(ctx, from("new", msg("ev-2", pos, payload("acct_1", 100))), b.handle)
+		require.ErrorIs(t, err, inbox.ErrSourceChanged, "at %d: %+v", pos, out)
+		assert.EqualValues(t, 3, v.position(c))
+	}
 
-	// A rejection is refused the same way, and leaves no mark.
+	// A payload its handler would reject is refused before the handler
+	// runs, and leaves no mark.
 	_, err = c.Process(ctx, from("new", msg("ev-bad", 5, []byte("not json"))), b.handle)
 	require.ErrorIs(t, err, inbox.ErrSourceChanged)
 	_, err = v.mark("id/ev-bad")
 	require.ErrorIs(t, err, idemkv.ErrNotFound)
 
-	// The old source goes on, and a message that names none is not
-	// checked.
+	// The old source goes on, and a message that names none, or has no
+	// position, is not checked.
+	_, err = c.Process(ctx, from("new", inbox.Message{ID: "ev-nopos", Subject: "payments.created", Data: payload("acct_2", 1)}), b.handle)
+	require.NoError(t, err)
 	_, err = c.Process(ctx, from("old", msg("ev-4", 4, payload("acct_1", 100))), b.handle)
 	require.NoError(t, err)
 	_, err = c.Process(ctx, msg("ev-5", 5, payload("acct_1", 100)), b.handle)
