@@ -121,15 +121,14 @@ type Outbox interface {
 	// AckOutbox records that every event up to and including Seq through
 	// has been published, and removes them, if the event numbered through
 	// has id (StoredEvent.ID): the check and the removal are one atomic
-	// step. A store that holds another event under through (restored from
-	// a backup, or failed over to a copy that lacked the events the relay
-	// read, and numbered its own) acknowledges nothing and returns
-	// ErrConflict: the relay reads it again from its cursor. A store need
-	// not make the acknowledgement durable before it returns: after a
-	// crash, events acknowledged just before it may be read again, and
-	// published again (delivery is at least once). An ack behind the
-	// cursor changes nothing; one past the last event is refused with
-	// ErrInvalidArgument.
+	// step. A store that holds another event under through, or none
+	// (restored from a backup, or failed over to a copy that lacked the
+	// events the relay read, and numbered its own), acknowledges nothing
+	// and returns ErrConflict: the relay reads it again from its cursor. A
+	// store need not make the acknowledgement durable before it returns:
+	// after a crash, events acknowledged just before it may be read again,
+	// and published again (delivery is at least once). An ack behind the
+	// cursor changes nothing.
 	AckOutbox(ctx context.Context, through uint64, id string) error
 	// OutboxCursor returns the Seq of the last acknowledged event (0 if
 	// none) and of the last event committed.

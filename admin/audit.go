@@ -168,12 +168,19 @@ const BackupFile = "audit.log"
 // dir/BackupFile, synced: the copy records exactly the changes the
 // store's copy holds, each begun and ended. A change in progress (a
 // verified resolve asking its downstream) is waited for, and new ones
-// wait for the backup. If the log cannot be copied, dir is removed: a
+// wait for the backup. dir must not exist (an error wrapping
+// os.ErrExist): if the log cannot be copied, dir is removed, since a
 // store's copy without its history would be restored as one that no
 // operator ever changed.
 func (a *AuditLog) Backup(dir string, backup func() error) error {
 	a.changes.Lock()
 	defer a.changes.Unlock()
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		if err == nil {
+			err = &os.PathError{Op: "backup", Path: dir, Err: os.ErrExist}
+		}
+		return err
+	}
 	if err := backup(); err != nil {
 		return err
 	}

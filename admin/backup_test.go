@@ -103,3 +103,20 @@ func readLines(t *testing.T, path string) []map[string]any {
 	require.NoError(t, sc.Err())
 	return out
 }
+
+// TestBackupRefusesAnExistingDirectory: a backup into a directory that
+// exists is refused before the store is copied, and the directory is
+// left as it was.
+func TestBackupRefusesAnExistingDirectory(t *testing.T) {
+	audit, err := admin.OpenAuditLog(filepath.Join(t.TempDir(), "audit.log"))
+	require.NoError(t, err)
+	defer audit.Close()
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "keep")
+	require.NoError(t, os.WriteFile(keep, []byte("x"), 0o600))
+	called := false
+	err = audit.Backup(dir, func() error { called = true; return nil })
+	require.ErrorIs(t, err, os.ErrExist)
+	require.False(t, called)
+	require.FileExists(t, keep)
+}

@@ -123,7 +123,7 @@ func (e *Engine) AckOutbox(ctx context.Context, through uint64, id string) error
 		return nil
 	}
 	if _, last := e.outboxSeqs(); through > last {
-		return fmt.Errorf("%w: ack through event %d, but the last committed is %d", idemkv.ErrInvalidArgument, through, last)
+		return fmt.Errorf("%w: ack through event %d, but the last committed is %d", idemkv.ErrConflict, through, last)
 	}
 	if err := e.outboxEventIs(through, id); err != nil {
 		return err

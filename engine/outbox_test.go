@@ -73,7 +73,7 @@ func TestEventsCommitWithTheOutcomeInOrder(t *testing.T) {
 	require.ErrorIs(t, v.e.AckOutbox(ctx, 2, evs[2].ID), idemkv.ErrConflict, "another event's id")
 	require.NoError(t, v.e.AckOutbox(ctx, 2, evs[1].ID))
 	require.NoError(t, v.e.AckOutbox(ctx, 1, evs[0].ID), "an ack behind the cursor changes nothing")
-	require.ErrorIs(t, v.e.AckOutbox(ctx, 5, "x"), idemkv.ErrInvalidArgument)
+	require.ErrorIs(t, v.e.AckOutbox(ctx, 5, "x"), idemkv.ErrConflict, "past the last event")
 	rest, err := v.e.ReadOutbox(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, evs[2:], rest, "acknowledged events are gone")

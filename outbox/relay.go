@@ -101,6 +101,11 @@ type Stats struct {
 	// none), as of the relay's last step.
 	LagEvents  uint64
 	LagSeconds float64
+	// Rollbacks counts the times the relay found the store no longer
+	// holding events it had published as it published them (restored
+	// from a backup, or failed over to a copy that lacked them) and went
+	// on from the store's cursor.
+	Rollbacks uint64
 }
 
 // A Relay publishes a store's outbox: it reads the events in commit
@@ -271,7 +276,10 @@ func (r *Relay) resync(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !r.read || last < r.published || acked < r.acked {
+	if r.read && (last < r.published || acked < r.acked) {
+		r.rolledBack(ctx)
+	}
+	if !r.read {
 		r.published, r.publishedID, r.acked, r.read = acked, "", acked, true
 	}
 	return last, nil
@@ -325,7 +333,7 @@ func (r *Relay) readNext(ctx context.Context) ([]idemkv.StoredEvent, error) {
 		return nil, err
 	}
 	if len(evs) == 0 || evs[0].Seq != r.published || evs[0].ID != r.publishedID {
-		r.read = false
+		r.rolledBack(ctx)
 		return nil, nil
 	}
 	return evs[1:], nil
@@ -386,6 +394,20 @@ func (r *Relay) heldPast(since time.Time) bool {
 // and a store that hangs must not hang the relay's stop.
 const ackTimeout = 10 * time.Second
 
+// rolledBack records that the store no longer holds the events this
+// relay published as it published them: the next drain reads it again
+// from its cursor.
+func (r *Relay) rolledBack(ctx context.Context) {
+	r.read = false
+	r.mu.Lock()
+	r.stats.Rollbacks++
+	r.mu.Unlock()
+	if r.o.Logger != nil {
+		r.o.Logger.LogAttrs(ctx, slog.LevelWarn, msgRolledBack, slog.Uint64("published", r.published),
+			slog.String("event_id", r.publishedID))
+	}
+}
+
 // ack tells the store that the broker has every event up to published,
 // unless the store has rolled back meanwhile (restored from a backup, or
 // failed over to a copy that lacked them): the events under those
@@ -405,12 +427,12 @@ func (r *Relay) ack(ctx context.Context) error {
 		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
 	}
 	if last < r.published || acked < r.acked {
-		r.read = false // the next drain starts again from the store's truth
+		r.rolledBack(ctx) // the next drain starts again from the store's truth
 		return nil
 	}
 	switch err := r.src.AckOutbox(actx, r.published, r.publishedID); {
 	case errors.Is(err, idemkv.ErrConflict):
-		r.read = false
+		r.rolledBack(ctx)
 		return nil
 	case err != nil:
 		return fmt.Errorf("acknowledge events through %d: %w", r.published, err)
@@ -474,6 +496,7 @@ const (
 	msgPublishFailed = "outbox: publish failed; retrying"
 	msgStoreFailed   = "outbox: store error; retrying"
 	msgRecovered     = "outbox: publishing again"
+	msgRolledBack    = "outbox: the store lost events already published; reading it again from its cursor"
 )
 
 // publishError is a Publish that failed: the event it was, and why.

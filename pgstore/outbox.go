@@ -238,7 +238,7 @@ func (s *Store) AckOutbox(ctx context.Context, through uint64, id string) error 
 		}
 		switch {
 		case through > uint64(last):
-			return fmt.Errorf("%w: ack through %d, past the last event %d", idemkv.ErrInvalidArgument, through, last)
+			return fmt.Errorf("%w: ack through %d, past the last event %d", idemkv.ErrConflict, through, last)
 		case through <= uint64(acked):
 			return nil
 		}

@@ -161,7 +161,8 @@ func (w *Worker) grace() time.Duration {
 // store keeps no Marked and that no pass has listed yet, it reports the
 // zero time: its grace starts when a pass first lists it. A record older
 // than MaxAge is escalated at that pass instead of asked. What it
-// reports holds until the record changes or a pass asks.
+// reports holds until the record changes, a pass asks, or the clock's
+// lead over its host's wall clock (see Options.Grace) changes.
 func (w *Worker) Due(rec idemkv.Record) (at time.Time, attempts int, asks bool) {
 	if !w.handles(context.Background(), rec) {
 		return time.Time{}, 0, false

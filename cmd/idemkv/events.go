@@ -112,6 +112,9 @@ func registerRelayMetrics(reg prometheus.Registerer, r *outbox.Relay) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idemkv_outbox_publish_errors_total",
 			Help: "Publishes that failed (the event is published again, never dropped)."},
 			func() float64 { return float64(r.Stats().PublishErrors) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idemkv_outbox_rollbacks_total",
+			Help: "Times the store no longer held events the relay had published (restored, or failed over) and the relay read it again from its cursor."},
+			func() float64 { return float64(r.Stats().Rollbacks) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

@@ -382,6 +382,7 @@ func TestRelayFollowsAStoreThatLostEvents(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, committed, n)
 			require.Equal(t, append(seq(1, 5), seq(1, uint64(committed))...), b.seqs())
+			require.EqualValues(t, 1, r.Stats().Rollbacks)
 			acked, _, err := restored.OutboxCursor(ctx)
 			require.NoError(t, err)
 			require.Equal(t, uint64(committed), acked)
@@ -631,6 +632,7 @@ func TestRelayFailoverAsItAcknowledges(t *testing.T) {
 	n, err := r.Drain(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 11, n, "the old store's five, then the replica's six")
+	require.EqualValues(t, 1, r.Stats().Rollbacks)
 	var fromReplica []string
 	for _, ev := range b.stream[5:] {
 		fromReplica = append(fromReplica, string(ev.Payload))
