@@ -611,34 +611,41 @@ func TestRelayFailoverWithinADrain(t *testing.T) {
 }
 
 // TestRelayFailoverAsItAcknowledges: the store fails over to a replica
-// that lacked the relay's five events, and numbered six of its own from
-// 1, after the relay read the cursor for its acknowledgement and before
-// the acknowledgement reached the store. The store refuses it (event 5 is
-// another), so none of the replica's events is removed unpublished: the
-// relay starts again from the replica's cursor, publishes all six and
-// acknowledges them.
+// that lacked the relay's five events, and numbered some of its own from
+// 1 (more than five, or fewer), after the relay read the cursor for its
+// acknowledgement and before the acknowledgement reached the store. The
+// store refuses it (event 5 is another, or is not there), so none of the
+// replica's events is removed unpublished: the relay starts again from
+// the replica's cursor, publishes all of them and acknowledges them.
 func TestRelayFailoverAsItAcknowledges(t *testing.T) {
-	before := openEngine(t, t.TempDir())
-	defer before.Close()
-	emit(t, before, 0, 5)
-	replica := openEngine(t, t.TempDir())
-	defer replica.Close()
-	emit(t, replica, 100, 6)
-	src := &switchable{cur: before, notify: make(chan struct{}, 1)}
-	src.acking = func() { src.to(replica); src.acking = nil }
-	b := &broker{}
-	r, err := outbox.New(src, b, &outbox.Options{AckEvery: 100})
-	require.NoError(t, err)
-	n, err := r.Drain(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 11, n, "the old store's five, then the replica's six")
-	require.EqualValues(t, 1, r.Stats().Rollbacks)
-	var fromReplica []string
-	for _, ev := range b.stream[5:] {
-		fromReplica = append(fromReplica, string(ev.Payload))
+	for _, own := range []int{6, 3} {
+		t.Run(fmt.Sprint(own, " events of its own"), func(t *testing.T) {
+			before := openEngine(t, t.TempDir())
+			defer before.Close()
+			emit(t, before, 0, 5)
+			replica := openEngine(t, t.TempDir())
+			defer replica.Close()
+			emit(t, replica, 100, own)
+			src := &switchable{cur: before, notify: make(chan struct{}, 1)}
+			src.acking = func() { src.to(replica); src.acking = nil }
+			b := &broker{}
+			r, err := outbox.New(src, b, &outbox.Options{AckEvery: 100})
+			require.NoError(t, err)
+			n, err := r.Drain(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 5+own, n, "the old store's five, then the replica's")
+			require.EqualValues(t, 1, r.Stats().Rollbacks)
+			var fromReplica, want []string
+			for _, ev := range b.stream[5:] {
+				fromReplica = append(fromReplica, string(ev.Payload))
+			}
+			for i := range own {
+				want = append(want, fmt.Sprint("p", 100+i))
+			}
+			require.Equal(t, want, fromReplica)
+			left, err := replica.ReadOutbox(ctx, 0, 100)
+			require.NoError(t, err)
+			require.Empty(t, left)
+		})
 	}
-	require.Equal(t, []string{"p100", "p101", "p102", "p103", "p104", "p105"}, fromReplica)
-	left, err := replica.ReadOutbox(ctx, 0, 100)
-	require.NoError(t, err)
-	require.Empty(t, left)
 }
