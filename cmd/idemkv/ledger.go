@@ -91,8 +91,11 @@ func runLedger(ctx context.Context, url, dir, stream string, retention time.Dura
 	// The consumer's Logger records each event (applied, rejected) and
 	// natsjs.Consume's read failures.
 	err = natsjs.Consume(ctx, js, stream, c, ledger.Handle, nil)
-	if errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, context.Canceled):
 		err = nil
+	case errors.Is(err, natsjs.ErrStreamReplaced):
+		err = fmt.Errorf("%w\nthe ledger in %s counts another stream than %s has now; give --data a new directory to read this one from its start", err, dir, stream)
 	}
 	return err
 }
