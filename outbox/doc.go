@@ -17,7 +17,8 @@
 // Options.Logger gets a structured record (log/slog) of each failure Run
 // retries: a failed publish (Warn, naming the event by seq and event_id),
 // a store failure (Error), each with the failures in a row so far; and of
-// the recovery that follows (Info). Events are not keyed by idempotency
+// the recovery that follows (Info); and of a store found to have lost
+// events already published (Warn). Events are not keyed by idempotency
 // keys, so the records carry no key_hash, and never an event's payload.
 // Options.Logf, the text form, is deprecated.
 package outbox

@@ -45,12 +45,14 @@ type Options struct {
 	// Logger receives a structured record of each failure Run retries: a
 	// publish that failed (Warn, with the event's seq and event_id), a
 	// store's read or acknowledgement that failed (Error), each with the
-	// failures in a row so far; and of the recovery that follows (Info).
-	// Events are named by outbox seq and id, never with their payload.
-	// Default (nil): no records, as reconcile.Options.Logger; see Logf.
+	// failures in a row so far; of the recovery that follows (Info); and
+	// of a store found to have lost events already published (Warn,
+	// Stats.Rollbacks). Events are named by outbox seq and id, never with
+	// their payload. Default (nil): no records, as
+	// reconcile.Options.Logger; see Logf.
 	Logger *slog.Logger
 	// Logf, if set and Logger is not, is told of the same failures and
-	// recoveries as lines of text.
+	// recoveries as lines of text (not of rollbacks).
 	//
 	// Deprecated: set Logger.
 	Logf func(format string, args ...any)
@@ -322,8 +324,10 @@ func (r *Relay) publishRun(ctx context.Context, last uint64) (n int, done bool, 
 
 // readNext reads the events after the last published. While that one is
 // not acknowledged, the read starts with it, and the store must still
-// hold it under its id: if not, the store has rolled back (its numbers
-// may now be other events'), r.read is cleared and nothing is returned.
+// hold it under its id: if not, r.read is cleared and nothing is
+// returned. Another event under its number is a rollback (the store's
+// numbers are now other events'); none at all is one only if the cursor
+// says so, as another relay may hold the events now.
 func (r *Relay) readNext(ctx context.Context) ([]idemkv.StoredEvent, error) {
 	if r.publishedID == "" || r.published <= r.acked {
 		return r.src.ReadOutbox(ctx, r.published, r.o.Batch)
@@ -332,7 +336,20 @@ func (r *Relay) readNext(ctx context.Context) ([]idemkv.StoredEvent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(evs) == 0 || evs[0].Seq != r.published || evs[0].ID != r.publishedID {
+	switch {
+	case len(evs) == 0:
+		// Gone, or held by another relay now (idemkv.OutboxHolder: this
+		// one's hold ran out): the cursor tells a store that lost it.
+		acked, last, err := r.src.OutboxCursor(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if last < r.published || acked < r.acked {
+			r.rolledBack(ctx)
+		}
+		r.read = false
+		return nil, nil
+	case evs[0].Seq != r.published || evs[0].ID != r.publishedID:
 		r.rolledBack(ctx)
 		return nil, nil
 	}

@@ -154,6 +154,9 @@ func events(t *testing.T, newHarness NewHarness) {
 	if err := ob.AckOutbox(ctx, evs[1].Seq, evs[0].ID); !errors.Is(err, idemkv.ErrConflict) {
 		t.Fatalf("ack through %d naming event %d's id: %v, want ErrConflict", evs[1].Seq, evs[0].Seq, err)
 	}
+	if err := ob.AckOutbox(ctx, evs[2].Seq+1, evs[2].ID); !errors.Is(err, idemkv.ErrConflict) {
+		t.Fatalf("ack through %d, past the last event: %v, want ErrConflict", evs[2].Seq+1, err)
+	}
 	if again, err := ob.ReadOutbox(ctx, 0, 10); err != nil || len(again) != 3 {
 		t.Fatalf("after a refused ack the outbox holds %d events (%v), want 3", len(again), err)
 	}

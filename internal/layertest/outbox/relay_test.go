@@ -649,3 +649,47 @@ func TestRelayFailoverAsItAcknowledges(t *testing.T) {
 		})
 	}
 }
+
+// heldElsewhere is a store whose reads, while taken is set, find nothing:
+// another relay holds its events (idemkv.OutboxHolder), as pgstore's
+// outbox lease does once this relay's hold has run out.
+type heldElsewhere struct {
+	teststore.Store
+	taken *bool
+}
+
+func (h heldElsewhere) ReadOutbox(ctx context.Context, after uint64, limit int) ([]idemkv.StoredEvent, error) {
+	if *h.taken {
+		*h.taken = false // given back by the next read
+		return nil, nil
+	}
+	return h.Store.ReadOutbox(ctx, after, limit)
+}
+
+// TestRelayTellsAHoldLostFromARollback: a read that finds the last event
+// published gone is a rollback only if the store's cursor says so; one
+// that finds nothing because another relay holds the events now is not
+// counted or logged as one. The relay reads again from the cursor and
+// publishes every event.
+func TestRelayTellsAHoldLostFromARollback(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	emit(t, e, 0, 5)
+	taken := false
+	b := &broker{}
+	b.fail = func(ev idemkv.StoredEvent) error {
+		if ev.Seq == 3 && len(b.stream) == 2 {
+			taken = true // after the first read's three events
+		}
+		return nil
+	}
+	r, err := outbox.New(heldElsewhere{Store: e, taken: &taken}, b, &outbox.Options{Batch: 3, AckEvery: 100})
+	require.NoError(t, err)
+	_, err = r.Drain(ctx)
+	require.NoError(t, err)
+	require.Zero(t, r.Stats().Rollbacks, "a hold lost is not a rollback")
+	left, err := e.ReadOutbox(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Empty(t, left, "every event published and acknowledged")
+	require.Subset(t, b.seqs(), seq(1, 5))
+}
