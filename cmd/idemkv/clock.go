@@ -25,7 +25,7 @@ type clockReport struct {
 	StoreTime time.Time `json:"store_time"`
 	WallClock time.Time `json:"wall_clock"`
 	// AheadSeconds is how far the store's time runs ahead of the wall
-	// clock (negative: behind), before --follow-wall.
+	// clock, before --follow-wall (0: it follows the clock).
 	AheadSeconds float64 `json:"ahead_seconds"`
 	// FollowsWall: --follow-wall set the store's time to the wall clock.
 	FollowsWall bool `json:"follows_wall"`
@@ -37,7 +37,7 @@ func clockFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		follow, asJSON bool
 	)
 	fs.StringVar(&dir, "data", "", "the store's directory (`DIR`); the store must not be open in another process")
-	fs.BoolVar(&follow, "follow-wall", false, "set the store's time to this host's clock, if the clock is right and the store runs ahead of it")
+	fs.BoolVar(&follow, "follow-wall", false, "set the store's time to this host's clock, if the store runs ahead of it (make sure the clock is right)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return func(ctx context.Context, stdout io.Writer) error {
 		if dir == "" {
@@ -47,7 +47,11 @@ func clockFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if follow {
+		// A store that follows the clock is left alone: opened on it as
+		// it is, a clock stepped forward by mistake would become the
+		// store's time, where an ordinary open holds such a step back
+		// for an hour and lets a correction undo it.
+		if follow && rep.AheadSeconds > 0 {
 			if err := followWall(dir); err != nil {
 				return err
 			}
@@ -63,6 +67,9 @@ func clockFlags(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 // readStoreClock opens the store in dir read-only and reads its time
 // against the wall clock.
 func readStoreClock(dir string) (clockReport, error) {
+	if err := writableStore(dir); err != nil {
+		return clockReport{}, err // not a store (an Open would leave its lock file), or an older layout
+	}
 	e, err := openExisting(dir, true)
 	if err != nil {
 		return clockReport{}, err
@@ -76,9 +83,6 @@ func readStoreClock(dir string) (clockReport, error) {
 // is (engine.TrustClock), and closes it: Close writes the clock's reading
 // as the store's time, which the next Open starts from.
 func followWall(dir string) error {
-	if err := writableStore(dir); err != nil {
-		return err
-	}
 	e, err := engine.Open(dir, &engine.Options{NoBackgroundSweep: true, ClockTolerance: engine.TrustClock})
 	if err != nil {
 		return err

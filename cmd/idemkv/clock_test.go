@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -51,6 +52,8 @@ func TestClockCommand(t *testing.T) {
 	rep = report()
 	require.Zero(t, rep.AheadSeconds, "the store follows the clock")
 	require.WithinDuration(t, time.Now(), rep.StoreTime, time.Minute)
+	rep = report("--follow-wall")
+	require.False(t, rep.FollowsWall, "nothing to do: the store is left alone")
 
 	r, err := engine.Open(dir, &engine.Options{ReadOnly: true, NoBackgroundSweep: true})
 	require.NoError(t, err)
@@ -62,4 +65,11 @@ func TestClockCommand(t *testing.T) {
 	errOut.Reset()
 	require.Equal(t, exitUsage, run(ctx, []string{"clock"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "--data")
+	notStore := t.TempDir()
+	errOut.Reset()
+	require.Equal(t, exitFail, run(ctx, []string{"clock", "--data", notStore}, &out, &errOut))
+	require.Contains(t, errOut.String(), "holds no store")
+	left, err := os.ReadDir(notStore)
+	require.NoError(t, err)
+	require.Empty(t, left, "nothing is left in a directory that holds no store")
 }
