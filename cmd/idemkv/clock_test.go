@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine"
 	"github.com/idemkv/idemkv/internal/fakeclock"
+	"github.com/idemkv/idemkv/internal/logtest"
 )
 
 // TestClockCommand: a store last closed on a host whose clock ran an hour
@@ -72,4 +75,28 @@ func TestClockCommand(t *testing.T) {
 	left, err := os.ReadDir(notStore)
 	require.NoError(t, err)
 	require.Empty(t, left, "nothing is left in a directory that holds no store")
+}
+
+// TestServeWarnsOfAStoreAhead: serve on a store whose time runs an hour
+// ahead of the host's clock says so at start, naming the lead.
+func TestServeWarnsOfAStoreAhead(t *testing.T) {
+	dir := t.TempDir()
+	e, err := engine.Open(dir, &engine.Options{Clock: fakeclock.New(time.Now().Add(time.Hour)), NoBackgroundSweep: true})
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, log logtest.Log
+	cfg := serveConfig{dir: dir}
+	cfg.log.out = &log
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, ln, cfg, &out) }()
+	status, _, body := payOnce(t, "http://"+ln.Addr().String(), "k1") // serving: its start is logged
+	require.Equal(t, http.StatusCreated, status, body)
+	cancel()
+	require.NoError(t, <-done)
+	require.Contains(t, log.String(), "the store's time runs ahead of this host's clock")
+	require.Regexp(t, `"lead":"(1h0m0s|59m5\ds)"`, log.String())
 }

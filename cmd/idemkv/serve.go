@@ -288,6 +288,12 @@ func (c *serveConfig) openPayments(s *service, log *slog.Logger) error {
 			"reconcile_grace", grace, "processor_timeout", c.processorTimeout)
 	}
 	e := s.st.store
+	if oc, ok := e.(idemkv.OffsetClock); ok {
+		if lead := -oc.WallOffset(); lead > 0 {
+			log.Warn("the store's time runs ahead of this host's clock, which was set back: the reconciler waits the lead out before it asks about a payment (idemkv clock --follow-wall ends it, once the clock is right)",
+				"lead", lead.Round(time.Second).String())
+		}
+	}
 	s.svc, err = payments.New(payments.Config{
 		Store: e, Processor: proc, Wait: c.wait, Lease: c.lease, CallTimeout: c.processorTimeout, Logger: log, APIKeys: keys,
 		NoMetricsRoute: c.metricsLn != nil, Events: c.events != "", AccountLimit: c.accountLimit,
