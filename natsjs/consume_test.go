@@ -159,11 +159,15 @@ func (d *driver) wait(t *testing.T) {
 }
 
 // recreate deletes the stream and creates it again, empty: its messages
-// are numbered from 1 again.
+// are numbered from 1 again. The server may still be removing the old
+// stream's files when the delete returns, and then refuses to create
+// the new one (err_code 10049) until it is done: the creation is retried.
 func (b *broker) recreate() {
 	require.NoError(b.t, b.js.DeleteStream(b.ctx, paymentsStream))
-	_, err := natsjs.EnsureStream(b.ctx, b.js, paymentsStream, []string{"payments.>"}, 0)
-	require.NoError(b.t, err)
+	require.EventuallyWithT(b.t, func(c *assert.CollectT) {
+		_, err := natsjs.EnsureStream(b.ctx, b.js, paymentsStream, []string{"payments.>"}, 0)
+		assert.NoError(c, err, "creating the stream again")
+	}, consumeTimeout, 10*time.Millisecond)
 }
 
 // requireReplaced waits for the driver to stop, and requires that

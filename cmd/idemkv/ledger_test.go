@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkv/idemkv/engine"
@@ -60,8 +61,12 @@ func TestLedgerRefusesAReplacedStream(t *testing.T) {
 	require.NoError(t, e.Close())
 
 	require.NoError(t, js.DeleteStream(ctx, eventsStream))
-	_, err = natsjs.EnsureStream(ctx, js, eventsStream, []string{"payments.>"}, time.Second)
-	require.NoError(t, err)
+	// The server may still be removing the old stream's files, and
+	// refuse to create the new one until it is done.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := natsjs.EnsureStream(ctx, js, eventsStream, []string{"payments.>"}, time.Second)
+		assert.NoError(c, err, "creating the stream again")
+	}, 10*time.Second, 10*time.Millisecond)
 	publish("ev-10", "ev-11", "ev-12", "ev-13")
 
 	var out, errOut bytes.Buffer
