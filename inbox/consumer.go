@@ -265,10 +265,10 @@ func (c *Consumer) sameSource(ctx context.Context, cur uint64, source string) er
 		return nil
 	}
 	recorded, err := c.Source(ctx)
-	if err != nil || recorded == "" || recorded == source {
+	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: %s: position %d is in %q, the message is from %q", ErrSourceChanged, c.name, cur, recorded, source)
+	return c.sourceChanged(cur, recorded, source)
 }
 
 // parsePosition decodes a stored position: decimal, without sign or
@@ -325,10 +325,21 @@ func (c *Consumer) checkSource(fx idemkv.Effects, cur uint64, source string) err
 		return err
 	case string(v) == source:
 		return nil
-	case cur > 0:
-		return fmt.Errorf("%w: %s: position %d is in %q, the message is from %q", ErrSourceChanged, c.name, cur, v, source)
+	default:
+		if err := c.sourceChanged(cur, string(v), source); err != nil {
+			return err
+		}
 	}
 	return fx.Set(c.sourceKey, []byte(source))
+}
+
+// sourceChanged returns ErrSourceChanged if a message from source may not
+// move position cur, recorded in source recorded ("": none).
+func (c *Consumer) sourceChanged(cur uint64, recorded, source string) error {
+	if source == "" || cur == 0 || recorded == "" || recorded == source {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: position %d is in %q, the message is from %q", ErrSourceChanged, c.name, cur, recorded, source)
 }
 
 // Results stored in the dedup marks.

@@ -149,12 +149,19 @@ func (b *broker) run(parent context.Context, c *inbox.Consumer, h inbox.Handler,
 // its context.
 func (d *driver) wait(t *testing.T) {
 	t.Helper()
+	d.stopsWith(t, context.Canceled)
+}
+
+// stopsWith waits for the driver to stop, and requires that Consume
+// returned want.
+func (d *driver) stopsWith(t *testing.T, want error) {
+	t.Helper()
 	select {
 	case err := <-d.done:
-		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, want)
 	case <-time.After(consumeTimeout):
 		d.cancel()
-		t.Fatal("the driver did not stop")
+		t.Fatalf("the driver did not stop with %v", want)
 	}
 }
 
@@ -174,13 +181,7 @@ func (b *broker) recreate() {
 // Consume refused the stream as replaced.
 func (d *driver) requireReplaced(t *testing.T) {
 	t.Helper()
-	select {
-	case err := <-d.done:
-		require.ErrorIs(t, err, natsjs.ErrStreamReplaced)
-	case <-time.After(consumeTimeout):
-		d.cancel()
-		t.Fatal("Consume read on in the new stream")
-	}
+	d.stopsWith(t, natsjs.ErrStreamReplaced)
 }
 
 func (d *driver) outcome(pos uint64) inbox.Outcome {
