@@ -326,8 +326,9 @@ func (r *Relay) publishRun(ctx context.Context, last uint64) (n int, done bool, 
 // not acknowledged, the read starts with it, and the store must still
 // hold it under its id: if not, r.read is cleared and nothing is
 // returned. Another event under its number is a rollback (the store's
-// numbers are now other events'); none at all is one only if the cursor
-// says so, as another relay may hold the events now.
+// numbers are now other events'); none, or only later ones, is one only
+// if the cursor says so, as another relay may hold or have acknowledged
+// the events now.
 func (r *Relay) readNext(ctx context.Context) ([]idemkv.StoredEvent, error) {
 	if r.publishedID == "" || r.published <= r.acked {
 		return r.src.ReadOutbox(ctx, r.published, r.o.Batch)
@@ -337,9 +338,10 @@ func (r *Relay) readNext(ctx context.Context) ([]idemkv.StoredEvent, error) {
 		return nil, err
 	}
 	switch {
-	case len(evs) == 0:
-		// Gone, or held by another relay now (idemkv.OutboxHolder: this
-		// one's hold ran out): the cursor tells a store that lost it.
+	case len(evs) == 0 || evs[0].Seq != r.published:
+		// Gone, or acknowledged or held by another relay now
+		// (idemkv.OutboxHolder: this one's hold ran out): the cursor
+		// tells a store that lost it.
 		acked, last, err := r.src.OutboxCursor(ctx)
 		if err != nil {
 			return nil, err
@@ -349,7 +351,7 @@ func (r *Relay) readNext(ctx context.Context) ([]idemkv.StoredEvent, error) {
 		}
 		r.read = false
 		return nil, nil
-	case evs[0].Seq != r.published || evs[0].ID != r.publishedID:
+	case evs[0].ID != r.publishedID:
 		r.rolledBack(ctx)
 		return nil, nil
 	}

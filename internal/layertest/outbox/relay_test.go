@@ -693,3 +693,35 @@ func TestRelayTellsAHoldLostFromARollback(t *testing.T) {
 	require.Empty(t, left, "every event published and acknowledged")
 	require.Subset(t, b.seqs(), seq(1, 5))
 }
+
+// TestRelayTellsEventsAcknowledgedElsewhereFromARollback: while this
+// relay has events 1 to 3 published and unacknowledged, another relay
+// (which took the outbox over when this one's hold ran out) publishes
+// and acknowledges through 4. This relay's next read finds 5 where its 3
+// was: the store lost nothing, so no rollback is counted; the relay
+// reads on from the cursor and every event is published.
+func TestRelayTellsEventsAcknowledgedElsewhereFromARollback(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	defer e.Close()
+	emit(t, e, 0, 8)
+	b := &broker{}
+	elsewhere := false
+	b.fail = func(ev idemkv.StoredEvent) error {
+		if ev.Seq == 3 && !elsewhere {
+			elsewhere = true
+			evs, err := e.ReadOutbox(ctx, 3, 1)
+			require.NoError(t, err)
+			require.NoError(t, e.AckOutbox(ctx, 4, evs[0].ID))
+		}
+		return nil
+	}
+	r, err := outbox.New(e, b, &outbox.Options{Batch: 3, AckEvery: 100})
+	require.NoError(t, err)
+	_, err = r.Drain(ctx)
+	require.NoError(t, err)
+	require.Zero(t, r.Stats().Rollbacks, "another relay acknowledged past this one; the store lost nothing")
+	acked, last, err := e.OutboxCursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [2]uint64{8, 8}, [2]uint64{acked, last})
+	require.Subset(t, b.seqs(), seq(5, 8))
+}
