@@ -460,10 +460,10 @@ func (c *Consumer) settle(ctx context.Context, call once.Call, msg *Message, fn 
 var positionFP = []byte("inbox/position")
 
 // catchUp advances the position to pos, for a copy of a settled event
-// found further on in the stream. The commit has a mark of its own, keyed
-// by pos, so that it is an idempotent operation like any other: the
-// position never moves back, so a mark found for pos means the position
-// is already there.
+// found further on in the stream. The commit is an operation of its own
+// under a mark never used before: a mark keyed by pos alone would be
+// found again after the position was reset by hand, and then neither
+// advance it nor check the source.
 func (c *Consumer) catchUp(ctx context.Context, pos uint64, source string) error {
 	if pos == 0 {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,12 +288,26 @@ func TestPositionFollowsEffects(t *testing.T) {
 		want := map[int]uint64{0: 1, 1: 2, 2: 3, 3: 5, 4: 5, 5: 5, 6: 6, 7: 7, 8: 8}[i]
 		require.Equal(t, want, v.position(c), "step %d", i)
 	}
-	// The copy at 3 moved the position in a commit of its own.
-	rec, err := v.mark("pos/3")
-	require.NoError(t, err)
-	assert.Equal(t, idemkv.StateCompleted, rec.State)
-	_, err = v.mark("pos/4")
-	require.ErrorIs(t, err, idemkv.ErrNotFound, "a late copy writes nothing")
+	// The copies at 3 and 7 moved the position in commits of their own;
+	// the late copy at 4 wrote nothing.
+	require.Equal(t, []string{"pos/3", "pos/7"}, v.positionMarks())
+}
+
+// positionMarks lists the completed commits that advanced the position
+// past a duplicate, by the position they advanced it to ("pos/N").
+func (v *env) positionMarks() []string {
+	var marks []string
+	page, err := v.e.(idemkv.Scanner).Scan(ctx, idemkv.ScanRequest{Tenant: inbox.Tenant, Limit: 1000})
+	require.NoError(v.t, err)
+	require.Empty(v.t, page.Next)
+	for _, rec := range page.Records {
+		if strings.HasPrefix(rec.ID.Key, "pos/") {
+			require.Equal(v.t, idemkv.StateCompleted, rec.State, rec.ID.Key)
+			marks = append(marks, rec.ID.Key[:strings.LastIndexByte(rec.ID.Key, '/')])
+		}
+	}
+	slices.Sort(marks)
+	return marks
 }
 
 func TestHandlerErrorLeavesNothing(t *testing.T) {
@@ -523,4 +538,29 @@ func TestInvalid(t *testing.T) {
 	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set(c.PositionKey(), []byte("07")) }))
 	_, err = c.Position(ctx)
 	require.ErrorContains(t, err, "not a decimal number")
+}
+
+// TestCatchUpAfterAPositionReset: a consumer reset to 0 by hand reads
+// its stream again, every message a copy of an event settled before. Its
+// position catches up with each copy, as it did the first time, though
+// the commits that moved it then are still kept.
+func TestCatchUpAfterAPositionReset(t *testing.T) {
+	v := newEnv(t)
+	c, b := v.consumer(), &book{}
+	stream := []inbox.Message{msg("ev-1", 1, payload("acct_1", 10)), msg("ev-1", 2, payload("acct_1", 10))}
+	for _, m := range stream {
+		_, err := c.Process(ctx, m, b.handle)
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint64(2), v.position(c))
+
+	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set(c.PositionKey(), []byte("0")) }))
+	for i, m := range stream {
+		out, err := c.Process(ctx, m, b.handle)
+		require.NoError(t, err)
+		require.True(t, out.Duplicate)
+		require.Equal(t, uint64(i+1), v.position(c), "message %d", i)
+	}
+	require.Equal(t, []string{"pos/1", "pos/2", "pos/2"}, v.positionMarks())
+	require.Equal(t, "10", v.data("total/acct_1"), "applied once")
 }
