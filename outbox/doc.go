@@ -21,4 +21,18 @@
 // events already published (Warn). Events are not keyed by idempotency
 // keys, so the records carry no key_hash, and never an event's payload.
 // Options.Logf, the text form, is deprecated.
+//
+// # Caveats
+//
+//   - Relays in several processes take turns by holds that run out
+//     (idemkv.OutboxHolder, Options.Shared). A relay whose process
+//     pauses past its hold while it publishes (stopped, frozen, swapped
+//     out) may publish one event after another relay took over and
+//     published it and its entity's later events. Within the broker's
+//     duplicate window the broker drops the copy; after it, the stream
+//     holds a late copy out of its entity's order (HeaderEntitySeq goes
+//     back). An inbox.Consumer settles it as a duplicate; a consumer of
+//     its own must do the same with an event id it has seen. The relay
+//     publishes no further event of a read or claim once its hold has run
+//     out, which bounds this to one event per pause.
 package outbox
