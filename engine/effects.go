@@ -105,9 +105,10 @@ func (e *Engine) newEffects() *effectBuf {
 }
 
 // Get returns key's value as the apply function sees it: its last write
-// to key, else the value a group not yet committed writes to it (see
-// txn.go), else the committed value as of its first read from Pebble; it
-// remembers the version read, to check at commit.
+// to key, else what its first read of key returned, else the value a
+// group not yet committed writes to it (see txn.go), else the committed
+// value as of its first read from Pebble; it remembers the version read,
+// to check at commit.
 func (w *effectBuf) Get(key []byte) ([]byte, error) {
 	if err := idemkv.ValidateEffectKey(key); err != nil {
 		return nil, err
@@ -126,34 +127,41 @@ func (w *effectBuf) Get(key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: these effects read only their own writes", idemkv.ErrInvalidArgument)
 	}
 	dk := dataKey(key)
-	token, val, pending := w.e.commits.pendingRead(dk)
-	if pending {
-		val = bytes.Clone(val)
-	} else {
-		if w.snap == nil {
-			w.snap = w.e.db.NewSnapshot()
+	token, val, read := w.readBefore(dk)
+	if !read {
+		var pending bool
+		token, val, pending = w.e.commits.pendingRead(dk)
+		if pending {
+			val = bytes.Clone(val)
+		} else {
+			if w.snap == nil {
+				w.snap = w.e.db.NewSnapshot()
+			}
+			var err error
+			if token, val, err = readStamped(w.snap, dk); err != nil {
+				return nil, err
+			}
 		}
-		var err error
-		if token, val, err = readStamped(w.snap, dk); err != nil {
-			return nil, err
-		}
+		w.reads = append(w.reads, readVersion{key: dk, token: token, value: val})
 	}
-	w.noteRead(dk, token)
 	if token == 0 {
 		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
 	}
-	return val, nil
+	return bytes.Clone(val), nil
 }
 
-// noteRead remembers that the apply function saw version token of the
-// data key dk (0: absent).
-func (w *effectBuf) noteRead(dk []byte, token uint64) {
+// readBefore returns the version and value the apply function saw when it
+// first read the data key dk, if it did. A later read returns the same:
+// the first may have come from a group not yet committed, newer than the
+// snapshot, and a second read from the snapshot would go back to a
+// version the commit's check would not catch.
+func (w *effectBuf) readBefore(dk []byte) (token uint64, val []byte, ok bool) {
 	for _, r := range w.reads {
 		if bytes.Equal(r.key, dk) {
-			return
+			return r.token, r.value, true
 		}
 	}
-	w.reads = append(w.reads, readVersion{key: dk, token: token})
+	return 0, nil, false
 }
 
 // readStamped reads the data key dk: the token its value is stamped with

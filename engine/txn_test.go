@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/idemkv/idemkv"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -242,4 +244,58 @@ func TestApplySetsTheResult(t *testing.T) {
 	require.ErrorIs(t, v.e.Update(ctx, func(fx idemkv.Effects) error {
 		return fx.(idemkv.ResultSetter).SetResult(idemkv.Result{Status: 200})
 	}), idemkv.ErrInvalidArgument)
+}
+
+// TestASecondReadSeesWhatTheFirstSaw: an apply function reads a key that
+// a group still committing writes (so it sees that group's value, newer
+// than its snapshot), and reads it again once the group has committed.
+// The second read returns what the first did, not the snapshot's older
+// value: the commit's check knows only the first read's version, so an
+// older value written back would undo the group's write.
+func TestASecondReadSeesWhatTheFirstSaw(t *testing.T) {
+	v := newEnv(t)
+	k, other := []byte("balance"), []byte("other")
+	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error {
+		require.NoError(t, fx.Set(other, []byte("o")))
+		return fx.Set(k, []byte("10"))
+	}))
+
+	held, release := make(chan struct{}), make(chan struct{})
+	v.e.commits.stamp = func(*pebble.Batch) {
+		v.e.commits.stamp = nil
+		close(held)
+		<-release
+	}
+	committed := make(chan error, 1)
+	go func() {
+		committed <- v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set(k, []byte("20")) })
+	}()
+	<-held // its write to k is listed as pending, its group committing
+
+	runs := 0
+	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error {
+		runs++
+		_, err := fx.Get(other) // the snapshot: from before the group
+		require.NoError(t, err)
+		first, err := fx.Get(k)
+		require.NoError(t, err)
+		if runs == 1 {
+			require.Equal(t, "20", string(first), "the group's pending write")
+			close(release)
+			require.NoError(t, <-committed)
+			for { // until the committer forgets the group's writes
+				if _, _, pending := v.e.commits.pendingRead(dataKey(k)); !pending {
+					break
+				}
+				runtime.Gosched()
+			}
+		}
+		second, err := fx.Get(k)
+		require.NoError(t, err)
+		require.Equal(t, string(first), string(second), "run %d", runs)
+		return fx.Set(k, append(second, '+'))
+	}))
+	got, err := v.e.GetData(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, "20+", string(got), "nothing the group wrote is undone")
 }
