@@ -260,7 +260,7 @@ func (c *engineClock) nowLocked() (time.Time, time.Duration) {
 		if c.mu.off {
 			c.logf("idemkv: the wall clock agrees with elapsed time again (within %v); engine time follows it", c.tolerance)
 		}
-		c.agreeLocked(w, at)
+		c.trackLocked(elapsed, d, since, at)
 	}
 	if !c.mu.off && !c.provisionalLocked(at) {
 		c.fast.Store(&clockAnchor{wall: c.mu.anchor.UnixNano(), at: c.mu.anchorAt})
@@ -318,6 +318,18 @@ func (c *engineClock) correctsOpenLocked(w time.Time, at time.Duration) bool {
 // REQUIRES: c.mu held.
 func (c *engineClock) agreeLocked(w time.Time, at time.Duration) {
 	c.mu.anchor, c.mu.anchorAt = w, at
+	c.mu.off, c.mu.offset = false, 0
+}
+
+// trackLocked moves the anchor to steady reading at, on a wall reading
+// that agrees with elapsed time, d from it, since the last anchor. The
+// anchor moves toward the wall clock by no more than the drift allowed
+// for since: the tolerance is room for one step, not for each reading,
+// so that steps forward each within it, repeated, add up to one the
+// engine notices rather than one it follows. REQUIRES: c.mu held.
+func (c *engineClock) trackLocked(elapsed time.Time, d, since, at time.Duration) {
+	drift := time.Duration(int64(min(since, clockDriftSpan)) * clockDrift / 1e6)
+	c.mu.anchor, c.mu.anchorAt = elapsed.Add(max(-drift, min(d, drift))), at
 	c.mu.off, c.mu.offset = false, 0
 }
 

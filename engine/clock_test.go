@@ -228,6 +228,26 @@ func TestClockMarkAdvancesWhileProvisional(t *testing.T) {
 	require.False(t, mark.Before(t0.Add(3*50*time.Minute)), "the mark is stuck at %v", mark)
 }
 
+// Steps forward each within the tolerance, repeated, add up to a step:
+// the engine notices it (ClockSteps, ClockOffset) rather than following
+// the wall clock a step at a time, so a lease still runs its time.
+func TestClockStepsWithinToleranceAddUp(t *testing.T) {
+	v := newClockEnv(t, 24*time.Hour)
+	require.Equal(t, idemkv.Acquired, v.claim(id("held"), fpA, idemkv.ModeLocal).Outcome)
+	for range 15 { // 18 s elapse; the wall clock runs 14.25 s ahead
+		v.clock.Advance(1200 * time.Millisecond) // past the lock-free path's span
+		v.clock.Step(950 * time.Millisecond)
+		v.e.Now()
+	}
+	require.WithinDuration(t, t0.Add(18*time.Second), v.e.Now(), 2*time.Second,
+		"engine time followed the wall clock a step at a time")
+	require.Equal(t, idemkv.InProgress, v.claim(id("held"), fpA, idemkv.ModeLocal).Outcome,
+		"a 30 s lease taken over after 18 s")
+	st := v.stats()
+	require.EqualValues(t, 1, st.ClockSteps)
+	require.Greater(t, st.ClockOffset, 12*time.Second)
+}
+
 // A further step forward while the clock is already ahead starts its own
 // hour: it is not followed on the strength of the first step's.
 func TestClockFurtherStepForwardStartsItsOwnHour(t *testing.T) {

@@ -35,7 +35,8 @@ type Options struct {
 	// on a steady clock (Go's monotonic clock, or the Clock's own if it is
 	// an idemkv.SteadyClock) before the engine stops following it.
 	// Default: 1 s. Within it, a step forward can expire a record or a
-	// lease up to that much early. Beyond it, the engine keeps its own
+	// lease up to that much early; steps that add up to more count as
+	// one beyond it. Beyond it, the engine keeps its own
 	// time at the steady clock's pace until the wall clock agrees again
 	// (a step forward that holds for an hour is followed), and its time
 	// does not go backwards, across restarts too, except to follow the
