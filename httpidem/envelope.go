@@ -81,6 +81,32 @@ type envelope struct {
 	haveBody bool
 }
 
+// shrink drops the largest of the parts a store may refuse: the body
+// (replays then fall back to the route's Rebuild or the pointer), the
+// fingerprint diagnostics (a mismatch then names no fields) or the
+// headers. It names what it dropped, "" if nothing is left to drop.
+func (e *envelope) shrink() string {
+	headers := 0
+	for _, h := range e.header {
+		headers += len(h[0]) + len(h[1])
+	}
+	switch {
+	case e.haveBody && len(e.body) >= len(e.diag) && len(e.body) >= headers:
+		e.haveBody, e.body = false, nil
+		return "body"
+	case e.diag != nil && len(e.diag) >= headers:
+		e.diag = nil
+		return "fingerprint diagnostics"
+	case len(e.header) > 0:
+		e.header = nil
+		return "headers"
+	case e.haveBody:
+		e.haveBody, e.body = false, nil
+		return "body"
+	}
+	return ""
+}
+
 func (e *envelope) size() int {
 	n := 2 + binary.MaxVarintLen32 + len(e.diag) + binary.MaxVarintLen32 + len(e.body)
 	for _, h := range e.header {

@@ -87,11 +87,17 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 	}
 	res := idemkv.Result{Status: status, Pointer: pointer, Body: env.encode(pointer)}
 	err := store.Complete(ctx, op.lease, res, apply)
-	if errors.Is(err, idemkv.ErrInvalidResult) && env.haveBody {
-		// The store bounds bodies more tightly than MaxStoredBody: keep
-		// the outcome without the body rather than lose it.
-		p.logEvent(ctx, q, slog.LevelWarn, "httpidem: response body refused by the store; stored without it", slog.Any("err", err))
-		env.haveBody, env.body = false, nil
+	for errors.Is(err, idemkv.ErrInvalidResult) {
+		// The store bounds what it keeps more tightly than this package
+		// does (MaxStoredBody; a request with many members has long
+		// diagnostics; a header may echo the client): keep the outcome
+		// with less rather than store none, and run the handler again on
+		// every retry.
+		dropped := env.shrink()
+		if dropped == "" {
+			break
+		}
+		p.logEvent(ctx, q, slog.LevelWarn, "httpidem: response refused by the store; stored without its "+dropped, slog.Any("err", err))
 		res.Body = env.encode(pointer)
 		err = store.Complete(ctx, op.lease, res, apply)
 	}
