@@ -25,6 +25,9 @@ func (p *protected) replay(w http.ResponseWriter, r *http.Request, q *request, r
 	}
 	h := w.Header()
 	for _, kv := range env.header {
+		h.Del(kv[0]) // a value set before the middleware ran, as the first answer replaced it
+	}
+	for _, kv := range env.header {
 		h.Add(kv[0], kv[1])
 	}
 	h.Set(HeaderReplayed, "true")
