@@ -97,5 +97,53 @@ func pathPast(path string, pattern []string) string {
 	if len(segs) <= n {
 		return ""
 	}
-	return strings.Join(segs[n:], "/")
+	return normalizeEscapes(strings.Join(segs[n:], "/"))
+}
+
+// normalizeEscapes returns the escaped path p in the normal form of RFC
+// 3986, section 6.2.2: an escaped unreserved character spelled out, and
+// the hex digits of other escapes in upper case. Two spellings of one
+// path that a client or a proxy may send ("pay_%41", "pay_A") are then one
+// resource, while an escaped "/" stays apart from a real one.
+func normalizeEscapes(p string) string {
+	if !strings.Contains(p, "%") {
+		return p
+	}
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] != '%' || i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+			b.WriteByte(p[i])
+			continue
+		}
+		c := unhex(p[i+1])<<4 | unhex(p[i+2])
+		if isUnreserved(c) {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('%')
+			b.WriteString(strings.ToUpper(p[i+1 : i+3]))
+		}
+		i += 2
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+// isUnreserved reports whether c is an unreserved character of RFC 3986.
+func isUnreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~'
 }
