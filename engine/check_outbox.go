@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/idemkv/idemkv"
 
@@ -75,6 +77,17 @@ func (pc *pairCheck) checkOutbox(k, v []byte) {
 	default:
 		r.add(name, "unknown outbox key")
 	}
+}
+
+// endOutbox reports, at the end of a pass, the entities whose events were
+// met but whose last sequence was not: the next event of such an entity
+// would be numbered from 1 again.
+func (pc *pairCheck) endOutbox() {
+	for _, ek := range slices.Sorted(maps.Keys(pc.outbox.entities)) {
+		pc.r.add(hex.EncodeToString([]byte(ek)), "outbox events carry this entity's sequences up to %d, but its last sequence is not stored",
+			pc.outbox.entities[ek])
+	}
+	pc.outbox.entities = nil
 }
 
 // checkEventToken checks the token of outbox event seq against the

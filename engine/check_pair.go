@@ -144,6 +144,7 @@ func (pc *pairCheck) addEffect(k []byte, token uint64, exp time.Time) {
 // problem, one with fewer was superseded.
 func (pc *pairCheck) settle() {
 	pc.flushDups()
+	pc.endOutbox()
 	for t, p := range pc.pairs {
 		switch {
 		case p.found > p.want:

@@ -155,12 +155,16 @@ func TestEventsOnlyWithTheirCommit(t *testing.T) {
 }
 
 // Check finds an outbox the engine would never leave: an event emitted by
-// an outcome that is not committed, a gap, an event behind the cursor.
+// an outcome that is not committed, a gap, an event behind the cursor, an
+// entity's last sequence behind its events or missing.
 func TestCheckFindsABrokenOutbox(t *testing.T) {
 	v := newEnv(t)
 	c := v.claim(id("remote"), fpA, idemkv.ModeRemote) // a durable record in progress
-	ev := idemkv.Event{Topic: "t", Key: "k"}
-	enc := func(token, entitySeq uint64) []byte {
+	enc := func(token, entitySeq uint64, key ...string) []byte {
+		ev := idemkv.Event{Topic: "t", Key: "k"}
+		if len(key) > 0 {
+			ev.Key = key[0]
+		}
 		b := record.AppendEvent(nil, &ev, token, t0, [16]byte{1})
 		binary.BigEndian.PutUint64(b[record.EventEntitySeqOffset:], entitySeq)
 		return b
@@ -170,6 +174,7 @@ func TestCheckFindsABrokenOutbox(t *testing.T) {
 	require.NoError(t, b.Set(record.OutboxEventKey(1), enc(c.Lease.Token, 1), nil))
 	require.NoError(t, b.Set(record.OutboxEventKey(2), enc(c.Lease.Token, 2), nil))
 	require.NoError(t, b.Set(record.OutboxEventKey(4), enc(c.Lease.Token, 3), nil))
+	require.NoError(t, b.Set(record.OutboxEventKey(5), enc(c.Lease.Token, 4, "lost"), nil)) // its entity's key is not stored
 	require.NoError(t, b.Set(record.OutboxEntityKey("t", "k"), binary.BigEndian.AppendUint64(nil, 2), nil))
 	require.NoError(t, b.Commit(pebble.Sync))
 	r, err := v.e.Check(ctx)
@@ -183,6 +188,7 @@ func TestCheckFindsABrokenOutbox(t *testing.T) {
 		"events 3 to 3 are missing",
 		"whose record " + recordName(id("remote")) + " is in-progress",
 		"last sequence is 2, but an event carries 3",
+		"outbox events carry this entity's sequences up to 4, but its last sequence is not stored",
 	} {
 		require.Contains(t, all, want)
 	}
