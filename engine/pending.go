@@ -29,10 +29,21 @@ var (
 )
 
 // pendingCounts counts the index's entries by kind. They change with the
-// batches that change the index, before those commit: a failed commit
+// batches that change the index, before those commit: a commit refused
+// for a conflict moves them back (commitRecordTxn), and a failed commit
 // fails the engine, after which no count matters.
 type pendingCounts struct {
 	remote, uncertain, escalated atomic.Int64
+}
+
+// move counts a record replaced: prev (nil: none) by next (nil: none).
+func (c *pendingCounts) move(prev, next *idemkv.Record) {
+	if n := c.of(prev); n != nil {
+		n.Add(-1)
+	}
+	if n := c.of(next); n != nil {
+		n.Add(1)
+	}
 }
 
 func (c *pendingCounts) of(r *idemkv.Record) *atomic.Int64 {
@@ -67,12 +78,7 @@ func (e *Engine) putPending(b batchWriter, k []byte, prev, next *idemkv.Record) 
 	if set != nil {
 		_ = b.Set(set, value, nil)
 	}
-	if c := e.pending.of(prev); c != nil {
-		c.Add(-1)
-	}
-	if c := e.pending.of(next); c != nil {
-		c.Add(1)
-	}
+	e.pending.move(prev, next)
 }
 
 // countPending counts the pending index by kind, at Open.

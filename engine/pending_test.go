@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
 
@@ -219,4 +220,31 @@ func TestCheckFindsPendingIndexFaults(t *testing.T) {
 	require.Contains(t, whats, "acct_1/POST /v1/payments/a: unsettled record missing from the pending index")
 	require.Contains(t, whats, "pending acct_1/POST /v1/payments/b: pending-index entry holds 01, want the record's state 2")
 	require.Contains(t, whats, "pending acct_1/POST /v1/payments/ghost: pending-index entry for no unsettled record in its state and section")
+}
+
+// TestPendingCountsSurviveConflicts: a resolution whose reads conflict
+// runs again; the runs that wrote nothing leave the counts of records
+// that need settling (Stats, the metrics) as they were.
+func TestPendingCountsSurviveConflicts(t *testing.T) {
+	v := newEnv(t)
+	k := []byte("k")
+	c := v.claim(id("r1"), fpA, idemkv.ModeRemote)
+	require.NoError(t, v.e.MarkUncertain(ctx, c.Lease, "timeout"))
+	require.EqualValues(t, 1, v.stats().UncertainRecords)
+	runs := 0
+	require.NoError(t, v.e.Resolve(ctx, idemkv.ResolveRequest{ID: id("r1"), Token: c.Lease.Token, Result: idemkv.Result{Status: 200},
+		Apply: func(fx idemkv.Effects) error {
+			runs++
+			if _, err := fx.Get(k); err != nil && !errors.Is(err, idemkv.ErrNotFound) {
+				return err
+			}
+			if runs <= 3 { // another commit writes what this run read
+				require.NoError(t, v.e.Update(ctx, func(w idemkv.Effects) error { return w.Set(k, []byte{byte(runs)}) }))
+			}
+			return fx.Set(k, []byte("resolved"))
+		}}))
+	require.Equal(t, 4, runs)
+	st := v.stats()
+	require.Zero(t, st.UncertainRecords)
+	require.Zero(t, st.RemoteRecords)
 }

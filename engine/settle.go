@@ -545,6 +545,7 @@ func (e *Engine) commitRecordTxn(st *stripe, k []byte, s *slot, prev, next *idem
 	err = e.commits.commitTxn(b, t)
 	_ = b.Close()
 	if errors.Is(err, errConflict) {
+		e.pending.move(next, prev) // as putRecord counted it, undone
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		e.table.abortWriteLocked(st, k, s)
