@@ -42,6 +42,10 @@ type pairCheck struct {
 	// pending is the pending-index entries the unsettled records call for,
 	// by key, with the state byte each must hold (check_pending.go).
 	pending map[string]byte
+	// unsettled are the record keys of the unsettled records, which sort
+	// before the expiry buckets: a completed record there, not expired,
+	// must not share one (check_pending.go).
+	unsettled map[string]struct{}
 	// outbox follows the outbox's keys through the scan (check_outbox.go).
 	outbox outboxCheck
 }

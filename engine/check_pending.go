@@ -10,14 +10,19 @@ import (
 // Check pairs the pending index with the unsettled records: the records
 // sort before the index, so the first pass notes the entry each record
 // calls for, crosses them off as it reads the index, and reports what is
-// left. It holds one key per unsettled record.
+// left. It holds one key per unsettled record, and its record key, which
+// no completed record that has not expired may share (liveTwice).
 
 // expectPending notes the pending-index entry that rec, stored under
-// record key k, calls for.
+// record key k, calls for, and that k holds an unsettled record.
 func (pc *pairCheck) expectPending(k []byte, rec *idemkv.Record) {
 	if pc.share > 0 {
 		return
 	}
+	if pc.unsettled == nil {
+		pc.unsettled = make(map[string]struct{})
+	}
+	pc.unsettled[string(k)] = struct{}{}
 	pk := record.AppendPendingKey(nil, rec, k)
 	if len(pk) == 0 {
 		return
@@ -62,4 +67,13 @@ func (pc *pairCheck) missingPending() {
 		pc.r.add(name, "unsettled record missing from the pending index")
 	}
 	pc.pending = nil
+}
+
+// liveTwice reports whether a completed record under record key rk, in an
+// expiry bucket and not expired, shares its key with an unsettled record:
+// lookups would answer with the unsettled one. (An expired one may, until
+// the sweeper deletes it: a claim took its key over.)
+func (pc *pairCheck) liveTwice(rk []byte) bool {
+	_, ok := pc.unsettled[string(rk)]
+	return ok
 }
