@@ -86,8 +86,10 @@ type EvictRequest struct {
 	// Token, if not zero, must be the record's current token (as Get
 	// read it): the eviction is then a compare-and-set on it.
 	Token uint64
-	// Since, if set, is the moment the eviction was decided from, as
-	// ResolveRequest.Since: a record whose attempt renewed its lease or
-	// marked it uncertain later is refused (ErrFenced).
+	// Since, if set, is the moment the eviction of an unsettled record
+	// was decided from (Record.LastCall), as ResolveRequest.Since: a
+	// record whose attempt renewed its lease or marked it uncertain
+	// later, or that has completed since, is refused (ErrFenced), rather
+	// than forget an outcome no one judged.
 	Since time.Time
 }

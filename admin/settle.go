@@ -92,7 +92,8 @@ type EvictRequest struct {
 	// Token, if not zero, must be the record's current token.
 	Token uint64 `json:"token,omitempty"`
 	// Since, if set, refuses a record that moved after it, as
-	// ResolveRequest.Since.
+	// ResolveRequest.Since, or that has completed since: it is the
+	// moment an unsettled record was judged (idemkv.EvictRequest.Since).
 	Since time.Time `json:"since,omitzero"`
 	// Reason says who evicts the record and why (required); it goes to
 	// the audit log.
@@ -209,6 +210,9 @@ func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRe
 	}
 	if err := unmoved(&rec, req.Token, req.Since); err != nil {
 		return AuditEntry{}, err
+	}
+	if !req.Since.IsZero() && rec.State == idemkv.StateCompleted {
+		return AuditEntry{}, fmt.Errorf("%w: the record has completed since it was judged unsettled", idemkv.ErrFenced)
 	}
 	entry := newAuditEntry(store, "evict", &rec, "removed: the next request with its key runs anew", req.Reason)
 	return audited(audit, entry, func(*AuditEntry) error {

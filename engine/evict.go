@@ -88,6 +88,9 @@ func (e *Engine) evictable(ctx context.Context, st *stripe, k []byte, req *idemk
 	case !req.Since.IsZero() && cur.MovedSince(req.Since):
 		e.counters.fenced.Add(1)
 		err = fmt.Errorf("%w: key_hash %s: its holder renewed it or marked it after %v", idemkv.ErrFenced, req.ID.Hash(), req.Since)
+	case !req.Since.IsZero() && cur.State == idemkv.StateCompleted:
+		e.counters.fenced.Add(1)
+		err = fmt.Errorf("%w: key_hash %s has completed since it was judged unsettled", idemkv.ErrFenced, req.ID.Hash())
 	}
 	if err != nil {
 		return idemkv.Record{}, nil, nil, err

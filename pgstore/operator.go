@@ -96,13 +96,15 @@ WHERE r.tenant = old.tenant AND r.endpoint = old.endpoint AND r.key = old.key
 	AND ($5 = 0 OR old.token = $5)
 	AND (old.state = 2 OR (old.state = 1 AND old.mode = 1 AND old.lease_expires <= $1)
 		OR (old.state = 3 AND old.expires > $1))
-	AND ` + notMovedSinceSQL("$6", "old.") + `
+	AND ` + notMovedSinceSQL("$6", "old.") + ` AND ($6::timestamptz IS NULL OR old.state <> 3)
 RETURNING old.state, old.mode, old.fingerprint, old.token, old.attempt, old.operation_id, old.created,
 	old.lease_expires, old.expires, old.class, old.status, old.pointer, old.body, old.effects, old.note, old.escalated,
 	old.marked`
 
 // Evict implements idemkv.Evicter. When nothing was evicted, a read says
-// why, as of just after.
+// why, as of just after; if the read finds the record evictable, it
+// changed in between (a holder completed it), and the eviction runs again
+// on the record as it now stands.
 func (s *Store) Evict(ctx context.Context, req idemkv.EvictRequest) (idemkv.Record, error) {
 	if err := validateID(req.ID); err != nil {
 		return idemkv.Record{}, err
@@ -110,6 +112,18 @@ func (s *Store) Evict(ctx context.Context, req idemkv.EvictRequest) (idemkv.Reco
 	if err := s.open(); err != nil {
 		return idemkv.Record{}, err
 	}
+	var rec idemkv.Record
+	err := settleRuns(func() error {
+		var err error
+		rec, err = s.evictOnce(ctx, req)
+		return err
+	})
+	return rec, err
+}
+
+// evictOnce is one run of Evict: errChanged if nothing was evicted but
+// the record, read just after, could be.
+func (s *Store) evictOnce(ctx context.Context, req idemkv.EvictRequest) (idemkv.Record, error) {
 	id := req.ID
 	now := s.now()
 	rec, err := scanRecord(s.pool.QueryRow(ctx, evictSQL, now, id.Tenant, id.Endpoint, id.Key, int64(req.Token), sinceArg(req.Since)), id)
@@ -129,6 +143,8 @@ func (s *Store) Evict(ctx context.Context, req idemkv.EvictRequest) (idemkv.Reco
 		return idemkv.Record{}, fmt.Errorf("%w: token %d, record has %d", idemkv.ErrFenced, req.Token, cur.Token)
 	case !req.Since.IsZero() && cur.MovedSince(req.Since):
 		return idemkv.Record{}, fmt.Errorf("%w: key_hash %s: its holder renewed it or marked it after %v", idemkv.ErrFenced, id.Hash(), req.Since)
+	case !req.Since.IsZero() && cur.State == idemkv.StateCompleted:
+		return idemkv.Record{}, fmt.Errorf("%w: key_hash %s has completed since it was judged unsettled", idemkv.ErrFenced, id.Hash())
 	}
-	return idemkv.Record{}, fmt.Errorf("%w: key_hash %s changed while it was evicted; try again", idemkv.ErrConflict, id.Hash())
+	return idemkv.Record{}, errChanged
 }

@@ -278,6 +278,20 @@ func resolveSince(t *testing.T, newHarness NewHarness) {
 		now = listed(seen.ID)
 		_, err = ev.Evict(ctx, idemkv.EvictRequest{ID: seen.ID, Token: now.Token, Since: now.Marked})
 		must(t, err)
+
+		// Read abandoned, then completed by its holder after all: the
+		// eviction was decided on an unsettled record, and must not
+		// forget an outcome no one judged.
+		r := req("since-completed")
+		l := claimAcquired(t, h, r)
+		h.Advance(6 * time.Second)
+		seen = listed(r.ID)
+		must(t, h.Store().Complete(ctx, l, idemkv.Result{Status: 201}, nil))
+		_, err = ev.Evict(ctx, idemkv.EvictRequest{ID: seen.ID, Token: seen.Token, Since: seen.LastCall()})
+		fenced("evicted, completed since", err)
+		if got := listed(seen.ID); got.State != idemkv.StateCompleted {
+			t.Fatalf("a refused eviction changed the record: %+v", got)
+		}
 	}
 
 	// Without Since: the operator's resolution.
