@@ -62,9 +62,8 @@ func (s *Store) ScanDataAfter(ctx context.Context, prefix, after []byte, fn func
 	}
 	upper := prefixEnd(prefix) // nil: no upper bound
 	for {
-		rows, err := s.pool.Query(ctx, `SELECT k, v FROM idemkv_data
-			WHERE (k > $1 OR (NOT $2 AND k = $1)) AND ($3::bytea IS NULL OR k < $3)
-			ORDER BY k LIMIT $4`, lower, strict, upper, scanPage)
+		q := scanDataStmt(lower, upper, strict)
+		rows, err := s.pool.Query(ctx, q.sql, q.args...)
 		if err != nil {
 			return s.dbErr("scan data", err)
 		}

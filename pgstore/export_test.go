@@ -1,6 +1,10 @@
 package pgstore
 
-import "time"
+import (
+	"time"
+
+	"github.com/idemkv/idemkv"
+)
 
 // MigrateTo brings a database's schema to an earlier version, as an
 // earlier release left it.
@@ -31,4 +35,19 @@ func WithReadCommittedData(o *Options) *Options {
 func WithListenCheck(o *Options, d time.Duration) *Options {
 	o.listenCheck = d
 	return o
+}
+
+// PageStatements returns the statements (and their arguments) of a page
+// of ScanDataAfter (after a key, within a prefix), of Scan (one tenant,
+// after a cursor) and of List (one tenant, after a cursor).
+func PageStatements(now time.Time) (sqls [3]string, args [3][]any) {
+	qs := [3]pageStmt{
+		scanDataStmt([]byte("p/0001"), []byte("p0"), true),
+		scanStmt(&idemkv.ScanRequest{Tenant: "t"}, &[3]string{"t", "e", "k"}, now, 100),
+		listStmt(&idemkv.ListRequest{Tenant: "t"}, &listCursor{Created: now.UnixMicro(), Tenant: "t", Endpoint: "e", Key: "k"}, now, 100),
+	}
+	for i, q := range qs {
+		sqls[i], args[i] = q.sql, q.args
+	}
+	return sqls, args
 }

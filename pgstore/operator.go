@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemkv/idemkv"
 	"github.com/jackc/pgx/v5"
@@ -18,18 +17,6 @@ var (
 	_ idemkv.Evicter = (*Store)(nil)
 )
 
-// scanSQL pages through the live records in primary-key order: $1 now,
-// $2 tenant (empty: any), $3 state or 0, $4 created before (NULL: any), $5
-// whether a cursor follows, $6-$8 the cursor, $9 the limit.
-const scanSQL = `SELECT tenant, endpoint, key, ` + recordColumns + ` FROM idemkv_records
-WHERE NOT (state = 3 AND expires <= $1)
-	AND ($2 = '' OR tenant = $2)
-	AND ($3 = 0 OR state = $3)
-	AND ($4::timestamptz IS NULL OR created < $4)
-	AND (NOT $5 OR (tenant, endpoint, key) > ($6, $7, $8))
-ORDER BY tenant, endpoint, key
-LIMIT $9`
-
 // Scan implements idemkv.Scanner, in (tenant, endpoint, key) order along
 // the primary key. Each page is a snapshot of its own.
 func (s *Store) Scan(ctx context.Context, req idemkv.ScanRequest) (idemkv.ScanPage, error) {
@@ -39,11 +26,12 @@ func (s *Store) Scan(ctx context.Context, req idemkv.ScanRequest) (idemkv.ScanPa
 	if !pgText(req.Tenant) {
 		return idemkv.ScanPage{}, fmt.Errorf("%w: a tenant with a NUL byte", idemkv.ErrInvalidScope)
 	}
-	var after [3]string
+	var after *[3]string
 	if req.After != "" {
+		after = new([3]string)
 		b, err := base64.RawURLEncoding.DecodeString(req.After)
 		if err == nil {
-			err = json.Unmarshal(b, &after)
+			err = json.Unmarshal(b, after)
 		}
 		if err != nil || !pgText(after[0]) || !pgText(after[1]) || !pgText(after[2]) {
 			return idemkv.ScanPage{}, fmt.Errorf("%w: malformed scan cursor", idemkv.ErrInvalidArgument)
@@ -53,12 +41,8 @@ func (s *Store) Scan(ctx context.Context, req idemkv.ScanRequest) (idemkv.ScanPa
 		return idemkv.ScanPage{}, err
 	}
 	limit := min(cmp.Or(req.Limit, 100), maxListLimit)
-	var before *time.Time
-	if !req.CreatedBefore.IsZero() {
-		before = &req.CreatedBefore
-	}
-	rows, err := s.pool.Query(ctx, scanSQL, s.now(), req.Tenant, int16(req.State), before,
-		req.After != "", after[0], after[1], after[2], limit)
+	q := scanStmt(&req, after, s.now(), limit)
+	rows, err := s.pool.Query(ctx, q.sql, q.args...)
 	if err != nil {
 		return idemkv.ScanPage{}, s.dbErr("scan", err)
 	}

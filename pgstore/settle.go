@@ -218,18 +218,6 @@ func (s *Store) get(ctx context.Context, q querier, id idemkv.ID, now time.Time)
 	return rec, nil
 }
 
-// listSQL pages through the records that need settling along the index
-// idemkv_records_unsettled: $1 escalated, $2 now, $3 tenant or ”, $4 whether
-// a cursor follows, $5-$8 the cursor (created, tenant, endpoint, key), $9
-// the limit.
-const listSQL = `SELECT tenant, endpoint, key, ` + recordColumns + ` FROM idemkv_records
-WHERE (state = 2 OR (state = 1 AND mode = 1)) AND escalated = $1
-	AND (state = 2 OR lease_expires <= $2)
-	AND ($3 = '' OR tenant = $3)
-	AND (NOT $4 OR (created, tenant, endpoint, key) > ($5, $6, $7, $8))
-ORDER BY escalated, created, tenant, endpoint, key
-LIMIT $9`
-
 const maxListLimit = 1000
 
 // List implements idemkv.Store.
@@ -248,15 +236,16 @@ func (s *Store) List(ctx context.Context, req idemkv.ListRequest) (idemkv.ListPa
 		limit = 100
 	}
 	limit = min(limit, maxListLimit)
-	var after listCursor
+	var after *listCursor
 	if req.After != "" {
-		var err error
-		if after, err = parseListCursor(req.After); err != nil {
+		c, err := parseListCursor(req.After)
+		if err != nil {
 			return idemkv.ListPage{}, err
 		}
+		after = &c
 	}
-	rows, err := s.pool.Query(ctx, listSQL, req.Escalated, s.now(), req.Tenant, req.After != "",
-		time.UnixMicro(after.Created), after.Tenant, after.Endpoint, after.Key, limit)
+	q := listStmt(&req, after, s.now(), limit)
+	rows, err := s.pool.Query(ctx, q.sql, q.args...)
 	if err != nil {
 		return idemkv.ListPage{}, s.dbErr("list", err)
 	}
