@@ -301,14 +301,14 @@ func (e *Engine) sweepUnsettled(cursor []byte, n int, now time.Time) (ttl.Chunk,
 		if err != nil {
 			return ttl.Chunk{}, err
 		}
-		_, expires, err := record.Peek(v)
-		if err != nil {
-			return ttl.Chunk{}, fmt.Errorf("record %q: %w", it.Key(), err)
-		}
 		c.Examined++
 		last = append(last[:0], it.Key()...)
-		if !now.Before(expires) {
-			c.Held++ // unsettled: kept until it settles
+		// Unsettled records are kept until they settle, and only counted
+		// here; one that does not decode is kept too (Check reports it),
+		// rather than fail every pass at it, which would stop the
+		// sweeper's next passes from dropping ended buckets.
+		if _, expires, err := record.Peek(v); err != nil || !now.Before(expires) {
+			c.Held++
 		}
 	}
 	if err := it.Error(); err != nil {

@@ -531,3 +531,24 @@ func TestBackgroundSweeperRetriesAfterAReadError(t *testing.T) {
 	require.NoError(t, v.e.Close()) // stops the loop while it waits
 	v.e = nil
 }
+
+// TestSweepGoesOnPastARecordThatDoesNotDecode: an unsettled record that
+// does not decode (Check reports it) is kept, and counted as held; the
+// passes go on, so that the next ones still drop ended buckets, rather
+// than each failing where the last stopped.
+func TestSweepGoesOnPastARecordThatDoesNotDecode(t *testing.T) {
+	v := newSweepEnv(t, nil)
+	v.completeIn("early", "short", fpA, 200)
+	require.NoError(t, v.e.db.Set(appendRecordKey(nil, id("garbled")), []byte{1, 0xff}, pebble.Sync))
+	v.clock.Advance(2 * time.Hour)
+	p, err := v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Deleted)
+	require.Equal(t, 1, p.Held, "the record that does not decode")
+
+	v.completeIn("later", "short", fpA, 200)
+	v.clock.Advance(2 * time.Hour)
+	p, err = v.e.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Deleted, "the next pass drops the next ended bucket")
+}
