@@ -34,8 +34,10 @@ const (
 )
 
 // DefaultReplayHeaders are the response headers replayed when a route
-// names none.
-var DefaultReplayHeaders = []string{"Content-Type", "Location"}
+// names none: what says how to read the body (a body the handler
+// compressed is replayed compressed, so its Content-Encoding must go with
+// it) and where the created object is.
+var DefaultReplayHeaders = []string{"Content-Type", "Content-Encoding", "Location"}
 
 // Options configure a Middleware.
 type Options struct {

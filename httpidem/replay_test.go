@@ -1,6 +1,7 @@
 package httpidem_test
 
 import (
+	"compress/gzip"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,4 +53,24 @@ func TestReplayReplacesHeadersSetBeforeIt(t *testing.T) {
 	require.Equal(t, []string{"text/csv"}, first.Header.Values("Content-Type"))
 	require.Equal(t, "true", again.Header.Get(httpidem.HeaderReplayed))
 	require.Equal(t, []string{"text/csv"}, again.Header.Values("Content-Type"))
+}
+
+// TestReplayOfACompressedBody: a handler that compresses its own body
+// sets Content-Encoding; the replay, which carries the same bytes, carries
+// it too, so that the client reads the same body both times.
+func TestReplayOfACompressedBody(t *testing.T) {
+	f := newFixture(t, httpidem.Route{}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(http.StatusCreated)
+		zw := gzip.NewWriter(w)
+		_, err := zw.Write([]byte(`{"id":"t_1"}`))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+	})
+	first := f.do("POST", route, `{}`, "k") // the client asks for gzip and inflates it
+	require.Equal(t, `{"id":"t_1"}`, string(first.body))
+	again := f.do("POST", route, `{}`, "k")
+	require.Equal(t, "true", again.header.Get(httpidem.HeaderReplayed))
+	require.Equal(t, string(first.body), string(again.body))
 }
