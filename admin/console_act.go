@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,7 +147,7 @@ func (c *console) verify(ctx context.Context, id idemkv.ID, token uint64, since 
 	if err := unmoved(&rec, token, since); err != nil {
 		return AuditEntry{}, err
 	}
-	since = cmp.Or(since, rec.LastCall()) // the question is asked of the record as read
+	since = judgedSince(&rec, since) // the question is asked of the record as read
 	ans, err := (&ResolveOptions{Reconciler: c.a.o.Reconciler, Timeout: c.a.o.ResolveTimeout}).orDefault().
 		call(ctx, "the reconciler", func(ctx context.Context) (reconcile.Answer, error) { return c.a.o.Reconciler.Reconcile(ctx, rec) })
 	switch {

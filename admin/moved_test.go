@@ -55,6 +55,17 @@ func TestVerifiedResolveOfARecordThatMoved(t *testing.T) {
 	rec, err := e.Get(ctx, id("p1"))
 	require.NoError(t, err, "the record whose call went out is kept")
 	require.Equal(t, idemkv.StateUncertain, rec.State)
+
+	// The same with the operator's Since later than the record showed
+	// (the moment they looked): the store still judges from Resolve's
+	// own read.
+	c, err = e.Claim(ctx, idemkv.ClaimRequest{ID: id("p2"), Fingerprint: []byte{1}, Mode: idemkv.ModeRemote, Lease: time.Second})
+	require.NoError(t, err)
+	clock.Advance(2 * time.Second)
+	_, err = admin.Resolve(ctx, e, audit, admin.ResolveRequest{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "p2",
+		Token: c.Lease.Token, Since: clock.Now().Add(10 * time.Second), NoEffect: true, Verify: true, Note: "ops: verify"},
+		&admin.ResolveOptions{Reconciler: r})
+	require.ErrorIs(t, err, idemkv.ErrFenced, "a late Since")
 }
 
 // TestOperatorWriteOfARecordThatMovedSinceShown: an operator judged a

@@ -158,7 +158,7 @@ func Resolve(ctx context.Context, store idemkv.Store, audit *AuditLog, req Resol
 	// The store refuses the resolution if the attempt moves after the
 	// record was read here (or shown to the operator).
 	sr := idemkv.ResolveRequest{ID: req.ID(), Token: rec.Token, NoEffect: req.NoEffect, Note: req.Note,
-		Since: cmp.Or(req.Since, rec.LastCall())}
+		Since: judgedSince(&rec, req.Since)}
 	outcome := "removed: the operation did not happen, a retry runs anew"
 	if !req.NoEffect {
 		outcome = fmt.Sprintf("completed with status %d", req.Status)
@@ -216,9 +216,18 @@ func Evict(ctx context.Context, store idemkv.Store, audit *AuditLog, req EvictRe
 	}
 	entry := newAuditEntry(store, "evict", &rec, "removed: the next request with its key runs anew", req.Reason)
 	return audited(audit, entry, func(*AuditEntry) error {
-		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token, Since: cmp.Or(req.Since, rec.LastCall())})
+		_, err := ev.Evict(ctx, idemkv.EvictRequest{ID: req.ID(), Token: rec.Token, Since: judgedSince(&rec, req.Since)})
 		return err
 	})
+}
+
+// judgedSince is the Since a change made from rec, as read now, passes to
+// the store: the last call rec shows, which unmoved has checked is no
+// later than since (the moment the operator judged from); since itself
+// only for a record that shows none. A later since would let the store
+// accept an attempt that moved after this read.
+func judgedSince(rec *idemkv.Record, since time.Time) time.Time {
+	return cmp.Or(rec.LastCall(), since)
 }
 
 // unmoved checks that rec, as read now, is the attempt the operator
