@@ -12,17 +12,25 @@ import (
 	"time"
 
 	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/inbox"
 )
 
 // An export is JSON lines: every record the store holds, whole (its
 // fingerprint in hex, its stored body in base64), then, if asked, the
 // outbox's cursor and the events it still holds. Each line has a "kind":
-// "record", "outbox" or "event". Records of the inbox tenant (package
-// inbox's consumers) are left out unless asked for.
+// "record", "outbox" or "event". The records of package inbox's
+// consumers are left out unless asked for.
 
 // InboxTenant is the tenant package inbox keeps its consumers' records
-// under.
-const InboxTenant = "inbox"
+// under (inbox.Tenant).
+const InboxTenant = inbox.Tenant
+
+// inboxRecord reports whether id is an inbox consumer's record: under
+// InboxTenant, with a consumer's name for its endpoint. A service may
+// have a tenant of that name too; its routes' endpoints are not names.
+func inboxRecord(id idemkv.ID) bool {
+	return id.Tenant == InboxTenant && inbox.ValidateName(id.Endpoint) == nil
+}
 
 // ExportOptions say what an export holds besides records.
 type ExportOptions struct {
@@ -84,7 +92,7 @@ func Export(ctx context.Context, store idemkv.Store, w io.Writer, o ExportOption
 		}
 		for i := range page.Records {
 			r := &page.Records[i]
-			if r.ID.Tenant == InboxTenant && !o.Inbox {
+			if !o.Inbox && inboxRecord(r.ID) {
 				continue
 			}
 			line := ExportRecord{Kind: "record", RecordView: ViewOf(r), Fingerprint: hex.EncodeToString(r.Fingerprint), Body: r.Result.Body}

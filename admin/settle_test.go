@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/admin"
 	"github.com/idemkv/idemkv/engine"
+	"github.com/idemkv/idemkv/inbox"
 	"github.com/stretchr/testify/require"
 )
 
@@ -212,4 +214,27 @@ func TestNoChangeWithoutAnAuditEntry(t *testing.T) {
 	rec, err := e.Get(ctx, id("p1"))
 	require.NoError(t, err)
 	require.Equal(t, idemkv.StateUncertain, rec.State)
+}
+
+// TestExportLeavesOutOnlyTheInboxsRecords: an export leaves out the inbox
+// consumers' records unless asked, and keeps a service's tenant that
+// happens to be named as the inbox's, whose endpoints are routes.
+func TestExportLeavesOutOnlyTheInboxsRecords(t *testing.T) {
+	e, err := engine.Open(t.TempDir(), &engine.Options{NoBackgroundSweep: true})
+	require.NoError(t, err)
+	defer e.Close()
+	for _, id := range []idemkv.ID{
+		{Tenant: "acct_1", Endpoint: "POST /v1/payments", Key: "order-1"},
+		{Tenant: inbox.Tenant, Endpoint: "POST /v1/payments", Key: "order-1"}, // an account named "inbox"
+		{Tenant: inbox.Tenant, Endpoint: "ledger", Key: "id/ev-1"},            // a consumer's mark
+	} {
+		c, err := e.Claim(ctx, idemkv.ClaimRequest{ID: id, Fingerprint: []byte{1}})
+		require.NoError(t, err)
+		require.NoError(t, e.Complete(ctx, c.Lease, idemkv.Result{Status: 201}, nil))
+	}
+	for _, withInbox := range []bool{false, true} {
+		n, err := admin.Export(ctx, e, io.Discard, admin.ExportOptions{Inbox: withInbox})
+		require.NoError(t, err)
+		require.Equal(t, map[bool]int{false: 2, true: 3}[withInbox], n.Records, "inbox %v", withInbox)
+	}
 }

@@ -170,7 +170,7 @@ const MaxNameLen = 200
 // bytes of a-z, A-Z, 0-9, '.', '_' and '-'. Errors wrap
 // idemkv.ErrInvalidArgument.
 func New(name string, store Store, opts *Options) (*Consumer, error) {
-	if err := validateName(name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
 	if store == nil {
@@ -188,7 +188,11 @@ func New(name string, store Store, opts *Options) (*Consumer, error) {
 	return c, nil
 }
 
-func validateName(name string) error {
+// ValidateName reports whether name can be a consumer's name: 1 to
+// MaxNameLen bytes of [a-zA-Z0-9._-]. So a record of Tenant whose endpoint
+// is not such a name (an HTTP route's, "POST /v1/...") is not a
+// consumer's.
+func ValidateName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: inbox: consumer name %q: want 1 to %d bytes", idemkv.ErrInvalidArgument, name, MaxNameLen)
 	}
