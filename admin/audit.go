@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -142,8 +143,27 @@ var ErrAuditUnavailable = errors.New("admin: the audit log cannot be written, so
 // was made (its begun entry was written).
 var ErrAudit = errors.New("admin: the change was made, but the audit log was not written")
 
+// maxAuditText bounds each free text of an entry (an error a downstream
+// answered may be a whole page), so that every line stays well within
+// what a reader takes (maxAuditLine).
+const maxAuditText = 8 << 10
+
+// maxAuditLine is the longest line ReadHistory reads; a longer one, which
+// no entry written now makes, is skipped.
+const maxAuditLine = 1 << 20
+
+// clipText shortens s to at most maxAuditText bytes without splitting a
+// UTF-8 sequence, and says so.
+func clipText(s string) string {
+	if len(s) <= maxAuditText {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxAuditText], "") + " [clipped]"
+}
+
 // record appends e, synced.
 func (a *AuditLog) record(e AuditEntry) error {
+	e.Outcome, e.Downstream, e.Note = clipText(e.Outcome), clipText(e.Downstream), clipText(e.Note)
 	line, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -246,19 +266,49 @@ func ReadHistory(path string, id idemkv.ID) ([]AuditEntry, error) {
 	}
 	defer f.Close()
 	var out []AuditEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
+	err = readLines(bufio.NewReaderSize(f, 64<<10), maxAuditLine, func(line []byte) {
 		var e AuditEntry
-		if json.Unmarshal(sc.Bytes(), &e) != nil {
-			continue // a line cut by a crash mid-write
+		if json.Unmarshal(line, &e) != nil {
+			return // a line cut by a crash mid-write
 		}
 		if e.Tenant == id.Tenant && e.Endpoint == id.Endpoint && e.Key == id.Key {
 			out = append(out, e)
 		}
-	}
+	})
 	if len(out) > maxHistory {
 		out = out[len(out)-maxHistory:]
 	}
-	return out, sc.Err()
+	return out, err
+}
+
+// readLines calls fn with each line of r (without its newline) no longer
+// than limit, skipping longer ones whole, until r ends.
+func readLines(r *bufio.Reader, limit int, fn func([]byte)) error {
+	var long []byte
+	skip := false
+	for {
+		part, err := r.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			if !skip && len(long)+len(part) <= limit {
+				long = append(long, part...)
+			} else {
+				skip, long = true, long[:0]
+			}
+			continue
+		case err != nil && !errors.Is(err, io.EOF):
+			return fmt.Errorf("admin: audit log: %w", err)
+		}
+		line := bytes.TrimSuffix(part, []byte{'\n'})
+		if len(long) > 0 {
+			line = append(long, line...)
+		}
+		if !skip && len(line) > 0 && len(line) <= limit {
+			fn(line)
+		}
+		long, skip = long[:0], false
+		if err != nil {
+			return nil
+		}
+	}
 }
