@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -320,6 +321,12 @@ func (a *api) backup(w http.ResponseWriter, r *http.Request) {
 	}
 	if !filepath.IsAbs(req.Dir) || filepath.Clean(req.Dir) != req.Dir {
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "dir: want a clean absolute path")
+		return
+	}
+	if fi, err := os.Stat(filepath.Dir(req.Dir)); err != nil || !fi.IsDir() {
+		// A mistyped path, answered as such rather than as the store's
+		// failure; nor is a tree of directories made for it.
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "dir: its parent is not a directory on the service's machine")
 		return
 	}
 	start := time.Now()

@@ -3,8 +3,11 @@ package engine
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemkv/idemkv"
 )
 
 // Backup writes a consistent copy of the store into dir, which must not
@@ -18,6 +21,7 @@ import (
 // and a restored store reconciles them as abandoned once their leases
 // have run out.
 //
+// dir may not lie inside the store's own directory (ErrInvalidArgument).
 // The copy is a store directory: open it with Open (package engine), or
 // put it in place with "idemkv restore". It takes little space at first
 // (hard links) and more as the live store compacts away the files it
@@ -32,6 +36,11 @@ func (e *Engine) Backup(ctx context.Context, dir string) error {
 	// one would remove the other's.
 	e.backupMu.Lock()
 	defer e.backupMu.Unlock()
+	if within(dir, e.dir) {
+		// The copy would be part of the store it copies: in every later
+		// backup, and in the way of Pebble's files.
+		return fmt.Errorf("%w: backup to %s: inside the store's own directory %s", idemkv.ErrInvalidArgument, dir, e.dir)
+	}
 	var opts []pebble.CheckpointOption
 	if !e.opts.ReadOnly {
 		// Sync the log first: the copy then has every commit that
@@ -42,4 +51,16 @@ func (e *Engine) Backup(ctx context.Context, dir string) error {
 		return fmt.Errorf("engine: backup to %s: %w", dir, err)
 	}
 	return nil
+}
+
+// within reports whether path is dir or lies inside it, both made
+// absolute (a path that cannot be is taken as apart).
+func within(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

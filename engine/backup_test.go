@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -99,4 +100,17 @@ func TestBackup(t *testing.T) {
 	require.NoError(t, v.e.Close())
 	require.ErrorIs(t, v.e.Backup(ctx, filepath.Join(t.TempDir(), "closed")), idemkv.ErrClosed)
 	v.e = nil
+}
+
+// TestBackupRefusesTheStoresOwnDirectory: a copy inside the store's own
+// directory would be copied again by every later backup; it is refused,
+// and nothing is made.
+func TestBackupRefusesTheStoresOwnDirectory(t *testing.T) {
+	v := newEnv(t)
+	for _, dir := range []string{v.dir, filepath.Join(v.dir, "backup"), filepath.Join(v.dir, "a", "..", "b")} {
+		require.ErrorIs(t, v.e.Backup(ctx, dir), idemkv.ErrInvalidArgument, dir)
+	}
+	_, err := os.Stat(filepath.Join(v.dir, "backup"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.NoError(t, v.e.Backup(ctx, v.dir+"-copy"), "a sibling directory")
 }
