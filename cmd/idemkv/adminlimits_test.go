@@ -414,10 +414,10 @@ func TestAdminLogsNoSecrets(t *testing.T) {
 	resp, body = r.do(t, "POST", "/admin/v1/resolve", fmt.Sprintf(`{"tenant": "acct_1", "endpoint": "POST /v1/payments", "key": %q, "no_effect": true, "note": "test: the log keeps no key"}`, key), bearer)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 
-	// A backup whose parent is a file: the store fails the call.
-	file := filepath.Join(t.TempDir(), "file")
-	require.NoError(t, os.WriteFile(file, nil, 0o600))
-	resp, body = r.do(t, "POST", "/admin/v1/backup", fmt.Sprintf(`{"dir": %q}`, filepath.Join(file, "backup")), bearer)
+	// A backup where no directory can be made, even by root: the store
+	// fails the call.
+	file := "/proc/idemkv-backup"
+	resp, body = r.do(t, "POST", "/admin/v1/backup", fmt.Sprintf(`{"dir": %q}`, file), bearer)
 	require.Equal(t, http.StatusInternalServerError, resp.StatusCode, body)
 	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
 	require.NotContains(t, body, file, "the answer says only that it failed")
