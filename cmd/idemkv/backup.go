@@ -380,13 +380,19 @@ func copyTree(from, to, skip string) error {
 	return nil
 }
 
+// copyFile copies from to to, which must not exist, with from's
+// permissions (the audit log's are its owner's only), synced.
 func copyFile(from, to string) error {
 	src, err := os.Open(from)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
 	if err != nil {
 		return err
 	}

@@ -152,6 +152,9 @@ func testServeOperatorCommands(t *testing.T, sc storeCase) {
 	}
 	restored := filepath.Join(t.TempDir(), "restored")
 	cli(exitOK, "restore", "--from", backup, "--data", restored)
+	fi, err := os.Stat(filepath.Join(restored, "audit.log"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the restored audit log is its owner's only, as the service's")
 	require.Contains(t, cli(exitOK, append(append([]string{"inspect"}, id...), "--data", restored)...), "ops: charge seen at the processor",
 		"the restored store keeps its history")
 
