@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -161,5 +162,21 @@ func TestDataLimits(t *testing.T) {
 	require.NoError(t, ok.Validate(10))
 	for _, r := range []Result{{Status: -1}, {Status: 65536}, {Pointer: string(make([]byte, MaxPointerLen+1))}, {Body: make([]byte, 11)}} {
 		require.ErrorIs(t, r.Validate(10), ErrInvalidResult)
+	}
+}
+
+func TestNote(t *testing.T) {
+	long := strings.Repeat("a", MaxNoteLen-1) + "é" // the é straddles the limit
+	for in, want := range map[string]string{
+		"timed out":                     "timed out",
+		"psp: 502 body \xff\x00":        "psp: 502 body \uFFFD",
+		long:                            strings.Repeat("a", MaxNoteLen-1),
+		strings.Repeat("é", MaxNoteLen): strings.Repeat("é", MaxNoteLen/2),
+	} {
+		got := Note(in)
+		require.Equal(t, want, got)
+		require.True(t, utf8.ValidString(got))
+		require.LessOrEqual(t, len(got), MaxNoteLen)
+		require.NotContains(t, got, "\x00")
 	}
 }

@@ -2,7 +2,9 @@ package idemkv
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Settling the records a store could not settle itself: an uncertain
@@ -41,6 +43,23 @@ type ResolveRequest struct {
 	// resolution rests on. Reconcilers set it; an operator's resolution,
 	// made on the operator's word, need not.
 	Since time.Time
+}
+
+// Note returns s as a note every store keeps (MarkUncertain,
+// EscalateRequest, ResolveRequest): valid UTF-8 without NUL bytes (what a
+// database's text takes), clipped to MaxNoteLen bytes on a character
+// boundary. A note built from an error may hold anything: a downstream's
+// answer echoed, cut mid-character.
+func Note(s string) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+	if len(s) <= MaxNoteLen {
+		return s
+	}
+	s = s[:MaxNoteLen]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // LastCall is the last moment r's attempt may have sent its downstream

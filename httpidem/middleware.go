@@ -547,11 +547,3 @@ func (p *protected) observe(q *request) {
 	q.report.Duration = time.Since(q.start)
 	p.m.observer.Observe(q.report)
 }
-
-// clip shortens s to at most n bytes without splitting a UTF-8 sequence.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
-}

@@ -34,7 +34,7 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 	switch {
 	case d.uncertain:
 		q.report.Disposition = Uncertain
-		note := clip(d.note, idemkv.MaxNoteLen)
+		note := idemkv.Note(d.note)
 		err := store.MarkUncertain(ctx, op.lease, note)
 		if err == nil {
 			p.logEvent(ctx, q, slog.LevelInfo, msgUncertain, disposition(q), slog.Int("status", status), slog.String("note", note))
@@ -118,7 +118,7 @@ func (p *protected) settle(ctx context.Context, q *request, op *Op, c *capture, 
 func (p *protected) abandon(ctx context.Context, q *request, op *Op, why string) {
 	op.settle()
 	var err error
-	msg, why := msgReleased, clip(why, idemkv.MaxNoteLen)
+	msg, why := msgReleased, idemkv.Note(why)
 	if op.lease.Mode == idemkv.ModeRemote {
 		msg = msgUncertain
 		err = p.m.store.MarkUncertain(ctx, op.lease, why)

@@ -22,7 +22,9 @@
 //     read-modify-write of shared data is never lost to a concurrent one.
 //   - Nothing held by accident. A function that fails in local mode, or
 //     that says its failure had no effect (NoEffect), releases the key: a
-//     retry runs anew. A remote function that fails otherwise may have
+//     retry runs anew. (A remote function that took over an earlier
+//     attempt's key proves only its own call had no effect: its key
+//     becomes uncertain, as below.) A remote function that fails otherwise may have
 //     acted downstream: its key becomes uncertain (ErrUncertain), and
 //     retries get ErrReconciling until a reconciler resolves it (package
 //     reconcile), instead of acting twice. A panic settles the key the

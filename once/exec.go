@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"strings"
 	"time"
 
 	"github.com/idemkv/idemkv"
@@ -180,13 +179,4 @@ func (r remoteEffects) Emit(ev idemkv.Event) error {
 	ev.Payload = bytes.Clone(ev.Payload)
 	ev.Headers = maps.Clone(ev.Headers)
 	return r.x.Apply(func(fx idemkv.Effects) error { return fx.Emit(ev) })
-}
-
-// clip shortens s to at most idemkv.MaxNoteLen bytes without splitting a
-// UTF-8 sequence.
-func clip(s string) string {
-	if len(s) <= idemkv.MaxNoteLen {
-		return s
-	}
-	return strings.ToValidUTF8(s[:idemkv.MaxNoteLen], "")
 }

@@ -15,7 +15,9 @@ import (
 var (
 	// ErrNoEffect marks an error of the function as proof that the
 	// operation had no effect (NoEffect wraps one). Do then releases the
-	// key, so that a retry runs anew, and returns the error.
+	// key, so that a retry runs anew, and returns the error; in remote
+	// mode after a takeover, it marks the key uncertain instead
+	// (ErrUncertain), since the attempt taken over may have acted.
 	ErrNoEffect = errors.New("once: the operation had no effect")
 	// ErrMismatch: the key was first used with another fingerprint, for
 	// another operation or other input. Nothing ran. It is the caller's
@@ -41,7 +43,8 @@ var (
 // NoEffect marks err as proof that the operation had no effect: a
 // validation failure before anything was sent, a downstream that refused
 // the call before acting on it. Do releases the key instead of marking it
-// uncertain, and returns an error matching both ErrNoEffect and err (with
+// uncertain (unless a remote call took over an earlier attempt, which
+// the proof says nothing of), and returns an error matching both ErrNoEffect and err (with
 // errors.Is and errors.As) whose message is err's. NoEffect(nil) is nil.
 // Returning ErrNoEffect itself, or an error wrapping it, has the same
 // meaning.

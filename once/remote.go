@@ -11,7 +11,8 @@ import (
 
 // runRemote runs a remote Func once, outside any commit, and settles the
 // key: its result is stored with the writes it deferred; an error it marks
-// NoEffect releases the key; any other error, a panic, or a result that
+// NoEffect releases the key, unless the claim took over an earlier
+// attempt (which may have acted); any other error, a panic, or a result that
 // cannot be stored leaves the key uncertain, since the downstream may have
 // acted.
 func (x *Exec) runRemote(ctx context.Context, fn Func) (Outcome, error) {
@@ -20,6 +21,10 @@ func (x *Exec) runRemote(ctx context.Context, fn Func) (Outcome, error) {
 	x.Effects = remoteEffects{x: x}
 	res, err := x.callRemote(ctx, bg, fn)
 	switch {
+	case errors.Is(err, ErrNoEffect) && x.Lease.Takeover():
+		// Proof of this attempt's call says nothing of the attempt taken
+		// over, which may have sent its own under the same operation id.
+		return Outcome{}, x.uncertain(bg, "the function had no effect, but the attempt it took over may have", err)
 	case errors.Is(err, ErrNoEffect):
 		return Outcome{}, x.giveUp(bg, err)
 	case err != nil:
@@ -85,9 +90,9 @@ func (x *Exec) uncertain(ctx context.Context, what string, cause error) error {
 		note += ": " + cause.Error()
 		err = fmt.Errorf("%w: %s: %s: %w", ErrUncertain, name(x.Lease.ID), what, cause)
 	}
-	switch merr := x.store.MarkUncertain(ctx, x.Lease, clip(note)); {
+	switch merr := x.store.MarkUncertain(ctx, x.Lease, idemkv.Note(note)); {
 	case merr == nil:
-		x.log.log(ctx, slog.LevelInfo, msgUncertain, token(x.Lease), slog.String("note", clip(note)))
+		x.log.log(ctx, slog.LevelInfo, msgUncertain, token(x.Lease), slog.String("note", idemkv.Note(note)))
 	case errors.Is(merr, idemkv.ErrFenced):
 		x.log.log(ctx, slog.LevelWarn, msgLeaseLost, token(x.Lease), errAttr(merr))
 	default:

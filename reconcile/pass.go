@@ -358,9 +358,7 @@ func (w *Worker) backoffLocked(attempts int) time.Duration {
 
 // escalate marks rec escalated with note and tells OnEscalate.
 func (w *Worker) escalate(ctx context.Context, rec idemkv.Record, note string) {
-	if len(note) > idemkv.MaxNoteLen {
-		note = note[:idemkv.MaxNoteLen]
-	}
+	note = idemkv.Note(note)
 	err := w.store.Escalate(ctx, idemkv.EscalateRequest{ID: rec.ID, Token: rec.Token, Note: note, Since: rec.LastCall()})
 	switch {
 	case err == nil:

@@ -47,7 +47,7 @@ func (d *driver) panicked(ctx context.Context, kind string, s Step, l idemkv.Lea
 	d.log(ctx, slog.LevelError, msgPanicked, append(stepAttrs(kind, s), slog.Int("panics", n),
 		slog.String("panic", fmt.Sprint(p.value)), slog.String("stack", string(p.stack)))...)
 	if n >= d.r.o.MaxAttempts {
-		note := clip(fmt.Sprintf("saga %s: %s %s panicked %d times, the last: %v", d.r.def.Name, kind, s.Name, n, p.value))
+		note := idemkv.Note(fmt.Sprintf("saga %s: %s %s panicked %d times, the last: %v", d.r.def.Name, kind, s.Name, n, p.value))
 		if err := d.r.store.MarkUncertain(ctx, l, note); err != nil {
 			return nil, 0, err
 		}

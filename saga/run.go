@@ -363,14 +363,14 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 			}
 			return out, actionDone, store.Complete(bg, l, idemkv.Result{Status: statusDone, Body: out}, apply)
 		case s.Remote && (errors.Is(err, ErrUnknown) || ctx.Err() != nil):
-			return nil, actionWaiting, store.MarkUncertain(bg, l, clip(fmt.Sprintf("saga %s: %s: %v", d.r.def.Name, kind+" "+s.Name, err)))
+			return nil, actionWaiting, store.MarkUncertain(bg, l, idemkv.Note(fmt.Sprintf("saga %s: %s: %v", d.r.def.Name, kind+" "+s.Name, err)))
 		case ctx.Err() != nil:
 			return nil, 0, errors.Join(ctx.Err(), store.Release(bg, l, nil)) // a local action: nothing was written
 		case kind == "do" && s.Remote && l.Takeover() && !errors.Is(err, ErrPermanent) && attempt >= d.r.o.MaxAttempts:
 			// The runner before this one may have sent the step and
 			// crashed: its call may have landed. Failing the step would
 			// leave that effect undone; only the downstream can say.
-			note := clip(fmt.Sprintf("saga %s: %s taken over from attempt %d, then %d failed tries, the last: %v",
+			note := idemkv.Note(fmt.Sprintf("saga %s: %s taken over from attempt %d, then %d failed tries, the last: %v",
 				d.r.def.Name, s.Name, l.Attempt-1, attempt, err))
 			return nil, actionWaiting, store.MarkUncertain(bg, l, note)
 		case kind == "do" && (errors.Is(err, ErrPermanent) || attempt >= d.r.o.MaxAttempts):
@@ -381,7 +381,7 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 			d.failedNow = true
 			return []byte(why), actionFailed, store.Complete(bg, l, idemkv.Result{Status: statusFailed, Body: []byte(why)}, nil)
 		case errors.Is(err, ErrPermanent) || attempt >= d.r.o.MaxAttempts:
-			note := clip(fmt.Sprintf("saga %s: undo %s failed %d times, the last: %v", d.r.def.Name, s.Name, attempt, err))
+			note := idemkv.Note(fmt.Sprintf("saga %s: undo %s failed %d times, the last: %v", d.r.def.Name, s.Name, attempt, err))
 			if err := store.MarkUncertain(bg, l, note); err != nil {
 				return nil, 0, err
 			}
@@ -400,7 +400,7 @@ func (d *driver) attempts(ctx context.Context, kind string, s Step, l idemkv.Lea
 				// step would be claimed afresh, and a runner no longer
 				// taking over could fail it blind. Only the downstream
 				// can say.
-				note := clip(fmt.Sprintf("saga %s: %s taken over from attempt %d, then stopped after %d failed tries, the last: %v",
+				note := idemkv.Note(fmt.Sprintf("saga %s: %s taken over from attempt %d, then stopped after %d failed tries, the last: %v",
 					d.r.def.Name, s.Name, l.Attempt-1, attempt, err))
 				return nil, actionWaiting, errors.Join(ctx.Err(), store.MarkUncertain(bg, l, note))
 			}
@@ -447,13 +447,6 @@ func (r *Runner) backoff(attempt int) time.Duration {
 		d *= 2
 	}
 	return min(d, r.o.MaxBackoff)
-}
-
-func clip(s string) string {
-	if len(s) > idemkv.MaxNoteLen {
-		return s[:idemkv.MaxNoteLen]
-	}
-	return s
 }
 
 // effectsBuffer keeps a local action's writes and events until its
