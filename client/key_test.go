@@ -83,3 +83,21 @@ func TestSetKeyCarriesTheOperationPastGivingUp(t *testing.T) {
 	require.Empty(t, bare.Header.Get(client.HeaderKey))
 	require.EqualValues(t, 2, ran.Load())
 }
+
+// TestARequestWithoutHeadersGetsAKey: a request made by hand, with no
+// Header map, sent through the Transport directly (as another
+// RoundTripper does), gets its key as any other.
+func TestARequestWithoutHeadersGetsAKey(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get(client.HeaderKey))
+	}))
+	defer srv.Close()
+	req, err := http.NewRequest("POST", srv.URL, strings.NewReader("x"))
+	require.NoError(t, err)
+	req.Header = nil
+	resp, err := (&client.Transport{}).RoundTrip(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.NotEmpty(t, got.Load())
+}

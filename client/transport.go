@@ -298,6 +298,9 @@ func retryAfter(v string, limit time.Duration) (time.Duration, bool) {
 func prepare(req *http.Request, o *Options) (*http.Request, resender, error) {
 	if unsafe(req.Method) && req.Header.Get(HeaderKey) == "" {
 		req = req.Clone(req.Context()) // never change the caller's request
+		if req.Header == nil {
+			req.Header = make(http.Header) // a request not made by http.NewRequest
+		}
 		req.Header.Set(HeaderKey, o.NewKey())
 	}
 	switch {
