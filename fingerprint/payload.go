@@ -86,8 +86,11 @@ func ComputePayload(p Payload, opts *Options) (FP, error) {
 // the names and values encoded. Integers beyond 2^53 (an int64 id, say)
 // are not exact in a JSON number: they are an ErrInexactNumber unless
 // opts.InexactNumbers; encode them as strings (the ",string" tag option).
-// It fails like json.Marshal for a value that cannot be encoded, and
-// otherwise like ComputePayload.
+// Strings are text: encoding/json replaces each byte that is not UTF-8
+// with U+FFFD, so two strings that differ only in such bytes share a
+// fingerprint; keep raw bytes (a signature, a hash) in a []byte, which is
+// encoded whole (base64). It fails like json.Marshal for a value that
+// cannot be encoded, and otherwise like ComputePayload.
 func ComputeValue(kind string, v any, opts *Options) (FP, error) {
 	body, err := json.Marshal(v)
 	if err != nil {
