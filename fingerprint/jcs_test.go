@@ -282,3 +282,29 @@ func TestCompareUTF16(t *testing.T) {
 		}
 	}
 }
+
+// TestLongMantissas: a number spelled with more digits than strconv reads
+// whole (800) canonicalizes as its value does, exact or not: the value 1
+// written with a thousand zeros is 1, in either mode.
+func TestLongMantissas(t *testing.T) {
+	zeros := strings.Repeat("0", 1000)
+	ones := strings.Repeat("1", 1000)
+	for _, tc := range []struct {
+		in, want string
+		inexact  bool
+	}{
+		{"1" + zeros + "e-1000", "1", false},
+		{"0." + zeros + "1e1001", "1", false},
+		{"-1" + zeros + "e-1000", "-1", false},
+		{"1" + zeros + "e-1000", "1", true},
+		{"1." + ones, "1.1111111111111112", true},
+		{"1" + ones + "e-999", "11.11111111111111", true},
+		{"0." + ones + "e1", "1.1111111111111112", true},
+	} {
+		got, err := Canonical([]byte(tc.in), &Options{InexactNumbers: tc.inexact})
+		require.NoError(t, err, "%.40s...", tc.in)
+		require.Equal(t, tc.want, string(got), "%.40s... (inexact %v)", tc.in, tc.inexact)
+	}
+	_, err := Canonical([]byte("1."+ones), nil)
+	require.ErrorIs(t, err, ErrInexactNumber)
+}

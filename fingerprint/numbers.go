@@ -68,7 +68,7 @@ func (c *canon) number() error {
 		c.out = append(c.out, lex...)
 		return nil
 	}
-	f, err := strconv.ParseFloat(string(lex), 64)
+	f, err := parseFloat(lex)
 	if err != nil {
 		// The grammar was checked above: only a range error is left.
 		shown := lex
@@ -87,6 +87,39 @@ func (c *canon) number() error {
 		return bodyError(ErrInexactNumber, start, "%s is not exact in a 64-bit float (it would be %s); send it as a string", shown, c.out[at:])
 	}
 	return nil
+}
+
+// maxFloatDigits is the most significant digits a number needs to round
+// to a float64 as its whole mantissa would: 767 for the longest exact
+// value of a float64, one more for a point halfway between two, and a
+// last that stands for every digit dropped after them.
+const maxFloatDigits = 769
+
+// parseFloat is strconv.ParseFloat of the JSON number lex (grammar
+// checked). strconv misreads a mantissa longer than 800 digits, so a
+// long one is read from its significant digits alone, the 768 first and
+// a last 1 for the rest, which are not all zero: the float they round
+// to is the same.
+func parseFloat(lex []byte) (float64, error) {
+	if len(lex) <= maxFloatDigits {
+		return strconv.ParseFloat(string(lex), 64)
+	}
+	neg, digits, exp := decimalOf(lex, nil)
+	if len(digits) > maxFloatDigits {
+		digits = append(digits[:maxFloatDigits-1], '1')
+	}
+	b := make([]byte, 0, len(digits)+16)
+	if neg {
+		b = append(b, '-')
+	}
+	b = append(b, "0."...)
+	b = append(b, digits...)
+	if len(digits) == 0 {
+		b = append(b, '0')
+	}
+	b = append(b, 'e')
+	b = strconv.AppendInt(b, int64(exp), 10)
+	return strconv.ParseFloat(string(b), 64)
 }
 
 // sameDecimal reports whether the JSON numbers a and b (grammar checked)
