@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -224,11 +225,15 @@ type protected struct {
 
 // request is one protected request on its way through.
 type request struct {
-	start    time.Time
-	header   http.Header // the request's, for its request id
-	id       idemkv.ID
-	fpReq    fingerprint.Request
-	diag     []byte
+	start  time.Time
+	header http.Header // the request's, for its request id
+	id     idemkv.ID
+	fpReq  fingerprint.Request
+	diag   []byte
+	// asIsFP is the fingerprint of the request with the path past the
+	// pattern as it was spelled, if that is not its normal form: what an
+	// outcome stored before the form was normal holds (pathParams).
+	asIsFP   []byte
 	report   Report
 	reported bool
 	attempt  uint32 // of the lease acquired, or of the record found
@@ -299,7 +304,7 @@ func (p *protected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	params, err := pathParams(r, pattern)
+	params, asIs, err := pathParams(r, pattern)
 	if err != nil {
 		p.m.log.Error("httpidem: "+err.Error(), "pattern", pattern, "path", r.URL.Path)
 		p.reject(w, q, ProblemMisconfigured, http.StatusInternalServerError, "")
@@ -315,6 +320,14 @@ func (p *protected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.diag = fp.Diagnostics
+	if asIs != "" {
+		old := q.fpReq
+		old.Params = maps.Clone(params)
+		old.Params[restParam] = asIs
+		if fp, err := fingerprint.Compute(old, p.route.Fingerprint); err == nil {
+			q.asIsFP = fp.Bytes
+		}
+	}
 	p.claim(w, r, q, idemkv.ClaimRequest{
 		ID: q.id, Fingerprint: fp.Bytes, Mode: p.route.Mode, Lease: p.route.Lease,
 		Resumable: p.route.Resumable, Retention: p.route.Retention,
@@ -353,6 +366,12 @@ func (p *protected) claim(w http.ResponseWriter, r *http.Request, q *request, re
 		case idemkv.Replay:
 			p.replay(w, r, q, c.Record.Result)
 		case idemkv.Mismatch:
+			if q.asIsFP != nil && bytes.Equal(c.Record.Fingerprint, q.asIsFP) {
+				// Stored before the path's form was normal: the same
+				// request, spelled as it was then.
+				req.Fingerprint, q.asIsFP = q.asIsFP, nil
+				continue
+			}
 			p.mismatch(w, r, q)
 		case idemkv.Reconciling:
 			q.report.Disposition = Reconciling

@@ -32,9 +32,11 @@ func patternPath(pattern string) string {
 // with the other's response. A wildcard with no value (other than a
 // {name...} one, which may match nothing) means the router names it
 // otherwise, or does not set Request.PathValue: every resource would
-// look alike, and it is an error.
-func pathParams(r *http.Request, pattern string) (map[string]string, error) {
-	var params map[string]string
+// look alike, and it is an error. The path past the pattern is in the
+// normal form of RFC 3986 (normalizeEscapes); asIs is that path as the
+// request spelled it, if that differs, for outcomes stored before the
+// form was normal ("" otherwise).
+func pathParams(r *http.Request, pattern string) (params map[string]string, asIs string, err error) {
 	set := func(name, value string) {
 		if params == nil {
 			params = make(map[string]string)
@@ -57,7 +59,7 @@ func pathParams(r *http.Request, pattern string) (map[string]string, error) {
 		}
 		v := r.PathValue(name)
 		if v == "" && !multi {
-			return nil, fmt.Errorf("the wildcard {%s} of route pattern %q has no value in the request: "+
+			return nil, "", fmt.Errorf("the wildcard {%s} of route pattern %q has no value in the request: "+
 				"name it as the router does, or serve through an http.ServeMux", name, pattern)
 		}
 		if multi && i == len(segs)-1 {
@@ -67,10 +69,13 @@ func pathParams(r *http.Request, pattern string) (map[string]string, error) {
 	}
 	if rest {
 		if tail := pathPast(requestPath(r), segs); tail != "" {
-			set(restParam, tail)
+			set(restParam, normalizeEscapes(tail))
+			if params[restParam] != tail {
+				asIs = tail
+			}
 		}
 	}
-	return params, nil
+	return params, asIs, nil
 }
 
 // requestPath is the escaped path r was sent to, as the mux that matched
@@ -97,7 +102,7 @@ func pathPast(path string, pattern []string) string {
 	if len(segs) <= n {
 		return ""
 	}
-	return normalizeEscapes(strings.Join(segs[n:], "/"))
+	return strings.Join(segs[n:], "/")
 }
 
 // normalizeEscapes returns the escaped path p in the normal form of RFC

@@ -1,15 +1,19 @@
 package httpidem_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkv/idemkv"
+	"github.com/idemkv/idemkv/fingerprint"
 	"github.com/idemkv/idemkv/httpidem"
 )
 
@@ -93,4 +97,27 @@ func TestUnfilledWildcardIsMisconfigured(t *testing.T) {
 	require.Equal(t, http.StatusCreated, f.do("POST", "/v1/files/", `{}`, "k").status)
 	problem(t, f.do("POST", "/v1/files/a/b", `{}`, "k"), http.StatusUnprocessableEntity, httpidem.ProblemKeyMismatch)
 	require.EqualValues(t, 1, calls.Load())
+}
+
+// TestOutcomeStoredUnderAPathAsSpelled: an outcome stored before the
+// path past the pattern was fingerprinted in its normal form (under the
+// path as the client spelled it, "pay_%41") replays for its retry, which
+// is not a mismatch after the upgrade.
+func TestOutcomeStoredUnderAPathAsSpelled(t *testing.T) {
+	f, calls := servePaths(t, httpidem.Route{}, func(mux *http.ServeMux, h http.Handler) { mux.Handle("/v1/", h) })
+	const body = `{"amount":1}`
+	old, err := fingerprint.Compute(fingerprint.Request{Tenant: "acct_1", Method: "POST", Route: "/v1/",
+		Params: map[string]string{"...": "payments/pay_%41/refunds"}, Query: url.Values{}, Header: http.Header{}, Body: []byte(body)}, nil)
+	require.NoError(t, err)
+	id := idemkv.ID{Tenant: "acct_1", Endpoint: "POST /v1/", Key: "k"}
+	c, err := f.eng.Claim(context.Background(), idemkv.ClaimRequest{ID: id, Fingerprint: old.Bytes})
+	require.NoError(t, err)
+	require.NoError(t, f.eng.Complete(context.Background(), c.Lease, httpidem.Outcome(http.StatusCreated, "", nil, []byte("stored before\n")), nil))
+
+	again := f.do("POST", "/v1/payments/pay_%41/refunds", body, "k")
+	require.Equal(t, http.StatusCreated, again.status, "%s", again.body)
+	require.Equal(t, "true", again.header.Get(httpidem.HeaderReplayed))
+	require.Equal(t, "stored before\n", string(again.body))
+	problem(t, f.do("POST", "/v1/payments/pay_B/refunds", body, "k"), http.StatusUnprocessableEntity, httpidem.ProblemKeyMismatch)
+	require.Zero(t, calls.Load())
 }
