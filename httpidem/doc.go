@@ -83,11 +83,12 @@
 //   - Informational (1xx) responses written by a handler are not relayed.
 //   - The stored-body cap (Route.MaxStoredBody) must stay below the
 //     store's own bound on result bodies (the engine's 64 KiB). An
-//     outcome the store refuses as too large is stored without its
-//     largest part, logged at Warn, until the store takes it: the body
-//     (replayed like a streamed response's), the fingerprint diagnostics
-//     of a request with very many members (a mismatch then names no
-//     fields), or the replayable headers (one that echoes the client).
+//     outcome the store refuses as too large is stored with less, logged
+//     at Warn, until the store takes it, dropping in turn: the fingerprint
+//     diagnostics (a mismatch then names no fields), the replayable
+//     headers but Content-Type and Content-Encoding (one may echo the
+//     client), the body (replayed like a streamed response's), the
+//     headers left.
 //   - The key hash in logs and spans hides a key from their readers, not
 //     from someone who can guess it: a short or sequential key can be
 //     confirmed by hashing the candidates.

@@ -81,28 +81,30 @@ type envelope struct {
 	haveBody bool
 }
 
-// shrink drops the largest of the parts a store may refuse: the body
-// (replays then fall back to the route's Rebuild or the pointer), the
-// fingerprint diagnostics (a mismatch then names no fields) or the
-// headers. It names what it dropped, "" if nothing is left to drop.
+// shrink drops the next of the parts a store may refuse, in the order a
+// replay can best do without them: the fingerprint diagnostics (a
+// mismatch then names no fields); the headers that do not say how to
+// read the body (one may echo the client); the body (replays then fall
+// back to the route's Rebuild or the pointer); the headers left. It names
+// what it dropped, "" if nothing is left to drop.
 func (e *envelope) shrink() string {
-	headers := 0
-	for _, h := range e.header {
-		headers += len(h[0]) + len(h[1])
-	}
-	switch {
-	case e.haveBody && len(e.body) >= len(e.diag) && len(e.body) >= headers:
-		e.haveBody, e.body = false, nil
-		return "body"
-	case e.diag != nil && len(e.diag) >= headers:
+	if e.diag != nil {
 		e.diag = nil
 		return "fingerprint diagnostics"
-	case len(e.header) > 0:
-		e.header = nil
-		return "headers"
-	case e.haveBody:
+	}
+	if kept := slices.DeleteFunc(slices.Clone(e.header), func(h [2]string) bool {
+		return h[0] != "Content-Type" && h[0] != "Content-Encoding"
+	}); len(kept) < len(e.header) {
+		e.header = kept
+		return "headers other than Content-Type and Content-Encoding"
+	}
+	if e.haveBody {
 		e.haveBody, e.body = false, nil
 		return "body"
+	}
+	if len(e.header) > 0 {
+		e.header = nil
+		return "headers"
 	}
 	return ""
 }
