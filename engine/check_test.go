@@ -15,7 +15,6 @@ import (
 	"github.com/idemkv/idemkv"
 	"github.com/idemkv/idemkv/engine/internal/record"
 	"github.com/idemkv/idemkv/internal/fakeclock"
-	"github.com/idemkv/idemkv/ttl"
 	"github.com/stretchr/testify/require"
 )
 
@@ -507,7 +506,7 @@ func writeBenchStore(b testing.TB, n int, effects bool) string {
 	_ = batch.Set(epochKey, binary.BigEndian.AppendUint64(nil, 1), nil)
 	_ = batch.Set(secretKey, make([]byte, record.SecretLen), nil)
 	exp := t0.Add(24 * time.Hour)
-	bucket := record.AppendBucket(nil, ttl.DefaultClass, record.BucketEnd(exp, time.Hour))
+	bucket := record.AppendBucket(nil, "", record.BucketEnd(exp, time.Hour)) // the default class
 	fxCount := 0
 	if effects {
 		fxCount = 1

@@ -62,9 +62,11 @@ type effectBuf struct {
 	// e reads committed data for Get; nil: Get reads only the writes
 	// made here.
 	e *Engine
-	// snap is the state Get reads, taken at its first read, so that an
-	// apply function sees one consistent state; reads are the keys it
-	// read there and the versions it saw, checked at commit (txn.go).
+	// snap is the committed state Get reads, taken at its first read
+	// from Pebble. A key that a group still committing writes is read
+	// from that group instead (txn.go), so the reads need not be one
+	// state: reads are the keys read and the versions seen, checked at
+	// commit, and when the apply function fails (failed).
 	snap  *pebble.Snapshot
 	reads []readVersion
 	// result, if set, replaces the result the operation completes with
@@ -127,41 +129,74 @@ func (w *effectBuf) Get(key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: these effects read only their own writes", idemkv.ErrInvalidArgument)
 	}
 	dk := dataKey(key)
-	token, val, read := w.readBefore(dk)
-	if !read {
-		var pending bool
-		token, val, pending = w.e.commits.pendingRead(dk)
-		if pending {
+	var (
+		token   uint64
+		val     []byte
+		pending bool
+		err     error
+	)
+	switch first, read := w.readBefore(dk); {
+	case read && first.pending:
+		token, val = first.token, bytes.Clone(first.value)
+	case read:
+		token, val, err = readStamped(w.snap, dk) // as the first read did
+	default:
+		if token, val, pending = w.e.commits.pendingRead(dk); pending {
 			val = bytes.Clone(val)
-		} else {
-			if w.snap == nil {
-				w.snap = w.e.db.NewSnapshot()
-			}
-			var err error
-			if token, val, err = readStamped(w.snap, dk); err != nil {
-				return nil, err
-			}
+			w.reads = append(w.reads, readVersion{key: dk, token: token, value: val, pending: true})
+			val = bytes.Clone(val)
+			break
 		}
-		w.reads = append(w.reads, readVersion{key: dk, token: token, value: val})
+		if w.snap == nil {
+			w.snap = w.e.db.NewSnapshot()
+		}
+		token, val, err = readStamped(w.snap, dk)
+		w.reads = append(w.reads, readVersion{key: dk, token: token})
+	}
+	if err != nil {
+		return nil, err
 	}
 	if token == 0 {
 		return nil, fmt.Errorf("%w: data key %q", idemkv.ErrNotFound, key)
 	}
-	return bytes.Clone(val), nil
+	return val, nil
 }
 
-// readBefore returns the version and value the apply function saw when it
-// first read the data key dk, if it did. A later read returns the same:
-// the first may have come from a group not yet committed, newer than the
-// snapshot, and a second read from the snapshot would go back to a
-// version the commit's check would not catch.
-func (w *effectBuf) readBefore(dk []byte) (token uint64, val []byte, ok bool) {
+// failed returns err, the apply function's error, unless what it read has
+// changed since (errConflict, so that it runs again). Its reads need not
+// have seen one state: a key read from a group still committing, another
+// from the snapshot, older, which that group has since changed. A commit
+// would be refused for it and run again; an error found in that mixed
+// state is refused the same way, rather than returned.
+func (w *effectBuf) failed(err error) error {
 	for _, r := range w.reads {
-		if bytes.Equal(r.key, dk) {
-			return r.token, r.value, true
+		token, _, pending := w.e.commits.pendingRead(r.key)
+		if !pending {
+			var rerr error
+			if token, _, rerr = readStamped(w.e.db, r.key); rerr != nil {
+				return err
+			}
+		}
+		if token != r.token {
+			return errConflict
 		}
 	}
-	return 0, nil, false
+	return err
+}
+
+// readBefore returns what the apply function's first read of the data
+// key dk saw, if it read it. A later read returns the same: the first may
+// have come from a group not yet committed (pending), newer than the
+// snapshot, and a second read from the snapshot would go back to a
+// version the commit's check would not catch; one from the snapshot
+// reads the snapshot again.
+func (w *effectBuf) readBefore(dk []byte) (readVersion, bool) {
+	for _, r := range w.reads {
+		if bytes.Equal(r.key, dk) {
+			return r, true
+		}
+	}
+	return readVersion{}, false
 }
 
 // readStamped reads the data key dk: the token its value is stamped with

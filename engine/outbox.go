@@ -214,7 +214,7 @@ func (e *Engine) Update(ctx context.Context, fn func(idemkv.Effects) error) erro
 		fx.noResult = true
 		defer fx.close()
 		if err := fn(fx); err != nil {
-			return err
+			return fx.failed(err)
 		}
 		token, err := e.nextToken()
 		if err != nil {

@@ -69,7 +69,7 @@ func (e *Engine) complete(ctx context.Context, l idemkv.Lease, r *idemkv.Result,
 	defer fx.close()
 	if apply != nil {
 		if err := apply(fx); err != nil {
-			return err
+			return fx.failed(err)
 		}
 	}
 	now := e.clock.Now()
@@ -139,7 +139,7 @@ func (e *Engine) releaseWith(ctx context.Context, l idemkv.Lease, apply func(ide
 	defer fx.close()
 	fx.noResult = true
 	if err := apply(fx); err != nil {
-		return err
+		return fx.failed(err)
 	}
 	now := e.clock.Now()
 	h, err := e.hold(ctx, l)
@@ -295,7 +295,7 @@ func (e *Engine) resolve(ctx context.Context, req *idemkv.ResolveRequest) (err e
 	defer fx.close()
 	if req.Apply != nil {
 		if err := req.Apply(fx); err != nil {
-			return err
+			return fx.failed(err)
 		}
 	}
 	w, err := e.beginSettle(ctx, req.ID, req.Token, req.Since)

@@ -44,12 +44,14 @@ const maxConflictRuns = 16
 var errConflict = errors.New("engine: data read has changed")
 
 // readVersion is a data key an apply function read and the version it
-// saw, or a key a transaction writes, the version it writes and its value
-// (nil for a delete).
+// saw (with its value, if it came from a pending group), or a key a
+// transaction writes, the version it writes and its value (nil for a
+// delete).
 type readVersion struct {
-	key   []byte
-	token uint64
-	value []byte
+	key     []byte
+	token   uint64
+	value   []byte
+	pending bool
 }
 
 // txn is what the committer checks and numbers for one batch.
