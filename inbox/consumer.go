@@ -464,10 +464,11 @@ func (c *Consumer) settle(ctx context.Context, call once.Call, msg *Message, fn 
 var positionFP = []byte("inbox/position")
 
 // catchUp advances the position to pos, for a copy of a settled event
-// found further on in the stream. The commit is an operation of its own
-// under a mark never used before: a mark keyed by pos alone would be
-// found again after the position was reset by hand, and then neither
-// advance it nor check the source.
+// found further on in the stream. The commit is an operation of its own,
+// under a mark keyed by pos, so that a redelivery after a crash takes the
+// same one over. The mark is found again after the position was reset by
+// hand (the position went back, and the commit it stands for is undone):
+// the commit is then made under a mark never used before.
 func (c *Consumer) catchUp(ctx context.Context, pos uint64, source string) error {
 	if pos == 0 {
 		return nil
@@ -481,9 +482,15 @@ func (c *Consumer) catchUp(ctx context.Context, pos uint64, source string) error
 		// any message from it is.
 		return c.sameSource(ctx, cur, source)
 	}
-	_, err = once.Do(ctx, c.store, c.call(positionMarkKey(pos), positionFP), func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
+	advance := func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
 		return idemkv.Result{Status: statusApplied}, c.advance(x.Effects, pos, source)
-	})
+	}
+	out, err := once.Do(ctx, c.store, c.call(positionMarkKey(pos, false), positionFP), advance)
+	if err == nil && out.Replayed {
+		if cur, err = c.Position(ctx); err == nil && cur < pos {
+			_, err = once.Do(ctx, c.store, c.call(positionMarkKey(pos, true), positionFP), advance)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("inbox: %s: advancing the position past a duplicate to %d: %w", c.name, pos, err)
 	}

@@ -22,9 +22,10 @@ import (
 //	                     most 252 bytes), the common case: outbox ids
 //	id-sha256/<hex>      any other id: SHA-256 of its bytes
 //	sha256/<hex>         an event without an id: SHA-256 of its content
-//	pos/<decimal>/<hex>  not an event: a commit that advanced the
-//	                     position to <decimal> past a duplicate
-//	                     (Consumer.catchUp), <hex> 64 random bits
+//	pos/<decimal>        not an event: the commit that advances the
+//	                     position past a duplicate (Consumer.catchUp)
+//	pos/<decimal>/<hex>  the same, made again after a reset of the
+//	                     position, <hex> 64 random bits
 //
 // An event's content is its subject and its payload, the payload in its
 // RFC 8785 canonical form when it is JSON (fingerprint.Canonical), so
@@ -89,8 +90,12 @@ func canonical(data []byte) []byte {
 	return c
 }
 
-// positionMarkKey is a new key for a commit that advances the position
-// to pos past a duplicate.
-func positionMarkKey(pos uint64) string {
-	return "pos/" + strconv.FormatUint(pos, 10) + "/" + strconv.FormatUint(rand.Uint64(), 16)
+// positionMarkKey is the key of the commit that advances the position to
+// pos past a duplicate, or with again, a key never used before.
+func positionMarkKey(pos uint64, again bool) string {
+	k := "pos/" + strconv.FormatUint(pos, 10)
+	if again {
+		k += "/" + strconv.FormatUint(rand.Uint64(), 16)
+	}
+	return k
 }

@@ -294,7 +294,8 @@ func TestPositionFollowsEffects(t *testing.T) {
 }
 
 // positionMarks lists the completed commits that advanced the position
-// past a duplicate, by the position they advanced it to ("pos/N").
+// past a duplicate, by the position they advanced it to ("pos/N", also
+// for "pos/N/<random>", made again after a reset).
 func (v *env) positionMarks() []string {
 	var marks []string
 	page, err := v.e.(idemkv.Scanner).Scan(ctx, idemkv.ScanRequest{Tenant: inbox.Tenant, Limit: 1000})
@@ -303,7 +304,8 @@ func (v *env) positionMarks() []string {
 	for _, rec := range page.Records {
 		if strings.HasPrefix(rec.ID.Key, "pos/") {
 			require.Equal(v.t, idemkv.StateCompleted, rec.State, rec.ID.Key)
-			marks = append(marks, rec.ID.Key[:strings.LastIndexByte(rec.ID.Key, '/')])
+			mark, _, _ := strings.Cut(strings.TrimPrefix(rec.ID.Key, "pos/"), "/") // without the suffix of a mark made again
+			marks = append(marks, "pos/"+mark)
 		}
 	}
 	slices.Sort(marks)
