@@ -24,15 +24,18 @@ func (q *pageStmt) arg(v any) string {
 	return "$" + strconv.Itoa(len(q.args))
 }
 
-// scanDataStmt is the page of data keys from lower (after it, if strict)
-// to before upper (nil: no bound).
+// scanDataStmt is the page of data keys from lower (after it, if strict;
+// empty: from the first) to before upper (nil: no bound).
 func scanDataStmt(lower, upper []byte, strict bool) pageStmt {
 	var q pageStmt
 	op := ">="
 	if strict {
 		op = ">"
 	}
-	q.sql = `SELECT k, v FROM idemkv_data WHERE k ` + op + ` ` + q.arg(lower)
+	q.sql = `SELECT k, v FROM idemkv_data WHERE true`
+	if len(lower) > 0 || strict {
+		q.sql += ` AND k ` + op + ` ` + q.arg(lower)
+	}
 	if upper != nil {
 		q.sql += ` AND k < ` + q.arg(upper)
 	}

@@ -84,6 +84,11 @@ func dataStore(t *testing.T, newHarness NewHarness) {
 	}
 	require.Equal(t, []string{"row/0", "row/1", "row/2", "row/3", "row/4"}, keys)
 
+	// An empty prefix scans every key.
+	keys = nil
+	require.NoError(t, s.ScanData(ctx, nil, func(k, _ []byte) bool { keys = append(keys, string(k)); return true }))
+	require.Equal(t, []string{"row/0", "row/1", "row/2", "row/3", "row/4", "rox"}, keys)
+
 	// The root package's limits, the same on every store.
 	long := []byte(strings.Repeat("k", idemkv.MaxEffectKeyLen+1))
 	for _, err := range []error{
