@@ -43,9 +43,10 @@ type pairCheck struct {
 	// by key, with the state byte each must hold (check_pending.go).
 	pending map[string]byte
 	// unsettled are the record keys of the unsettled records, which sort
-	// before the expiry buckets: a completed record there, not expired,
-	// must not share one (check_pending.go).
-	unsettled map[string]struct{}
+	// before the expiry buckets, with their creation times: a completed
+	// record there must not share one created before it expired
+	// (check_pending.go).
+	unsettled map[string]time.Time
 	// outbox follows the outbox's keys through the scan (check_outbox.go).
 	outbox outboxCheck
 }

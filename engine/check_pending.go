@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"encoding/hex"
 
 	"github.com/idemkv/idemkv"
@@ -20,9 +22,9 @@ func (pc *pairCheck) expectPending(k []byte, rec *idemkv.Record) {
 		return
 	}
 	if pc.unsettled == nil {
-		pc.unsettled = make(map[string]struct{})
+		pc.unsettled = make(map[string]time.Time)
 	}
-	pc.unsettled[string(k)] = struct{}{}
+	pc.unsettled[string(k)] = rec.Created
 	pk := record.AppendPendingKey(nil, rec, k)
 	if len(pk) == 0 {
 		return
@@ -70,10 +72,12 @@ func (pc *pairCheck) missingPending() {
 }
 
 // liveTwice reports whether a completed record under record key rk, in an
-// expiry bucket and not expired, shares its key with an unsettled record:
-// lookups would answer with the unsettled one. (An expired one may, until
-// the sweeper deletes it: a claim took its key over.)
-func (pc *pairCheck) liveTwice(rk []byte) bool {
-	_, ok := pc.unsettled[string(rk)]
-	return ok
+// expiry bucket, that expires at expires, shares its key with an
+// unsettled record created before then: lookups would answer with the
+// unsettled one. (One created after may, until the sweeper deletes the
+// completed one: a claim took the expired key over. Creation times tell
+// it whatever engine time reads now, which may have gone back since.)
+func (pc *pairCheck) liveTwice(rk []byte, expires time.Time) bool {
+	created, ok := pc.unsettled[string(rk)]
+	return ok && created.Before(expires)
 }

@@ -531,10 +531,10 @@ func writeBenchStore(b testing.TB, n int, effects bool) string {
 }
 
 // TestCheckFindsARecordLiveTwice: an unsettled record under its record
-// key and a completed one, not expired, under the same key in an expiry
-// bucket is a store no write leaves (settling moves the record in one
-// batch); lookups would answer with the first. An expired completed
-// record beside a claim that took its key over is sound.
+// key, created before a completed one under the same key in an expiry
+// bucket expired, is a store no write leaves (settling moves the record
+// in one batch); lookups would answer with the first. An expired
+// completed record beside a claim that took its key over is sound.
 func TestCheckFindsARecordLiveTwice(t *testing.T) {
 	v := newEnv(t)
 	v.complete(id("x"))
@@ -563,5 +563,5 @@ func TestCheckFindsARecordLiveTwice(t *testing.T) {
 	rep, err = v.e.Check(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.ProblemCount, "%v", rep.Problems)
-	require.Contains(t, rep.Problems[0].String(), "an unsettled one is under its record key")
+	require.Contains(t, rep.Problems[0].String(), "an unsettled one created before it expired")
 }
