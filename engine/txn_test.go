@@ -260,17 +260,7 @@ func TestASecondReadSeesWhatTheFirstSaw(t *testing.T) {
 		return fx.Set(k, []byte("10"))
 	}))
 
-	held, release := make(chan struct{}), make(chan struct{})
-	v.e.commits.stamp = func(*pebble.Batch) {
-		v.e.commits.stamp = nil
-		close(held)
-		<-release
-	}
-	committed := make(chan error, 1)
-	go func() {
-		committed <- v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set(k, []byte("20")) })
-	}()
-	<-held // its write to k is listed as pending, its group committing
+	finish := v.committing(func(fx idemkv.Effects) error { return fx.Set(k, []byte("20")) })
 
 	runs := 0
 	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error {
@@ -281,14 +271,7 @@ func TestASecondReadSeesWhatTheFirstSaw(t *testing.T) {
 		require.NoError(t, err)
 		if runs == 1 {
 			require.Equal(t, "20", string(first), "the group's pending write")
-			close(release)
-			require.NoError(t, <-committed)
-			for { // until the committer forgets the group's writes
-				if _, _, pending := v.e.commits.pendingRead(dataKey(k)); !pending {
-					break
-				}
-				runtime.Gosched()
-			}
+			finish()
 		}
 		second, err := fx.Get(k)
 		require.NoError(t, err)
@@ -314,20 +297,10 @@ func TestAFailureOnAMixedStateRunsAgain(t *testing.T) {
 		require.NoError(t, fx.Set(a, []byte("5")))
 		return fx.Set(b, []byte("5"))
 	}))
-	held, release := make(chan struct{}), make(chan struct{})
-	v.e.commits.stamp = func(*pebble.Batch) {
-		v.e.commits.stamp = nil
-		close(held)
-		<-release
-	}
-	committed := make(chan error, 1)
-	go func() {
-		committed <- v.e.Update(ctx, func(fx idemkv.Effects) error {
-			require.NoError(t, fx.Set(a, []byte("0")))
-			return fx.Set(b, []byte("10"))
-		})
-	}()
-	<-held
+	finish := v.committing(func(fx idemkv.Effects) error {
+		require.NoError(t, fx.Set(a, []byte("0")))
+		return fx.Set(b, []byte("10"))
+	})
 
 	var seen []string
 	err := v.e.Update(ctx, func(fx idemkv.Effects) error {
@@ -336,14 +309,7 @@ func TestAFailureOnAMixedStateRunsAgain(t *testing.T) {
 		av, err := fx.Get(a)
 		require.NoError(t, err)
 		if len(seen) == 0 {
-			close(release)
-			require.NoError(t, <-committed)
-			for { // until the committer forgets the group's writes
-				if _, _, pending := v.e.commits.pendingRead(dataKey(b)); !pending {
-					break
-				}
-				runtime.Gosched()
-			}
+			finish()
 		}
 		bv, err := fx.Get(b)
 		require.NoError(t, err)
@@ -355,4 +321,45 @@ func TestAFailureOnAMixedStateRunsAgain(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []string{"0+5", "0+10"}, seen)
+}
+
+// committing starts Update(fn) and returns once its group is committing,
+// its writes listed as pending; finish lets it commit, and returns once
+// the committer has forgotten them, so that reads come from Pebble again.
+func (v *env) committing(fn func(idemkv.Effects) error) (finish func()) {
+	held, release := make(chan struct{}), make(chan struct{})
+	v.e.commits.stamp = func(*pebble.Batch) {
+		v.e.commits.stamp = nil
+		close(held)
+		<-release
+	}
+	committed := make(chan error, 1)
+	var keys [][]byte
+	go func() {
+		committed <- v.e.Update(ctx, func(fx idemkv.Effects) error { return fn(recording{fx, &keys}) })
+	}()
+	<-held
+	return func() {
+		close(release)
+		require.NoError(v.t, <-committed)
+		for _, k := range keys {
+			for { // until the committer forgets the group's write
+				if _, _, pending := v.e.commits.pendingRead(dataKey(k)); !pending {
+					break
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+}
+
+// recording is Effects that notes the keys set.
+type recording struct {
+	idemkv.Effects
+	keys *[][]byte
+}
+
+func (r recording) Set(key, value []byte) error {
+	*r.keys = append(*r.keys, key)
+	return r.Effects.Set(key, value)
 }
