@@ -307,4 +307,13 @@ func TestLongMantissas(t *testing.T) {
 	}
 	_, err := Canonical([]byte("1."+ones), nil)
 	require.ErrorIs(t, err, ErrInexactNumber)
+
+	// Digits that move the point further than an exponent of a million:
+	// still the value 1.
+	million := strings.Repeat("0", 1_000_010)
+	for _, in := range []string{"0." + million + "1e1000011", "1" + million + "e-1000010"} {
+		got, err := Canonical([]byte(in), &Options{MaxBodySize: 2 << 20})
+		require.NoError(t, err)
+		require.Equal(t, "1", string(got))
+	}
 }

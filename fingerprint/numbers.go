@@ -89,6 +89,9 @@ func (c *canon) number() error {
 	return nil
 }
 
+// maxExponent bounds the exponent a number writes, as decimalOf reads it.
+const maxExponent = 1 << 50
+
 // maxFloatDigits is the most significant digits a number needs to round
 // to a float64 as its whole mantissa would: 767 for the longest exact
 // value of a float64, one more for a point halfway between two, and a
@@ -136,8 +139,10 @@ func sameDecimal(a, b []byte) bool {
 
 // decimalOf splits the JSON number lex into its sign and its value as
 // 0.digits × 10^exp, digits without leading or trailing zeros (none for
-// zero), appended to buf. An exponent beyond a million saturates there:
-// such a number is beyond a float's range either way.
+// zero), appended to buf. A written exponent beyond maxExponent
+// saturates there: the digits of a number cannot move its point that far
+// back (a body is far shorter), so such a number is still beyond a
+// float's range, and the sum of the two stays exact.
 func decimalOf(lex, buf []byte) (neg bool, digits []byte, exp int) {
 	i := 0
 	if lex[0] == '-' {
@@ -170,7 +175,7 @@ func decimalOf(lex, buf []byte) (neg bool, digits []byte, exp int) {
 			i++
 		}
 		for ; i < len(lex); i++ {
-			e = min(e*10+int(lex[i]-'0'), 1_000_000)
+			e = min(e*10+int(lex[i]-'0'), maxExponent)
 		}
 		e *= sign
 	}
