@@ -69,6 +69,9 @@ type effectBuf struct {
 	// commit, and when the apply function fails (failed).
 	snap  *pebble.Snapshot
 	reads []readVersion
+	// fromPending and fromSnap say where first reads came from: both,
+	// and the reads may not be one state (failed).
+	fromPending, fromSnap bool
 	// result, if set, replaces the result the operation completes with
 	// (idemkv.ResultSetter).
 	result *idemkv.Result
@@ -145,8 +148,10 @@ func (w *effectBuf) Get(key []byte) ([]byte, error) {
 			val = bytes.Clone(val)
 			w.reads = append(w.reads, readVersion{key: dk, token: token, value: val, pending: true})
 			val = bytes.Clone(val)
+			w.fromPending = true
 			break
 		}
+		w.fromSnap = true
 		if w.snap == nil {
 			w.snap = w.e.db.NewSnapshot()
 		}
@@ -162,13 +167,17 @@ func (w *effectBuf) Get(key []byte) ([]byte, error) {
 	return val, nil
 }
 
-// failed returns err, the apply function's error, unless what it read has
-// changed since (errConflict, so that it runs again). Its reads need not
-// have seen one state: a key read from a group still committing, another
-// from the snapshot, older, which that group has since changed. A commit
-// would be refused for it and run again; an error found in that mixed
-// state is refused the same way, rather than returned.
+// failed returns err, the apply function's error. Only when its reads may
+// not have been one state (some from a group still committing, others
+// from the snapshot, which that group may have changed since committing)
+// and one has changed since, it returns errConflict instead, so that the
+// function runs again: an error found in a state the data never had is
+// not the function's answer. Otherwise the error is returned as it is,
+// however the data has moved on.
 func (w *effectBuf) failed(err error) error {
+	if !w.fromPending || !w.fromSnap {
+		return err
+	}
 	for _, r := range w.reads {
 		token, _, pending := w.e.commits.pendingRead(r.key)
 		if !pending {

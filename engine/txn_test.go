@@ -323,6 +323,26 @@ func TestAFailureOnAMixedStateRunsAgain(t *testing.T) {
 	require.Equal(t, []string{"0+5", "0+10"}, seen)
 }
 
+// TestAFailureIsReturnedAsItIs: an apply function that fails on one
+// state of the data has its error returned, however the data moved on
+// after its read: Update's contract, which a caller such as package once
+// relies on to tell its own errors (a panic it recovered) from the store's.
+func TestAFailureIsReturnedAsItIs(t *testing.T) {
+	v := newEnv(t)
+	require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("hot"), []byte("0")) }))
+	errInsufficient := errors.New("insufficient funds")
+	runs := 0
+	err := v.e.Update(ctx, func(fx idemkv.Effects) error {
+		runs++
+		_, err := fx.Get([]byte("hot"))
+		require.NoError(t, err)
+		require.NoError(t, v.e.Update(ctx, func(fx idemkv.Effects) error { return fx.Set([]byte("hot"), []byte("x")) }))
+		return errInsufficient
+	})
+	require.ErrorIs(t, err, errInsufficient)
+	require.Equal(t, 1, runs)
+}
+
 // committing starts Update(fn) and returns once its group is committing,
 // its writes listed as pending; finish lets it commit, and returns once
 // the committer has forgotten them, so that reads come from Pebble again.
