@@ -57,6 +57,16 @@ func NoEffect(err error) error {
 
 type noEffect struct{ err error }
 
+// withoutNoEffect returns err without its NoEffect mark, for an error that
+// no longer means the operation had no effect: its cause, if NoEffect
+// marked one, else its text.
+func withoutNoEffect(err error) error {
+	if ne, ok := err.(*noEffect); ok && !errors.Is(ne.err, ErrNoEffect) {
+		return ne.err
+	}
+	return errors.New(err.Error())
+}
+
 func (e *noEffect) Error() string   { return e.err.Error() }
 func (e *noEffect) Unwrap() []error { return []error{ErrNoEffect, e.err} }
 

@@ -24,7 +24,7 @@ func (x *Exec) runRemote(ctx context.Context, fn Func) (Outcome, error) {
 	case errors.Is(err, ErrNoEffect) && x.Lease.Takeover():
 		// Proof of this attempt's call says nothing of the attempt taken
 		// over, which may have sent its own under the same operation id.
-		return Outcome{}, x.uncertain(bg, "the function had no effect, but the attempt it took over may have", err)
+		return Outcome{}, x.uncertain(bg, "the function had no effect, but the attempt it took over may have", withoutNoEffect(err))
 	case errors.Is(err, ErrNoEffect):
 		return Outcome{}, x.giveUp(bg, err)
 	case err != nil:

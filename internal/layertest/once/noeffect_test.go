@@ -19,6 +19,7 @@ import (
 // nothing of the first call: the key becomes uncertain for a reconciler
 // to ask about, rather than released for a retry to charge again.
 func TestNoEffectAfterATakeoverLeavesTheKeyUncertain(t *testing.T) {
+	errRefused := errors.New("psp: invalid request (refused before acting)")
 	v := newEnv(t, nil)
 	crashed := v.holder("k", idemkv.ModeRemote, true)
 	v.clock.Advance(lease + time.Second)
@@ -27,9 +28,11 @@ func TestNoEffectAfterATakeoverLeavesTheKeyUncertain(t *testing.T) {
 	_, err := once.Do(ctx, v.e, c, func(_ context.Context, x *once.Exec) (idemkv.Result, error) {
 		require.True(t, x.Lease.Takeover())
 		require.Equal(t, crashed.OperationID, x.Lease.OperationID)
-		return idemkv.Result{}, once.NoEffect(errors.New("psp: invalid request (refused before acting)"))
+		return idemkv.Result{}, once.NoEffect(errRefused)
 	})
 	require.ErrorIs(t, err, once.ErrUncertain)
+	require.NotErrorIs(t, err, once.ErrNoEffect, "the key was not released")
+	require.ErrorIs(t, err, errRefused, "the cause is kept")
 	rec, err := v.e.Get(ctx, id("k"))
 	require.NoError(t, err)
 	require.Equal(t, idemkv.StateUncertain, rec.State)
