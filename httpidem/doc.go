@@ -86,9 +86,9 @@
 //     outcome the store refuses as too large is stored with less, logged
 //     at Warn, until the store takes it, dropping in turn: the fingerprint
 //     diagnostics (a mismatch then names no fields), the replayable
-//     headers but Content-Type and Content-Encoding (one may echo the
-//     client), the body (replayed like a streamed response's), the
-//     headers left.
+//     headers but Content-Type, Content-Encoding and Location (one may
+//     echo the client), the body with its Content-Encoding (replayed like
+//     a streamed response's), the headers left.
 //   - The key hash in logs and spans hides a key from their readers, not
 //     from someone who can guess it: a short or sequential key can be
 //     confirmed by hashing the candidates.

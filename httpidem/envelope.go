@@ -83,23 +83,26 @@ type envelope struct {
 
 // shrink drops the next of the parts a store may refuse, in the order a
 // replay can best do without them: the fingerprint diagnostics (a
-// mismatch then names no fields); the headers that do not say how to
-// read the body (one may echo the client); the body (replays then fall
-// back to the route's Rebuild or the pointer); the headers left. It names
-// what it dropped, "" if nothing is left to drop.
+// mismatch then names no fields); the headers other than those that say
+// how to read the body and where the created object is (one may echo the
+// client; a Location that is the pointer takes a byte); the body, with
+// its Content-Encoding (replays then fall back to the route's Rebuild or
+// the pointer); the headers left. It names what it dropped, "" if nothing
+// is left to drop.
 func (e *envelope) shrink() string {
 	if e.diag != nil {
 		e.diag = nil
 		return "fingerprint diagnostics"
 	}
-	if kept := slices.DeleteFunc(slices.Clone(e.header), func(h [2]string) bool {
-		return h[0] != "Content-Type" && h[0] != "Content-Encoding"
+	if kept := e.headersBut(func(name string) bool {
+		return name != "Content-Type" && name != "Content-Encoding" && name != "Location"
 	}); len(kept) < len(e.header) {
 		e.header = kept
-		return "headers other than Content-Type and Content-Encoding"
+		return "headers other than Content-Type, Content-Encoding and Location"
 	}
 	if e.haveBody {
 		e.haveBody, e.body = false, nil
+		e.header = e.headersBut(func(name string) bool { return name == "Content-Encoding" })
 		return "body"
 	}
 	if len(e.header) > 0 {
@@ -107,6 +110,11 @@ func (e *envelope) shrink() string {
 		return "headers"
 	}
 	return ""
+}
+
+// headersBut returns e's headers without those whose names drop says.
+func (e *envelope) headersBut(drop func(name string) bool) [][2]string {
+	return slices.DeleteFunc(slices.Clone(e.header), func(h [2]string) bool { return drop(h[0]) })
 }
 
 func (e *envelope) size() int {
