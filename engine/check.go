@@ -417,7 +417,7 @@ func (e *Engine) checkRecord(pc *pairCheck, k, v []byte, epochKnown bool) {
 		r.add(name, "record of class %q is in a bucket of class %q", rec.Class, class)
 	case bucket && uint64(rec.Expires.Unix()) > end:
 		r.add(name, "record expires at %d, after its bucket ends at %d", rec.Expires.Unix(), end)
-	case bucket && pc.liveTwice(rk, rec.Expires):
+	case bucket && now.Before(rec.Expires) && pc.liveTwice(rk, rec.Expires):
 		r.add(name, "a completed record is in an expiry bucket, and an unsettled one created before it expired is under its record key")
 	case !bucket && rec.State == idemkv.StateCompleted:
 		r.add(name, "a completed record is under its record key, not in an expiry bucket")

@@ -75,8 +75,10 @@ func (pc *pairCheck) missingPending() {
 // expiry bucket, that expires at expires, shares its key with an
 // unsettled record created before then: lookups would answer with the
 // unsettled one. (One created after may, until the sweeper deletes the
-// completed one: a claim took the expired key over. Creation times tell
-// it whatever engine time reads now, which may have gone back since.)
+// completed one: a claim took the expired key over.) Check asks only of a
+// record that has not expired by its time either: engine time may have
+// gone back since the claim, and Load keeps the creation times it is
+// given.
 func (pc *pairCheck) liveTwice(rk []byte, expires time.Time) bool {
 	created, ok := pc.unsettled[string(rk)]
 	return ok && created.Before(expires)
