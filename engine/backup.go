@@ -54,13 +54,35 @@ func (e *Engine) Backup(ctx context.Context, dir string) error {
 }
 
 // within reports whether path is dir or lies inside it, both made
-// absolute (a path that cannot be is taken as apart).
+// absolute with their symbolic links followed (a path that cannot be
+// made absolute is taken as apart).
 func within(path, dir string) bool {
-	p, err1 := filepath.Abs(path)
-	d, err2 := filepath.Abs(dir)
+	p, err1 := resolved(path)
+	d, err2 := resolved(dir)
 	if err1 != nil || err2 != nil {
 		return false
 	}
 	rel, err := filepath.Rel(d, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// resolved is path made absolute, with the symbolic links of the longest
+// part of it that exists followed.
+func resolved(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for cur := abs; ; {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
 }

@@ -107,7 +107,9 @@ func TestBackup(t *testing.T) {
 // and nothing is made.
 func TestBackupRefusesTheStoresOwnDirectory(t *testing.T) {
 	v := newEnv(t)
-	for _, dir := range []string{v.dir, filepath.Join(v.dir, "backup"), filepath.Join(v.dir, "a", "..", "b")} {
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(v.dir, link))
+	for _, dir := range []string{v.dir, filepath.Join(v.dir, "backup"), filepath.Join(v.dir, "a", "..", "b"), filepath.Join(link, "backup")} {
 		require.ErrorIs(t, v.e.Backup(ctx, dir), idemkv.ErrInvalidArgument, dir)
 	}
 	_, err := os.Stat(filepath.Join(v.dir, "backup"))
