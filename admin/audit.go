@@ -282,7 +282,8 @@ func ReadHistory(path string, id idemkv.ID) ([]AuditEntry, error) {
 }
 
 // readLines calls fn with each line of r (without its newline) no longer
-// than limit, skipping longer ones whole, until r ends.
+// than limit, skipping longer ones whole, until r ends. The line passed
+// to fn is valid only during the call: it may be r's buffer.
 func readLines(r *bufio.Reader, limit int, fn func([]byte)) error {
 	var long []byte
 	skip := false
